@@ -1,0 +1,3 @@
+"""orch: launch orchestrator for SGLang inference servers."""
+
+__version__ = "0.1.0"

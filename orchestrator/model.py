@@ -1,0 +1,182 @@
+"""Frozen values handed from one stage to the next: profile -> render -> (later) transport.
+
+Nothing here does I/O. Mappings are wrapped read-only so that a frozen dataclass is frozen all the
+way down; their order is the order the profile gave, which is the order flags are rendered in.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import TypeAlias, TypeVar
+
+K = TypeVar("K")
+V = TypeVar("V")
+
+
+def frozen_map(items: Mapping[K, V] | None = None) -> Mapping[K, V]:
+    """A read-only copy that keeps insertion order."""
+    return MappingProxyType(dict(items or {}))
+
+
+@dataclass(frozen=True)
+class SecretRef:
+    """A value taken from the local environment when orch launches, never stored in git.
+
+    Written in a profile as ``{from_env: NAME}``. Renders for display as ``$NAME`` and is
+    resolved only at the moment a launch needs it, so that no plan, golden file or log holds it.
+    """
+
+    env_var: str
+
+    def display(self) -> str:
+        return f"<redacted: from_env {self.env_var}>"
+
+
+ArgScalar: TypeAlias = str | int | float | bool
+ArgValue: TypeAlias = ArgScalar | tuple[ArgScalar, ...] | SecretRef
+EnvValue: TypeAlias = str | SecretRef
+ArgvToken: TypeAlias = str | SecretRef
+
+
+class Launcher(enum.StrEnum):
+    MODULE = "module"  # <python> -m sglang.launch_server ...
+    SERVE = "serve"  # <venv>/bin/sglang serve ...
+
+
+@dataclass(frozen=True)
+class GpuType:
+    """A GPU model orch knows: what planning and preflight compare the host against."""
+
+    name: str
+    memory_gb: int  # nominal, as sold (decimal GB); NVML reports somewhat less
+    compute_capability: tuple[int, int]
+    architecture: str
+    nvml_names: tuple[str, ...]  # substrings of NVML's device name that identify this model
+
+
+@dataclass(frozen=True)
+class Host:
+    """Where a profile runs. ``address is None`` means this machine, without SSH."""
+
+    name: str
+    address: str | None = None  # a hostname, an IP, or an ~/.ssh/config Host alias
+    port: int | None = None
+    user: str | None = None
+    identity_file: str | None = None
+    known_hosts: str | None = None
+    python: str | None = None  # the venv interpreter that imports sglang; None: orch's own (local)
+    workdir: str = "~/.local/state/orch"
+
+    @property
+    def is_local(self) -> bool:
+        return self.address is None
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    path: str
+    served_model_name: str | None = None
+
+
+@dataclass(frozen=True)
+class GpuSpec:
+    type: GpuType | None = None
+    devices: tuple[str, ...] = ()  # CUDA_VISIBLE_DEVICES entries: indices, GPU-/MIG- UUIDs
+
+
+@dataclass(frozen=True)
+class SpecDecode:
+    algorithm: str
+    num_steps: int | None = None
+    eagle_topk: int | None = None
+    num_draft_tokens: int | None = None
+    draft_model_path: str | None = None
+
+
+class RestartMode(enum.StrEnum):
+    """systemd's Restart= vocabulary."""
+
+    NO = "no"
+    ON_FAILURE = "on-failure"
+    ALWAYS = "always"
+
+
+@dataclass(frozen=True)
+class RestartPolicy:
+    mode: RestartMode = RestartMode.ON_FAILURE
+    delay_s: float = 5.0  # first delay; each further restart multiplies it
+    multiplier: float = 2.0
+    max_delay_s: float = 300.0
+    start_limit: int = 5  # at most this many starts ...
+    start_limit_interval_s: float = 600.0  # ... within this window, then FATAL
+
+
+@dataclass(frozen=True)
+class HealthPolicy:
+    startup_timeout_s: float = 1800.0  # 27B weights over a slow disk plus CUDA graphs
+    interval_s: float = 5.0
+    endpoint: str = "/health"
+
+
+@dataclass(frozen=True)
+class Profile:
+    """A validated, fully inherited deployment description."""
+
+    name: str
+    source: str  # the profile's own file, as shown in messages
+    chain: tuple[str, ...]  # the profile and its ancestors, nearest first
+    host: Host
+    model: ModelSpec
+    sglang_version: str | None = None  # None: detected on the host at launch
+    abstract: bool = False  # a base for other profiles; validated, never launched
+    description: str = ""
+    launcher: Launcher = Launcher.MODULE
+    gpu: GpuSpec = GpuSpec()
+    spec_decode: SpecDecode | None = None
+    port: int = 30000
+    bind: str = "127.0.0.1"
+    env: Mapping[str, EnvValue] = field(default_factory=frozen_map)
+    args: Mapping[str, ArgValue] = field(default_factory=frozen_map)
+    restart: RestartPolicy = RestartPolicy()
+    health: HealthPolicy = HealthPolicy()
+    pin: tuple[str, ...] = ()
+
+
+class Severity(enum.StrEnum):
+    WARNING = "warning"
+    NOTICE = "notice"
+
+
+@dataclass(frozen=True)
+class Finding:
+    """Something validation wants the user to know that does not stop a launch."""
+
+    severity: Severity
+    message: str  # already located: file:line:col: key.path: ...
+    hint: str | None = None
+
+
+@dataclass(frozen=True)
+class LaunchPlan:
+    """Exactly what the server will be started with: no shell is ever involved.
+
+    ``argv[0]`` is the program. ``env`` is added on top of the host's environment. Secret values
+    are ``SecretRef`` placeholders until the moment of launch, so a plan can be printed, hashed
+    and stored without leaking anything.
+    """
+
+    profile: str
+    sglang_version: str | None
+    argtable_version: str  # the SGLang version whose flag spellings the argv uses
+    argv: tuple[ArgvToken, ...]
+    env: Mapping[str, EnvValue]
+    cwd: str
+    port: int
+
+    def secret_names(self) -> tuple[str, ...]:
+        names = [v.env_var for v in self.argv if isinstance(v, SecretRef)]
+        names += [v.env_var for v in self.env.values() if isinstance(v, SecretRef)]
+        return tuple(dict.fromkeys(names))

@@ -1,0 +1,141 @@
+"""Profile -> LaunchPlan: one argv tuple and one env map, never a shell string.
+
+The only shell text built here is for people: ``format_command`` (a copy-pasteable command,
+every token quoted) and ``launcher_script`` (a bash script from ``templates/`` for reproducing
+a launch by hand). Both are checked by tests to give back exactly the plan's argv when a real
+shell reads them.
+"""
+
+from __future__ import annotations
+
+import json
+import posixpath
+import shlex
+from collections.abc import Callable
+from pathlib import Path
+
+from orchestrator import argtable
+from orchestrator.argtable import ArgTable, BadValue
+from orchestrator.errors import RenderError
+from orchestrator.model import ArgvToken, EnvValue, Launcher, LaunchPlan, Profile, SecretRef
+from orchestrator.profile import requested_fields
+
+MODULE = "sglang.launch_server"
+TEMPLATES_DIR = Path(__file__).resolve().parent.parent / "templates"
+LAUNCHER_TEMPLATE = "launch.sh.j2"
+
+
+def render(profile: Profile, table: ArgTable) -> LaunchPlan:
+    """The launch plan for ``profile``, with flags spelled for ``table``'s SGLang version."""
+    if profile.abstract:
+        raise RenderError(
+            f"profile {profile.name!r} is abstract (a base for others) and cannot be launched",
+            "render a profile that extends it",
+        )
+    argv: list[ArgvToken] = [*_program(profile)]
+    for field in requested_fields(profile):
+        spelling = argtable.spell(table, field.name)
+        if spelling is None:  # validation rejects these; a stale table is the only way here
+            raise RenderError(
+                f"{field.key_path}: SGLang {table.version} has no argument {field.name}",
+                "run `orch validate`",
+            )
+        try:
+            tokens = argtable.arg_tokens(spelling.option, field.value, spelling.flag)
+        except BadValue as exc:
+            raise RenderError(f"{field.key_path}: {exc.expected}", exc.hint) from exc
+        argv.extend(token if isinstance(token, SecretRef) else str(token) for token in tokens)
+    return LaunchPlan(
+        profile=profile.name,
+        sglang_version=profile.sglang_version,
+        argtable_version=table.version,
+        argv=tuple(argv),
+        env=profile.env,
+        cwd=posixpath.join(profile.host.workdir, profile.name),
+        port=profile.port,
+    )
+
+
+def _program(profile: Profile) -> tuple[str, ...]:
+    python = profile.host.python or "python3"
+    if profile.launcher is Launcher.SERVE:
+        # the console script sits beside the venv's interpreter
+        sglang = posixpath.join(posixpath.dirname(python), "sglang") if "/" in python else "sglang"
+        return (sglang, "serve")
+    return (python, "-m", MODULE)
+
+
+# -- display ------------------------------------------------------------------------------------
+
+
+def shell_token(token: ArgvToken) -> str:
+    """One token for a POSIX shell: literal text quoted, a secret as an expansion of the local
+    variable that holds it (so a displayed command never contains the secret itself)."""
+    if isinstance(token, SecretRef):
+        return f'"${{{token.env_var}:?{token.env_var} is not set}}"'
+    return shlex.quote(token)
+
+
+def format_command(plan: LaunchPlan, *, multiline: bool = True) -> str:
+    """A command to paste into bash: ``NAME=value ... program args``, every token quoted.
+
+    Multi-line output continues lines with `` \\`` and starts each ``--flag`` on its own line.
+    """
+    words = [f"{name}={shell_token(value)}" for name, value in plan.env.items()]
+    words += [shell_token(token) for token in plan.argv]
+    if not multiline:
+        return " ".join(words)
+    lines: list[list[str]] = [[]]
+    for word, token in zip(words, [*plan.env, *plan.argv], strict=True):
+        if isinstance(token, str) and token.startswith("--") and lines[-1]:
+            lines.append([])
+        lines[-1].append(word)
+    return " \\\n    ".join(" ".join(line) for line in lines)
+
+
+def redacted(value: EnvValue | ArgvToken) -> str:
+    return value.display() if isinstance(value, SecretRef) else value
+
+
+def plan_json(plan: LaunchPlan) -> str:
+    """``{"argv": [...], "env": {...}}`` with secrets redacted: a stable format for scripts."""
+    document = {
+        "argv": [redacted(token) for token in plan.argv],
+        "env": {name: redacted(value) for name, value in plan.env.items()},
+    }
+    return json.dumps(document, indent=2, ensure_ascii=False)
+
+
+def launcher_script(plan: LaunchPlan, templates: Path = TEMPLATES_DIR) -> str:
+    """A bash script that starts exactly ``plan`` (jinja2, StrictUndefined, every token quoted).
+
+    jinja2 is imported here, not at module level: ``orch render`` without ``--script`` and
+    ``orch validate`` do not pay for it.
+    """
+    import jinja2
+
+    quote: Callable[[ArgvToken], str] = shell_token
+    environment = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(templates)),
+        undefined=jinja2.StrictUndefined,
+        autoescape=False,  # noqa: S701 - shell text, not HTML; every token goes through shq
+        keep_trailing_newline=True,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    environment.filters["shq"] = quote
+    try:
+        template = environment.get_template(LAUNCHER_TEMPLATE)
+    except jinja2.TemplateNotFound as exc:
+        raise RenderError(
+            f"launcher template {LAUNCHER_TEMPLATE} not found in {templates}",
+            "orch's templates/ directory ships beside the orchestrator package",
+        ) from exc
+    return template.render(
+        profile=plan.profile,
+        sglang_version=plan.sglang_version
+        or f"unpinned (flags spelled for {plan.argtable_version})",
+        cwd=plan.cwd,
+        env=list(plan.env.items()),
+        argv=list(plan.argv),
+    )

@@ -1,0 +1,5 @@
+"""Inert ``torchvision.transforms.v2.functional`` (see ``torchvision/__init__.py``)."""
+
+from torchvision._inert import module_getattr
+
+__getattr__ = module_getattr(__name__)

@@ -1,0 +1,56 @@
+"""Shared fixtures: a scratch profile directory with the real inventory format."""
+
+from __future__ import annotations
+
+import textwrap
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from orchestrator.profile import ProfileStore
+
+REPO = Path(__file__).resolve().parent.parent
+SHIPPED_PROFILES = REPO / "profiles"
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--update-goldens",
+        action="store_true",
+        help="rewrite tests/golden/*.json from the current renderer (review the diff!)",
+    )
+
+
+@dataclass(frozen=True)
+class ProfileDir:
+    root: Path
+    write: Callable[[str, str], Path]
+
+    def store(self) -> ProfileStore:
+        return ProfileStore(self.root, display_root=self.root.parent)
+
+
+HOSTS = """\
+hosts:
+  gpu-1:
+    address: 10.0.0.7
+    user: ubuntu
+    python: /opt/venv/bin/python
+    workdir: /data/orch
+"""
+
+
+@pytest.fixture
+def profile_dir(tmp_path: Path) -> ProfileDir:
+    root = tmp_path / "profiles"
+    root.mkdir()
+
+    def write(name: str, text: str) -> Path:
+        path = root / (name if name.endswith(".yaml") else f"{name}.yaml")
+        path.write_text(textwrap.dedent(text), encoding="utf-8")
+        return path
+
+    write("hosts.yaml", HOSTS)
+    return ProfileDir(root, write)

@@ -1,0 +1,168 @@
+"""The CLI: output formats, one-line errors with hints, distinct exit codes."""
+
+from __future__ import annotations
+
+import io
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from orchestrator.cli import main
+from orchestrator.errors import ExitCode
+from tests.conftest import SHIPPED_PROFILES, ProfileDir
+
+
+def _run(argv: list[str]) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    code = main(argv, out=out, err=err)
+    return code, out.getvalue(), err.getvalue()
+
+
+@pytest.fixture
+def shipped(tmp_path: Path) -> Path:
+    root = tmp_path / "profiles"
+    shutil.copytree(SHIPPED_PROFILES, root)
+    return root
+
+
+def test_cli_render_json_holds_the_incident_flags_in_0511_spelling(shipped: Path) -> None:
+    code, out, _ = _run(["--profiles", str(shipped), "render", "qwen36-mtp-b200", "--json"])
+    assert code == ExitCode.OK
+    document = json.loads(out)
+    assert set(document) == {"argv", "env"}
+    argv = document["argv"]
+    index = argv.index("--mamba-scheduler-strategy")
+    assert argv[index + 1] == "extra_buffer"
+    assert "--mamba-radix-cache-strategy" not in argv
+    assert document["env"]["SGLANG_ENABLE_SPEC_V2"] == "1"
+    for flag, value in [
+        ("--speculative-algorithm", "EAGLE"),
+        ("--speculative-num-steps", "3"),
+        ("--speculative-eagle-topk", "1"),
+        ("--speculative-num-draft-tokens", "4"),
+        ("--max-mamba-cache-size", "24"),
+        ("--mamba-full-memory-ratio", "0.4"),
+        ("--mem-fraction-static", "0.92"),
+        ("--context-length", "8192"),
+        ("--reasoning-parser", "qwen3"),
+        ("--port", "30000"),
+    ]:
+        assert argv[argv.index(flag) + 1] == value, flag
+    assert "--trust-remote-code" in argv
+
+
+def test_cli_render_same_profile_on_0523_uses_the_new_flag_name(shipped: Path) -> None:
+    (shipped / "b200-new.yaml").write_text('extends: qwen36-mtp-b200\nsglang: "0.5.23"\n')
+    code, out, err = _run(["--profiles", str(shipped), "render", "b200-new", "--json"])
+    assert code == ExitCode.OK
+    argv = json.loads(out)["argv"]
+    assert argv[argv.index("--mamba-radix-cache-strategy") + 1] == "extra_buffer"
+    assert "--mamba-scheduler-strategy" not in argv
+    assert "orch: warning: " in err
+    assert "write mamba_radix_cache_strategy" in err
+
+
+def test_cli_validate_misspelt_argument_fails_with_suggestion_and_config_code(
+    shipped: Path,
+) -> None:
+    (shipped / "typo.yaml").write_text(
+        "extends: qwen36-mtp-b200\nargs:\n  mamba_scheduler_stratgy: extra_buffer\n"
+    )
+    code, out, err = _run(["--profiles", str(shipped), "validate"])
+    assert code == ExitCode.CONFIG
+    assert int(code) == 3
+    assert (
+        f"orch: error: {shipped}/typo.yaml:3:3: args.mamba_scheduler_stratgy: "
+        "unknown SGLang 0.5.11 argument\n"
+        "orch: hint: did you mean mamba_scheduler_strategy?\n"
+    ) in err
+    assert "ok  qwen36-mtp-b200" in out  # the others still validate
+
+
+def test_cli_validate_all_shipped_profiles_pass(shipped: Path) -> None:
+    code, out, err = _run(["--profiles", str(shipped), "validate", "--strict"])
+    assert code == ExitCode.OK, err
+    assert {line.split()[1] for line in out.splitlines()} == {
+        "demo", "qwen36-27b", "qwen36-mtp-b200", "qwen36-mtp-rtxpro6000-tp4",
+    }  # fmt: skip
+
+
+def test_cli_validate_named_profiles_only(shipped: Path) -> None:
+    code, out, _ = _run(["--profiles", str(shipped), "validate", "demo"])
+    assert code == ExitCode.OK
+    assert out.startswith("ok  demo")
+    assert len(out.splitlines()) == 1
+
+
+def test_cli_missing_profile_lists_the_available_ones(shipped: Path) -> None:
+    code, _, err = _run(["--profiles", str(shipped), "render", "qwen36-mtp-b300"])
+    assert code == ExitCode.CONFIG
+    assert err.splitlines() == [
+        f"orch: error: no profile named 'qwen36-mtp-b300' in {shipped}",
+        "orch: hint: did you mean qwen36-mtp-b200? available: demo, qwen36-27b, "
+        "qwen36-mtp-b200, qwen36-mtp-rtxpro6000-tp4",
+    ]
+
+
+def test_cli_render_abstract_profile_is_a_render_error(shipped: Path) -> None:
+    code, _, err = _run(["--profiles", str(shipped), "render", "qwen36-27b"])
+    assert code == ExitCode.RENDER
+    assert "abstract" in err
+
+
+def test_cli_render_script_is_a_bash_script(shipped: Path) -> None:
+    code, out, _ = _run(["--profiles", str(shipped), "render", "qwen36-mtp-b200", "--script"])
+    assert code == ExitCode.OK
+    assert out.startswith("#!/usr/bin/env bash\n")
+    assert "exec /opt/venvs/sglang-0.5.11/bin/python -m sglang.launch_server " in out
+    assert "export SGLANG_ENABLE_SPEC_V2=1\n" in out
+
+
+def test_cli_usage_error_is_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as caught:
+        main(["render"])
+    assert caught.value.code == ExitCode.USAGE
+    assert "the following arguments are required: PROFILE" in capsys.readouterr().err
+
+
+def test_cli_profiles_dir_is_found_above_the_working_directory(
+    profile_dir: ProfileDir, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    profile_dir.write("mine", 'host: gpu-1\nmodel: {path: /m}\nsglang: "0.5.11"\n')
+    nested = profile_dir.root.parent / "deploy" / "sub"
+    nested.mkdir(parents=True)
+    monkeypatch.chdir(nested)
+    monkeypatch.delenv("ORCH_PROFILES", raising=False)
+    code, out, _ = _run(["validate"])
+    assert code == ExitCode.OK
+    assert out.startswith("ok  mine")
+
+
+def test_cli_profiles_env_var_names_the_directory(
+    profile_dir: ProfileDir, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    profile_dir.write("envpicked", 'host: gpu-1\nmodel: {path: /m}\nsglang: "0.5.11"\n')
+    monkeypatch.setenv("ORCH_PROFILES", str(profile_dir.root))
+    code, out, _ = _run(["validate"])
+    assert code == ExitCode.OK
+    assert "envpicked" in out
+
+
+def test_cli_secret_value_never_printed(
+    profile_dir: ProfileDir, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HF_TOKEN", "hf_do_not_print_me")
+    profile_dir.write(
+        "s",
+        'sglang: "0.5.11"\nhost: gpu-1\nmodel: {path: /m}\n'
+        "env: {HF_TOKEN: {from_env: HF_TOKEN}}\nargs: {api_key: {from_env: HF_TOKEN}}\n",
+    )
+    outputs = ""
+    for form in ([], ["--json"], ["--script"], ["--one-line"]):
+        code, out, err = _run(["--profiles", str(profile_dir.root), "render", "s", *form])
+        assert code == ExitCode.OK
+        outputs += out + err
+    assert "hf_do_not_print_me" not in outputs
+    assert "<redacted: from_env HF_TOKEN>" in outputs

@@ -1,0 +1,273 @@
+"""Every validation error: located (file:line:col, key path), explained, with a hint."""
+
+from __future__ import annotations
+
+import pytest
+
+from orchestrator.errors import ExitCode, ProfileError, ProfileErrors
+from orchestrator.model import RestartMode, Severity
+from orchestrator.profile import LoadedProfile
+from tests.conftest import ProfileDir
+
+HEAD = 'sglang: "0.5.11"\nhost: gpu-1\nmodel: {path: /models/m}\n'
+
+
+def _errors(profile_dir: ProfileDir, body: str, head: str = HEAD) -> list[ProfileError]:
+    profile_dir.write("p", head + body)
+    with pytest.raises(ProfileErrors) as caught:
+        profile_dir.store().load("p")
+    assert caught.value.exit_code == ExitCode.CONFIG
+    return caught.value.errors
+
+
+def _one(profile_dir: ProfileDir, body: str, head: str = HEAD) -> ProfileError:
+    errors = _errors(profile_dir, body, head)
+    assert len(errors) == 1, [e.message for e in errors]
+    return errors[0]
+
+
+def _load(profile_dir: ProfileDir, body: str, head: str = HEAD) -> LoadedProfile:
+    profile_dir.write("p", head + body)
+    return profile_dir.store().load("p")
+
+
+def test_validation_misspelt_argument_suggests_the_real_name(profile_dir: ProfileDir) -> None:
+    error = _one(profile_dir, "args:\n  mamba_scheduler_stratgy: extra_buffer\n")
+    assert error.message == (
+        "profiles/p.yaml:5:3: args.mamba_scheduler_stratgy: unknown SGLang 0.5.11 argument"
+    )
+    assert error.hint == "did you mean mamba_scheduler_strategy?"
+
+
+def test_validation_bad_choice_lists_the_choices(profile_dir: ProfileDir) -> None:
+    error = _one(profile_dir, "args:\n  mamba_scheduler_strategy: extra-buffer\n")
+    assert error.key_path == "args.mamba_scheduler_strategy"
+    assert "expected one of auto, no_buffer, extra_buffer" in error.message
+    assert error.hint == "did you mean extra_buffer?"
+
+
+def test_validation_choice_of_a_newer_version_is_refused(profile_dir: ProfileDir) -> None:
+    error = _one(profile_dir, "args:\n  mamba_scheduler_strategy: extra_buffer_lazy\n")
+    assert "expected one of auto, no_buffer, extra_buffer," in error.message
+
+
+def test_validation_type_errors_name_the_key_path(profile_dir: ProfileDir) -> None:
+    errors = _errors(
+        profile_dir,
+        "args:\n"
+        "  max_total_tokens: lots\n"
+        "  trust_remote_code: 'yes'\n"
+        "  mem_fraction_static: true\n"
+        "  max_running_requests: [1, 2]\n",
+    )
+    assert [(e.key_path, e.problem) for e in errors] == [
+        (
+            "args.max_total_tokens",
+            "expected an integer, optionally with a suffix (8192, 8k, 32Ki), got 'lots'",
+        ),
+        (
+            "args.trust_remote_code",
+            "expected true or false (--trust-remote-code is a switch), got 'yes'",
+        ),
+        ("args.mem_fraction_static", "expected a number, got true"),
+        (
+            "args.max_running_requests",
+            "expected a single value for --max-running-requests, got a list",
+        ),
+    ]
+
+
+def test_validation_collects_every_error_of_a_profile(profile_dir: ProfileDir) -> None:
+    errors = _errors(profile_dir, "port: 70000\nlauncher: docker\nspec_decoding: {}\n")
+    assert [e.key_path for e in errors] == ["spec_decoding", "launcher", "port"]
+    assert errors[0].hint == "did you mean spec_decode?"
+
+
+@pytest.mark.parametrize(
+    ("body", "key_path", "problem"),
+    [
+        ("port: 0\n", "port", "expected an integer in 1..65535, got 0"),
+        ("port: 65536\n", "port", "expected an integer in 1..65535, got 65536"),
+        ("port: '30000'\n", "port", "expected an integer, got a string"),
+        ("bind: '0.0.0.0 '\n", "bind", "expected an address such as 0.0.0.0, got '0.0.0.0 '"),
+        ("launcher: docker\n", "launcher", "expected module or serve, got 'docker'"),
+        ("gpu: {devices: [0, 0]}\n", "gpu.devices[1]", "GPU 0 is listed twice"),
+        (
+            "gpu: {devices: [-1]}\n",
+            "gpu.devices[0]",
+            "expected a GPU index or GPU-/MIG- UUID, got -1",
+        ),
+        ("gpu: {devices: 0}\n", "gpu.devices", "expected a list such as [0, 1], got an integer"),
+        ("env: {9LIVES: x}\n", "env.9LIVES", "bad environment variable name '9LIVES'"),
+        ("env: {FLAG: true}\n", "env.FLAG", "expected a string, got true"),
+        ('env: {NUL: "a\\0b"}\n', "env.NUL", "NUL bytes cannot be in an environment variable"),
+        ("env: {T: {from_env: 1}}\n", "env.T", "expected {from_env: NAME}"),
+        ("env: {T: {from_evn: X}}\n", "env.T", "expected {from_env: NAME}"),
+        ("args: {port: 1}\n", "args.port", "port is set by `port`"),
+        ("args: {model_path: /x}\n", "args.model_path", "model_path is set by `model.path`"),
+        ('args: {"bad\\nname": 1}\n', "args.bad\nname", "bad SGLang argument name 'bad\\nname'"),
+        (
+            'args: {tokenizer_path: "a\\0b"}\n',
+            "args.tokenizer_path",
+            "a NUL byte cannot be passed in a command line",
+        ),
+        (
+            "args: {tp_size: 4}\ngpu: {devices: [0, 1]}\n",
+            "args.tp_size",
+            "tp_size x pp_size = 4 GPUs, but gpu.devices lists 2",
+        ),
+        (
+            "pin: [mem_fraction_static]\n",
+            "pin[0]",
+            "pins mem_fraction_static, which this profile does not set",
+        ),
+        ("pin: mem_fraction_static\n", "pin", "expected a list of SGLang field names"),
+        (
+            "restart: {mode: sometimes}\n",
+            "restart.mode",
+            "expected no, on-failure or always, got 'sometimes'",
+        ),
+        (
+            "restart: {delay_s: 10, max_delay_s: 5}\n",
+            "restart.max_delay_s",
+            "must be >= restart.delay_s",
+        ),
+        ("restart: {start_limit: 0}\n", "restart.start_limit", "expected an integer >= 1, got 0"),
+        (
+            "health: {endpoint: health}\n",
+            "health.endpoint",
+            "expected a path such as /health, got 'health'",
+        ),
+        ("spec_decode: {num_steps: 3}\n", "spec_decode", "missing `algorithm`"),
+        ("spec_decode: {algorithm: EAGLE4}\n", "spec_decode.algorithm", None),
+        ("description: [x]\n", "description", "expected a string, got a list"),
+    ],
+)
+def test_validation_rejects(
+    profile_dir: ProfileDir, body: str, key_path: str, problem: str | None
+) -> None:
+    error = _one(profile_dir, body)
+    assert error.key_path == key_path
+    if problem is not None:
+        assert error.problem == problem
+    assert error.message.startswith("profiles/p.yaml:")
+
+
+def test_validation_spec_algorithm_is_checked_against_the_version(profile_dir: ProfileDir) -> None:
+    error = _one(profile_dir, "spec_decode: {algorithm: EAGLE4}\n")
+    assert error.problem.startswith("expected one of ")
+    assert "EAGLE" in error.problem
+    assert "EAGLE3" in error.problem
+
+
+def test_validation_unknown_gpu_type_suggests(profile_dir: ProfileDir) -> None:
+    error = _one(profile_dir, "gpu: {type: B20}\n")
+    assert error.problem == "unknown GPU type 'B20'"
+    assert error.hint is not None
+    assert error.hint.startswith("did you mean B200?")
+
+
+def test_validation_version_must_be_a_quoted_version(profile_dir: ProfileDir) -> None:
+    error = _one(profile_dir, "sglang: 0.5\n", head="host: gpu-1\nmodel: {path: /m}\n")
+    assert error.problem == "expected a version string, got the number 0.5"
+    assert error.hint == 'quote it: sglang: "0.5.11"'
+    error = _one(profile_dir, "sglang: latest\n", head="host: gpu-1\nmodel: {path: /m}\n")
+    assert error.problem == "expected a version like 0.5.11, got 'latest'"
+
+
+def test_validation_unknown_host_lists_the_inventory(profile_dir: ProfileDir) -> None:
+    error = _one(profile_dir, "host: gpu-2\nmodel: {path: /m}\n", head="")
+    assert error.problem == "unknown host 'gpu-2'"
+    assert error.hint == "did you mean gpu-1? hosts in hosts.yaml: gpu-1, local"
+
+
+def test_validation_missing_model_path(profile_dir: ProfileDir) -> None:
+    error = _one(profile_dir, "host: gpu-1\n", head="")
+    assert error.problem == "missing `model.path`"
+
+
+def test_validation_argument_of_another_version_says_where_it_exists(
+    profile_dir: ProfileDir,
+) -> None:
+    error = _one(profile_dir, "args: {cuda_graph_max_bs_prefill: 8}\n")
+    assert error.problem == "unknown SGLang 0.5.11 argument"
+    assert error.hint is not None
+    assert "it exists in SGLang" in error.hint
+    assert "0.5.23" in error.hint
+
+
+def test_validation_old_name_on_new_version_warns_with_what_to_write(
+    profile_dir: ProfileDir,
+) -> None:
+    loaded = _load(
+        profile_dir,
+        "args: {mamba_scheduler_strategy: extra_buffer}\n",
+        head='sglang: "0.5.23"\nhost: gpu-1\nmodel: {path: /m}\n',
+    )
+    (finding,) = loaded.findings
+    assert finding.severity is Severity.WARNING
+    assert "SGLang 0.5.23 calls this mamba_radix_cache_strategy" in finding.message
+    assert "rendered as --mamba-radix-cache-strategy" in finding.message
+    assert finding.hint == "write mamba_radix_cache_strategy"
+
+
+def test_validation_unpinned_version_is_checked_against_the_newest_table(
+    profile_dir: ProfileDir,
+) -> None:
+    loaded = _load(profile_dir, "", head="host: gpu-1\nmodel: {path: /m}\n")
+    assert loaded.table.version == "0.5.23"
+    assert [f.severity for f in loaded.findings] == [Severity.NOTICE]
+
+
+def test_validation_version_without_table_uses_the_nearest_older(profile_dir: ProfileDir) -> None:
+    loaded = _load(profile_dir, "", head='sglang: "0.5.12"\nhost: gpu-1\nmodel: {path: /m}\n')
+    assert loaded.table.version == "0.5.11"
+    assert (
+        "no argument table for SGLang 0.5.12; checked against 0.5.11" in loaded.findings[0].message
+    )
+
+
+def test_validation_yaml_no_is_restart_mode_no(profile_dir: ProfileDir) -> None:
+    profile = _load(profile_dir, "restart: {mode: no}\n").profile
+    assert profile.restart.mode is RestartMode.NO
+
+
+def test_validation_dashes_in_argument_names_are_accepted(profile_dir: ProfileDir) -> None:
+    profile = _load(profile_dir, "args: {mem-fraction-static: 0.9}\n").profile
+    assert dict(profile.args) == {"mem_fraction_static": 0.9}
+
+
+def test_inventory_errors_are_located(profile_dir: ProfileDir) -> None:
+    profile_dir.write(
+        "hosts.yaml",
+        """\
+        hosts:
+          box:
+            address: box.example
+            workdir: /w
+          local:
+            address: 127.0.0.1
+          other:
+            python: python3
+            prot: 22
+        """,
+    )
+    profile_dir.write("p", "host: box\nmodel: {path: /m}\n")
+    with pytest.raises(ProfileErrors) as caught:
+        profile_dir.store().load("p")
+    assert [(e.key_path, e.problem, e.line) for e in caught.value.errors] == [
+        ("hosts.box", "missing `python`: the interpreter of the venv that holds sglang", 2),
+        ("hosts.local.address", "`local` is this machine and takes no address", 6),
+        ("hosts.other.prot", "unknown key", 9),
+        ("hosts.other", "missing `address` (a hostname, IP or ~/.ssh/config alias)", 7),
+    ]
+    assert caught.value.errors[2].hint == "did you mean port?"
+
+
+def test_inventory_python_must_be_absolute_or_a_command(profile_dir: ProfileDir) -> None:
+    profile_dir.write("hosts.yaml", "hosts:\n  box: {address: b, python: ~/venv/bin/python}\n")
+    profile_dir.write("p", "host: box\nmodel: {path: /m}\n")
+    with pytest.raises(ProfileErrors) as caught:
+        profile_dir.store().load("p")
+    assert caught.value.errors[0].key_path == "hosts.box.python"
+    assert "no shell expands" in caught.value.errors[0].problem

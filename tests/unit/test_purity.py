@@ -1,0 +1,59 @@
+"""The pure core imports no I/O machinery; the fast commands never import paramiko or jinja2."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import REPO
+
+CORE = [
+    "orchestrator.profile",
+    "orchestrator.render",
+    "orchestrator.argtable",
+    "orchestrator.model",
+]
+FORBIDDEN_IN_CORE = {"paramiko", "psutil", "subprocess", "socket", "jinja2", "pynvml"}
+
+
+def _modules_after(code: str) -> set[str]:
+    probe = code + "\nimport json, sys\nprint(json.dumps(sorted(sys.modules)))"
+    result = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True, cwd=REPO
+    )
+    return set(json.loads(result.stdout.splitlines()[-1]))
+
+
+@pytest.mark.parametrize("module", CORE)
+def test_core_module_imports_no_io_machinery(module: str) -> None:
+    loaded = _modules_after(f"import {module}")
+    assert loaded & FORBIDDEN_IN_CORE == set()
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--help"],
+        ["render", "qwen36-mtp-b200"],
+        ["render", "qwen36-mtp-b200", "--json"],
+        ["validate"],
+    ],
+)
+def test_fast_commands_never_import_paramiko(argv: list[str]) -> None:
+    code = (
+        "import io, contextlib\n"
+        "from orchestrator.cli import main\n"
+        "out = io.StringIO()\n"
+        "with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):\n"
+        "    try:\n"
+        f"        code = main({argv!r})\n"
+        "    except SystemExit as exit_:\n"
+        "        code = exit_.code\n"
+        "assert code == 0, (code, out.getvalue())\n"
+    )
+    loaded = _modules_after(code)
+    assert "paramiko" not in loaded
+    assert "jinja2" not in loaded
