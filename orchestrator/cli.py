@@ -152,8 +152,10 @@ def _cmd_validate(args: argparse.Namespace, output: _Output) -> int:
         for finding in loaded.findings:
             output.finding(finding)
         warned += any(f.severity is Severity.WARNING for f in loaded.findings)
-        version = loaded.profile.sglang_version or f"unpinned, checked as {loaded.table.version}"
-        output.print(f"ok  {name}  (SGLang {version}, host {loaded.profile.host.name})")
+        profile = loaded.profile
+        version = profile.sglang_version or f"unpinned, checked as {loaded.table.version}"
+        where = "abstract base" if profile.abstract else f"host {profile.host.name}"
+        output.print(f"ok  {name}  (SGLang {version}, {where})")
     if failed or (args.strict and warned):
         output.err.write(
             f"orch: {failed} of {len(names)} profile(s) invalid"
