@@ -41,6 +41,11 @@
 #   ORCH_SGLANG_REBUILD=1    rebuild even when DEST looks valid
 #   ORCH_SGLANG_KEEP_FAILED=1  keep a failed build's temporary dir (debugging)
 #
+# Output: progress on stderr; on success DEST (absolute) alone on stdout, so
+# `VENV="$(scripts/build-sglang-venv.sh 0.5.11)"` works.  pip's own output
+# goes to DEST/.orch-build.log, the installed set to DEST/.orch-freeze.txt.  Never edit this file while a build runs
+# (bash reads scripts as it goes).
+#
 # Exit status: 0 built or already valid, 1 build failed, 2 usage error.
 set -euo pipefail
 
@@ -99,6 +104,7 @@ is_valid() {
 
 if [[ "${ORCH_SGLANG_REBUILD:-0}" != 1 ]] && is_valid "$DEST"; then
     log "ok: $DEST already holds sglang $VERSION (cached)"
+    printf '%s\n' "$DEST"
     exit 0
 fi
 
@@ -109,13 +115,23 @@ if command -v flock >/dev/null 2>&1; then
 fi
 if [[ "${ORCH_SGLANG_REBUILD:-0}" != 1 ]] && is_valid "$DEST"; then
     log "ok: $DEST already holds sglang $VERSION (built by a concurrent run)"
+    printf '%s\n' "$DEST"
     exit 0
 fi
+# Holding the lock, any temporary dir of this DEST is a leftover of a build
+# that was killed too hard to clean up (SIGKILL, power loss): remove it.
+for stale in "$(dirname "$DEST")/.$(basename "$DEST")".{build,old}.*; do
+    if [[ -d "$stale" ]]; then
+        log "removing leftover $stale"
+        rm -rf -- "$stale"
+    fi
+done
 
 command -v "$BASE_PYTHON" >/dev/null 2>&1 || die "base python '$BASE_PYTHON' not found (set ORCH_SGLANG_PYTHON)"
 [[ -f "$STUB_DIR/torchvision/__init__.py" ]] || die "missing $STUB_DIR/torchvision (stub torchvision package)"
 
 TMP="$(mktemp -d "$(dirname "$DEST")/.$(basename "$DEST").build.XXXXXX")"
+chmod 755 "$TMP"
 cleanup() {
     local rc=$?
     if [[ -n "${TMP:-}" && -d "$TMP" ]]; then
@@ -285,6 +301,9 @@ print(json.dumps({
 PYEOF
 )" || die "the new venv failed its checks"
 
+# What exactly went in (unpinned names float to their newest release).
+"$PY" -m pip freeze --disable-pip-version-check >"$TMP/.orch-freeze.txt" 2>/dev/null || true
+
 BUILD_S=$((SECONDS - START_S))
 printf '{"recipe_revision": %s, "build_s": %s, "check": %s}\n' \
     "$RECIPE_REVISION" "$BUILD_S" "$CHECK_JSON" >"$TMP/$MARKER_NAME"
@@ -304,3 +323,4 @@ mv -T "$TMP" "$DEST"
 TMP=""
 SIZE="$(du -sh "$DEST" 2>/dev/null | cut -f1)"
 log "ok: sglang $VERSION venv at $DEST ($SIZE, ${BUILD_S}s): $CHECK_JSON"
+printf '%s\n' "$DEST"

@@ -33,6 +33,17 @@ Schema (``"schema": 1``)::
 Value encoding: JSON values as they are; anything else ``{"repr": "..."}``;
 ``argparse.SUPPRESS`` ``{"suppress": true}``; a field default made by a
 factory ``{"factory": true}``; a field with no default ``{"required": true}``.
+
+Notes: "action" names argparse's own classes by their keyword (store,
+store_true, ...) and everything else ``custom:<ClassName>``, argparse's
+``BooleanOptionalAction`` included; "nargs" is argparse's value, so flags that
+take no value (store_true, Deprecated*Action) show 0; choices held in a set
+are sorted; "deprecated" is argparse's own flag (3.13+), a ``Deprecated*``
+action class (SGLang's DeprecatedAction / DeprecatedStoreTrueAction /
+DeprecatedStoreConstAction / DeprecatedAliasStoreAction), or help that calls
+the option itself deprecated ("Deprecated. ...", "[Deprecated] ...",
+"Note: --flag is deprecated now.") -- not help that merely mentions another
+deprecated flag.
 """
 
 from __future__ import annotations

@@ -31,7 +31,7 @@ if [[ ${#versions[@]} -eq 0 ]]; then
 fi
 
 for version in "${versions[@]}"; do
-    "$REPO/scripts/build-sglang-venv.sh" "$version" "$CACHE_ROOT/$version"
+    "$REPO/scripts/build-sglang-venv.sh" "$version" "$CACHE_ROOT/$version" >/dev/null
     "$CACHE_ROOT/$version/bin/python" -W ignore "$REPO/scripts/gen_sglang_argtable.py" \
         --out "$OUT" --strict
 done
