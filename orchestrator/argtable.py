@@ -56,6 +56,7 @@ class Rename:
 RENAMES: tuple[Rename, ...] = (
     Rename("mamba_scheduler_strategy", "mamba_radix_cache_strategy", (0, 5, 14), (0, 5, 20)),
     Rename("cuda_graph_max_bs", "cuda_graph_max_bs_decode", (0, 5, 14), (0, 5, 20)),
+    Rename("cuda_graph_bs", "cuda_graph_bs_decode", (0, 5, 14), (0, 5, 20)),
 )
 
 
@@ -83,10 +84,6 @@ class ArgOption:
             return natural
         longs = [f for f in self.flags if f.startswith("--")]
         return longs[0] if longs else self.flags[0]
-
-    @property
-    def takes_no_value(self) -> bool:
-        return self.action in ("store_true", "store_false", "store_const", "count")
 
 
 @dataclass(frozen=True)
@@ -286,6 +283,20 @@ def arg_tokens(option: ArgOption, value: object, flag: str | None = None) -> tup
     argparse cannot take it for an option. Secret placeholders pass through untouched.
     """
     flag = flag or option.flag
+    if option.action == "custom:BooleanOptionalAction":
+        if not isinstance(value, bool):
+            raise BadValue(f"expected true or false ({flag} is a switch), got {_show(value)}")
+        negative = [f for f in option.flags if f.startswith("--no-")]
+        if value == option.default:
+            return ()
+        if value:
+            return (flag,)
+        return (negative[0],) if negative else ()
+    if option.nargs == 0 and option.action.startswith("custom:"):
+        # SGLang's Deprecated*StoreTrue/StoreConst actions: switches that take no value
+        if not isinstance(value, bool):
+            raise BadValue(f"expected true or false ({flag} is a switch), got {_show(value)}")
+        return (flag,) if value else ()
     if option.action in ("store_true", "store_false", "store_const"):
         if not isinstance(value, bool):
             raise BadValue(f"expected true or false ({flag} is a switch), got {_show(value)}")

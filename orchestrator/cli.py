@@ -8,17 +8,21 @@ and ``orch validate`` start fast and never import paramiko.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, TextIO
+from typing import TYPE_CHECKING, ClassVar, TextIO
 
 from orchestrator import __version__
 from orchestrator.errors import ExitCode, OrchError, ProfileError, ProfileErrors
 from orchestrator.model import Finding, Severity
 
 if TYPE_CHECKING:
+    from orchestrator import pipeline
+    from orchestrator.observe import LogEvent
+    from orchestrator.pipeline import Context, UpEvent
     from orchestrator.profile import ProfileStore
 
 PROFILES_ENV = "ORCH_PROFILES"
@@ -82,6 +86,46 @@ def _parser() -> argparse.ArgumentParser:
 
     listing = commands.add_parser("profiles", help="list the profiles and the hosts they run on")
     listing.set_defaults(handler=_cmd_profiles)
+
+    up = commands.add_parser(
+        "up",
+        help="preflight, push and start a profile's server under the remote agent; follow it",
+        description="Start a profile's server supervised on its host and stream its startup. "
+        "Idempotent: the same plan already running is followed, not started twice.",
+    )
+    up.add_argument("profile", metavar="PROFILE")
+    up.add_argument("--replace", action="store_true", help="stop a different running plan first")
+    up.set_defaults(handler=_cmd_up)
+
+    down = commands.add_parser("down", help="stop a profile's server and sweep its processes")
+    down.add_argument("profile", metavar="PROFILE")
+    down.set_defaults(handler=_cmd_down)
+
+    restart = commands.add_parser("restart", help="down, then up")
+    restart.add_argument("profile", metavar="PROFILE")
+    restart.set_defaults(handler=_cmd_restart)
+
+    status = commands.add_parser("status", help="state of deployments: pid, uptime, restarts ...")
+    status.add_argument("names", metavar="PROFILE", nargs="*")
+    status.add_argument("--all", action="store_true", help="every launchable profile")
+    status.add_argument("--json", action="store_true", help="machine-readable output")
+    status.set_defaults(handler=_cmd_status)
+
+    logs = commands.add_parser("logs", help="a run's server log (reads only what it shows)")
+    logs.add_argument("profile", metavar="PROFILE")
+    logs.add_argument("-f", "--follow", action="store_true", help="keep printing new lines")
+    logs.add_argument("--run", metavar="ID", help="a run id (default: the current or last run)")
+    logs.add_argument("-n", "--lines", type=int, default=100, help="lines of the tail to show")
+    logs.set_defaults(handler=_cmd_logs)
+
+    hosts = commands.add_parser("hosts", help="host keys: orch hosts trust HOST")
+    host_commands = hosts.add_subparsers(dest="hosts_command", required=True)
+    trust = host_commands.add_parser(
+        "trust", help="show a host's key fingerprint and pin it in profiles/known_hosts"
+    )
+    trust.add_argument("host", metavar="HOST")
+    trust.add_argument("--yes", action="store_true", help="pin without asking")
+    trust.set_defaults(handler=_cmd_hosts_trust)
     return parser
 
 
@@ -110,7 +154,15 @@ def _store(args: argparse.Namespace) -> ProfileStore:
     from orchestrator.profile import ProfileStore
 
     cwd = Path.cwd()
-    return ProfileStore(find_profiles_dir(args.profiles, cwd), display_root=cwd)
+    return ProfileStore(
+        find_profiles_dir(args.profiles, cwd), display_root=cwd, local_python=sys.executable
+    )
+
+
+def _context(args: argparse.Namespace) -> Context:
+    from orchestrator.pipeline import Context
+
+    return Context(store=_store(args), environ=os.environ, local_python=sys.executable)
 
 
 def _cmd_render(args: argparse.Namespace, output: _Output) -> int:
@@ -179,6 +231,249 @@ def _cmd_profiles(args: argparse.Namespace, output: _Output) -> int:
         where = "(abstract)" if profile.abstract else profile.host.name
         summary = profile.description.splitlines()[0] if profile.description else ""
         output.print(f"{name:32} {where:16} {summary}")
+    return ExitCode.OK
+
+
+def _cmd_up(args: argparse.Namespace, output: _Output) -> int:
+    from orchestrator import pipeline
+
+    ctx = _context(args)
+    try:
+        return _show_up(pipeline.up(ctx, args.profile, replace_running=args.replace), output)
+    finally:
+        ctx.close()
+
+
+def _show_up(events: Iterator[UpEvent], output: _Output) -> int:
+    from orchestrator import pipeline
+
+    progress = _Progress(output)
+    for event in events:
+        if isinstance(event, pipeline.Step):
+            progress.line(f"  {event.message}")
+        elif isinstance(event, pipeline.Warn):
+            progress.end()
+            output.finding(Finding(Severity.WARNING, event.message, event.hint))
+        elif isinstance(event, pipeline.Started):
+            progress.line(f"  started run {event.run_id} (pid {event.pid}); log {event.log}")
+        elif isinstance(event, pipeline.Attached):
+            state = event.state
+            progress.line(
+                f"  the same plan already runs: run {state.run_id}, {state.state}, "
+                f"pid {state.pid}; following it"
+            )
+        elif isinstance(event, pipeline.LogLine):
+            progress.log_event(event.event)
+        else:
+            progress.end()
+            if event.ok:
+                output.print(event.summary)
+                return ExitCode.OK
+            if event.last_lines:
+                output.err.write("  last lines of the log:\n")
+                for line in event.last_lines[-15:]:
+                    output.err.write(f"  | {line}\n")
+            output.error(OrchError(f"server failed: {event.summary}", event.hint))
+            return event.exit_code
+    return ExitCode.INTERNAL  # pragma: no cover - up always ends with a Verdict
+
+
+class _Progress:
+    """Startup phases as lines; weight loading as one bar redrawn on a terminal."""
+
+    _PHASES: ClassVar[dict[str, str]] = {
+        "config": "SGLang accepted its configuration (server_args logged)",
+        "load_begin": "loading weights",
+        "load_end": "weights loaded",
+        "memory_pool": "memory pool allocated",
+        "graph_begin": "capturing CUDA graphs",
+        "graph_end": "CUDA graphs captured",
+        "capacity": "capacity",
+        "http_up": "HTTP server up",
+        "ready": "ready line logged",
+    }
+
+    def __init__(self, output: _Output) -> None:
+        self.output = output
+        self.tty = output.out.isatty()
+        self.open_bar = False
+        self.last_done: int | None = None
+
+    def line(self, text: str) -> None:
+        self.end()
+        self.output.print(text)
+
+    def end(self) -> None:
+        if self.open_bar:
+            self.output.out.write("\n")
+            self.open_bar = False
+
+    def log_event(self, event: LogEvent) -> None:
+        if event.kind == "load_progress" and event.done is not None and event.total:
+            if event.done == self.last_done:
+                return
+            self.last_done = event.done
+            width = 30
+            filled = width * event.done // event.total
+            bar = f"  [{'#' * filled}{'.' * (width - filled)}] {event.done}/{event.total} shards"
+            if self.tty:
+                self.output.out.write("\r" + bar)
+                self.output.out.flush()
+                self.open_bar = True
+            else:
+                self.output.print(bar)
+            return
+        label = self._PHASES.get(event.kind)
+        if label is None:
+            if event.kind == "error":
+                self.line(f"  ! {event.text}")
+            return
+        detail = ", ".join(f"{k.replace('_', ' ')}={v}" for k, v in event.fields.items())
+        self.line(f"  {label}" + (f": {detail}" if detail else ""))
+
+
+def _cmd_down(args: argparse.Namespace, output: _Output) -> int:
+    from orchestrator import pipeline
+
+    ctx = _context(args)
+    try:
+        result = pipeline.down(ctx, args.profile)
+    finally:
+        ctx.close()
+    if result is None:
+        output.print(f"{args.profile}: not running")
+        return ExitCode.OK
+    state, leftovers = result
+    output.print(f"{args.profile}: {state.state} ({state.message})")
+    if leftovers:
+        output.print(f"  killed {len(leftovers)} leftover process(es): {leftovers}")
+    return ExitCode.OK
+
+
+def _cmd_restart(args: argparse.Namespace, output: _Output) -> int:
+    _cmd_down(args, output)
+    args.replace = False
+    return _cmd_up(args, output)
+
+
+def _cmd_status(args: argparse.Namespace, output: _Output) -> int:
+    from orchestrator import pipeline
+
+    ctx = _context(args)
+    names = list(args.names)
+    if args.all or not names:
+        names = [n for n in ctx.store.names() if not ctx.store.load(n).profile.abstract]
+    try:
+        rows = pipeline.status(ctx, names)
+    finally:
+        ctx.close()
+    if args.json:
+        output.print(json.dumps([_status_json(row) for row in rows], indent=2))
+    else:
+        output.print(_status_table(rows))
+    failed = [row for row in rows if row.error is not None]
+    return max((row.error.exit_code for row in failed if row.error), default=ExitCode.OK)
+
+
+def _status_json(row: pipeline.StatusRow) -> dict[str, object]:
+    import dataclasses
+
+    document: dict[str, object] = {"profile": row.profile, "host": row.host}
+    if row.error is not None:
+        document["error"] = row.error.message
+    if row.state is not None:
+        document.update(dataclasses.asdict(row.state))
+        document["alive"] = row.state.alive
+    return document
+
+
+def _status_table(rows: list[pipeline.StatusRow]) -> str:
+    header = ("PROFILE", "HOST", "STATE", "PID", "UPTIME", "RESTARTS", "PORT", "RUN",
+              "LAST FAILURE", "PLAN", "COMMIT")  # fmt: skip
+    table = [header]
+    for row in rows:
+        state = row.state
+        if state is None:
+            error = row.error.message if row.error else "?"
+            table.append(
+                (row.profile, row.host, "UNKNOWN", "-", "-", "-", "-", "-", error, "-", "-")
+            )
+            continue
+        if not state.deployed:
+            table.append((row.profile, row.host, "-", "-", "-", "-", "-", "-", "-", "-", "-"))
+            continue
+        failure = "-"
+        if state.last_exit is not None and state.last_exit.cls != "stopped":
+            failure = f"{state.last_exit.cls}: {state.last_exit.message}"[:60]
+        commit = (state.git_commit or "-")[:10] + ("+dirty" if state.git_dirty else "")
+        table.append((
+            row.profile, row.host,
+            (state.state or "?") + (" (stale)" if state.stale else ""),
+            str(state.pid or "-"),
+            _duration(state.uptime_s),
+            str(state.restarts),
+            str(state.port or "-"),
+            state.run_id or "-",
+            failure,
+            state.plan_hash or "-",
+            commit,
+        ))  # fmt: skip
+    widths = [max(len(r[i]) for r in table) for i in range(len(header))]
+    return "\n".join(
+        "  ".join(cell.ljust(width) for cell, width in zip(r, widths, strict=True)).rstrip()
+        for r in table
+    )
+
+
+def _duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    seconds = int(seconds)
+    if seconds < 120:
+        return f"{seconds}s"
+    if seconds < 7200:
+        return f"{seconds // 60}m"
+    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
+
+
+def _cmd_logs(args: argparse.Namespace, output: _Output) -> int:
+    from orchestrator import pipeline
+
+    ctx = _context(args)
+    try:
+        for chunk in pipeline.logs(
+            ctx, args.profile, run_id=args.run, follow_log=args.follow, lines=args.lines
+        ):
+            output.out.write(chunk.text)
+            output.out.flush()
+    finally:
+        ctx.close()
+    return ExitCode.OK
+
+
+def _cmd_hosts_trust(args: argparse.Namespace, output: _Output) -> int:
+    from orchestrator.transport import ssh
+
+    store = _store(args)
+    inventory = store.inventory()
+    if args.host not in inventory or inventory[args.host].is_local:
+        raise ProfileError(
+            f"no remote host {args.host!r} in hosts.yaml",
+            f"hosts: {', '.join(sorted(n for n, h in inventory.items() if not h.is_local))}",
+        )
+    host = inventory[args.host]
+    scanned = ssh.fetch_host_key(host)
+    output.print(f"{args.host} ({scanned.known_hosts_name}) presents {scanned.key_type} key")
+    output.print(f"  {scanned.fingerprint}")
+    if not args.yes:
+        output.out.write("Compare it with the host's own `ssh-keygen -lf` output. Pin it? [y/N] ")
+        output.out.flush()
+        if sys.stdin.readline().strip().lower() not in ("y", "yes"):
+            output.print("not pinned")
+            return ExitCode.HOST_KEY
+    target = store.root / "known_hosts"
+    added = ssh.pin_host_key(target, scanned)
+    output.print(f"{'pinned in' if added else 'already pinned in'} {target}")
     return ExitCode.OK
 
 

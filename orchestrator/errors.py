@@ -20,6 +20,24 @@ class ExitCode(enum.IntEnum):
     USAGE = 2  # argparse's own code for a bad command line
     CONFIG = 3  # a profile, inventory or argument table is invalid; nothing ran
     RENDER = 4  # a valid profile that cannot become a launch plan (e.g. a secret is not set)
+    CONNECT = 5  # the host cannot be reached (DNS, refused, timeout, proxy)
+    AUTH = 6  # the host refused our credentials
+    HOST_KEY = 7  # the host key is unknown or has changed: refused, nothing was sent
+    REMOTE_COMMAND = 8  # a command orch ran on the host failed
+    PREFLIGHT = 9  # the host is not ready for this profile (no python, no sglang, port taken ...)
+    SUPERVISOR = 10  # the remote agent failed or answered in a way orch does not understand
+    NOT_DEPLOYED = 11  # no server of this profile on its host
+    CONFLICT = 12  # another plan already runs there (use --replace)
+    STARTUP_TIMEOUT = 13  # the server did not become ready within health.startup_timeout_s
+    # The server died; one code per crash class, so scripts can tell them apart.
+    CONFIG_ERROR = 20
+    CUDA_OOM = 21
+    KILLED = 22
+    PORT_IN_USE = 23
+    IMPORT_ERROR = 24
+    MODEL_NOT_FOUND = 25
+    NCCL = 26
+    CRASHED = 27
     INTERNAL = 70  # a bug in orch (EX_SOFTWARE)
     INTERRUPTED = 130  # Ctrl-C
 
@@ -108,3 +126,62 @@ def _locate(
     if key_path:
         where += f"{key_path}: "
     return where + message
+
+
+class TransportError(OrchError):
+    """Talking to a host failed."""
+
+    exit_code = ExitCode.CONNECT
+
+
+class ConnectError(TransportError):
+    exit_code = ExitCode.CONNECT
+
+
+class AuthError(TransportError):
+    exit_code = ExitCode.AUTH
+
+
+class HostKeyError(TransportError):
+    exit_code = ExitCode.HOST_KEY
+
+
+class RemoteCommandError(TransportError):
+    """A command run on the host exited non-zero; carries the argv, exit code, stderr tail."""
+
+    exit_code = ExitCode.REMOTE_COMMAND
+
+    def __init__(
+        self, argv: tuple[str, ...], returncode: int, stderr: str, hint: str | None = None
+    ) -> None:
+        self.argv = argv
+        self.returncode = returncode
+        self.stderr_tail = stderr[-2000:]
+        last = stderr.strip().splitlines()[-1] if stderr.strip() else "no output on stderr"
+        super().__init__(f"{argv[0]} exited with {returncode} on the host: {last}", hint)
+
+
+class PreflightError(OrchError):
+    exit_code = ExitCode.PREFLIGHT
+
+
+class SupervisorError(OrchError):
+    exit_code = ExitCode.SUPERVISOR
+
+
+class NotDeployed(OrchError):
+    exit_code = ExitCode.NOT_DEPLOYED
+
+
+class Conflict(OrchError):
+    exit_code = ExitCode.CONFLICT
+
+
+class StartupTimeout(OrchError):
+    """The server did not become ready in time; carries the last log lines."""
+
+    exit_code = ExitCode.STARTUP_TIMEOUT
+
+    def __init__(self, message: str, last_lines: tuple[str, ...], hint: str | None = None) -> None:
+        super().__init__(message, hint)
+        self.last_lines = last_lines

@@ -142,6 +142,7 @@ class Profile:
     args: Mapping[str, ArgValue] = field(default_factory=frozen_map)
     restart: RestartPolicy = RestartPolicy()
     health: HealthPolicy = HealthPolicy()
+    stop_timeout_s: float = 30.0  # SIGTERM, then this long, then SIGKILL
     pin: tuple[str, ...] = ()
 
 
@@ -180,3 +181,47 @@ class LaunchPlan:
         names = [v.env_var for v in self.argv if isinstance(v, SecretRef)]
         names += [v.env_var for v in self.env.values() if isinstance(v, SecretRef)]
         return tuple(dict.fromkeys(names))
+
+
+@dataclass(frozen=True)
+class ExitInfo:
+    """How a server process ended, as the agent classified it."""
+
+    run_id: str
+    returncode: int
+    cls: str  # config-error, cuda-oom, killed, port-in-use, import-error, ... stopped
+    message: str
+    at: float  # the host's wall clock
+    was_ready: bool
+    signal: str | None = None
+    swept_pids: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class RunState:
+    """One deployment's state on its host, as its agent reports it."""
+
+    deployed: bool
+    state: str | None = None  # STARTING RUNNING READY BACKOFF STOPPING EXITED FATAL
+    pid: int | None = None
+    run_id: str | None = None
+    run_dir: str | None = None
+    log: str | None = None
+    port: int | None = None
+    starts: int = 0
+    restarts: int = 0
+    ready: bool = False
+    uptime_s: float | None = None
+    message: str = ""
+    last_exit: ExitInfo | None = None
+    agent_alive: bool = False
+    stale: bool = False  # the agent died without recording an end
+    next_start_at: float | None = None
+    plan_hash: str | None = None
+    git_commit: str | None = None
+    git_dirty: bool | None = None
+    launched_by: str | None = None
+
+    @property
+    def alive(self) -> bool:
+        return self.deployed and self.agent_alive and self.state not in ("EXITED", "FATAL")

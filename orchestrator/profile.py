@@ -49,7 +49,7 @@ _DEVICE_UUID_RE = re.compile(r"^(GPU|MIG)-[0-9A-Za-z-]+$")
 
 _TOP_KEYS = (
     "extends", "abstract", "description", "sglang", "host", "launcher", "model", "gpu",
-    "spec_decode", "port", "bind", "env", "args", "restart", "health", "pin",
+    "spec_decode", "port", "bind", "env", "args", "restart", "health", "stop_timeout_s", "pin",
 )  # fmt: skip
 _NOT_INHERITED = ("extends", "abstract")
 _SECTION_KEYS: dict[str, tuple[str, ...]] = {
@@ -127,9 +127,14 @@ class LoadedProfile:
 class ProfileStore:
     """The profiles of one directory (usually ``profiles/`` in a team's git repository)."""
 
-    def __init__(self, root: Path, display_root: Path | None = None) -> None:
+    def __init__(
+        self, root: Path, display_root: Path | None = None, local_python: str | None = None
+    ) -> None:
+        """``local_python``: the interpreter for ``host: local`` when hosts.yaml names none
+        (the CLI passes its own, which has psutil for the agent)."""
         self.root = root
         self._display_root = display_root
+        self._local_python = local_python
         self._docs: dict[str, YamlDoc] = {}
         self._inventory: dict[str, Host] | None = None
 
@@ -166,7 +171,7 @@ class ProfileStore:
             path = self.root / INVENTORY_FILE
             source = self.display(path)
             doc = parse_yaml(path.read_text(encoding="utf-8"), source) if path.exists() else None
-            self._inventory = _read_inventory(doc)
+            self._inventory = _read_inventory(doc, self._local_python)
         return self._inventory
 
     # -- inheritance -------------------------------------------------------------------------
@@ -292,8 +297,8 @@ def _merge(base: YamlDoc, child: YamlDoc) -> YamlDoc:
 # -- inventory ----------------------------------------------------------------------------------
 
 
-def _read_inventory(doc: YamlDoc | None) -> dict[str, Host]:
-    hosts: dict[str, Host] = {LOCAL_HOST: Host(name=LOCAL_HOST)}
+def _read_inventory(doc: YamlDoc | None, local_python: str | None) -> dict[str, Host]:
+    hosts: dict[str, Host] = {LOCAL_HOST: Host(name=LOCAL_HOST, python=local_python)}
     if doc is None:
         return hosts
     checker = _Checker(doc, doc.source)
@@ -339,7 +344,7 @@ def _read_inventory(doc: YamlDoc | None) -> dict[str, Host]:
             user=checker.text((*path, "user")),
             identity_file=checker.text((*path, "identity_file")),
             known_hosts=checker.text((*path, "known_hosts")),
-            python=python,
+            python=python or (local_python if name == LOCAL_HOST else None),
             workdir=checker.text((*path, "workdir")) or Host.workdir,
         )
     if checker.errors:
@@ -508,6 +513,7 @@ class _Checker:
         args = self._args()
         restart = self._restart()
         health = self._health()
+        stop_timeout = self.number(("stop_timeout_s",), 0.0)
         pin = self._pin()
         description = self.text(("description",), one_line=False) or ""
 
@@ -533,6 +539,7 @@ class _Checker:
             args=frozen_map(args),
             restart=restart,
             health=health,
+            stop_timeout_s=stop_timeout if stop_timeout is not None else Profile.stop_timeout_s,
             pin=pin,
         )
         self._check_fields(profile, table)

@@ -8,10 +8,11 @@ shell reads them.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import posixpath
 import shlex
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from orchestrator import argtable
@@ -139,3 +140,49 @@ def launcher_script(plan: LaunchPlan, templates: Path = TEMPLATES_DIR) -> str:
         env=list(plan.env.items()),
         argv=list(plan.argv),
     )
+
+
+# -- secrets ------------------------------------------------------------------------------------
+
+
+def resolve_secrets(
+    plan: LaunchPlan, environ: Mapping[str, str]
+) -> tuple[tuple[str, ...], dict[str, str], Redactor]:
+    """The concrete argv and env for a launch, with each ``{from_env: NAME}`` read from
+    ``environ`` (the local environment), and a redactor that hides those values in output."""
+    missing = [name for name in plan.secret_names() if not environ.get(name)]
+    if missing:
+        raise RenderError(
+            f"profile {plan.profile!r} takes {', '.join(missing)} from your environment, "
+            "but it is not set",
+            f"export {missing[0]}=... in the shell that runs orch (it is never stored)",
+        )
+
+    def concrete(token: ArgvToken) -> str:
+        return environ[token.env_var] if isinstance(token, SecretRef) else token
+
+    argv = tuple(concrete(token) for token in plan.argv)
+    env = {name: concrete(value) for name, value in plan.env.items()}
+    secrets = {name: environ[name] for name in plan.secret_names()}
+    return argv, env, Redactor(secrets)
+
+
+class Redactor:
+    """Replaces secret values in any text orch shows (server logs echo arguments, for one)."""
+
+    def __init__(self, secrets: Mapping[str, str]) -> None:
+        # longest first, so a secret that contains another is replaced whole
+        self._pairs = sorted(
+            ((value, f"<redacted: from_env {name}>") for name, value in secrets.items() if value),
+            key=lambda pair: -len(pair[0]),
+        )
+
+    def __call__(self, text: str) -> str:
+        for value, mask in self._pairs:
+            text = text.replace(value, mask)
+        return text
+
+
+def plan_hash(plan: LaunchPlan) -> str:
+    """A short digest of what the server receives (secrets as references, not values)."""
+    return hashlib.sha256(plan_json(plan).encode()).hexdigest()[:12]

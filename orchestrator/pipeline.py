@@ -1,0 +1,572 @@
+"""``up`` and friends: the stages wired together. No parsing, no formatting, no printing.
+
+Each command is a generator of events (or returns values); ``cli.py`` turns them into text.
+Connections are opened once per host per command and reused for everything in it.
+"""
+
+from __future__ import annotations
+
+import getpass
+import json
+import posixpath
+import socket
+import subprocess
+import time
+from collections import deque
+from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from orchestrator import __version__, argtable, render
+from orchestrator.agent import CONFIG_ERROR, DETERMINISTIC
+from orchestrator.errors import (
+    Conflict,
+    ExitCode,
+    NotDeployed,
+    OrchError,
+    PreflightError,
+    StartupTimeout,
+    TransportError,
+)
+from orchestrator.model import Host, LaunchPlan, Profile, RunState
+from orchestrator.observe import LineSplitter, LogEvent, parse_line
+from orchestrator.profile import LoadedProfile, ProfileStore
+from orchestrator.supervise import Agent, Deployment, locate, run_state
+from orchestrator.transport import Transport
+
+KNOWN_HOSTS_FILE = "known_hosts"  # the team's pinned host keys, beside the profiles
+POLL_S = 0.1
+
+VERDICT_EXIT_CODES = {
+    "config-error": ExitCode.CONFIG_ERROR,
+    "cuda-oom": ExitCode.CUDA_OOM,
+    "killed": ExitCode.KILLED,
+    "port-in-use": ExitCode.PORT_IN_USE,
+    "import-error": ExitCode.IMPORT_ERROR,
+    "model-not-found": ExitCode.MODEL_NOT_FOUND,
+    "nccl": ExitCode.NCCL,
+    "crashed": ExitCode.CRASHED,
+}
+
+
+@dataclass
+class Context:
+    """What every command needs: the profiles, the local environment, open connections."""
+
+    store: ProfileStore
+    environ: Mapping[str, str]
+    local_python: str
+    clock: Callable[[], float] = time.monotonic
+    sleep: Callable[[float], None] = time.sleep
+    _transports: dict[str, Transport] = field(default_factory=dict)
+
+    def known_hosts_files(self, host: Host) -> list[Path]:
+        files = [Path("~/.ssh/known_hosts").expanduser(), self.store.root / KNOWN_HOSTS_FILE]
+        if host.known_hosts:
+            files.append((self.store.root / Path(host.known_hosts).expanduser()).resolve())
+        return files
+
+    def transport(self, host: Host) -> Transport:
+        if host.name not in self._transports:
+            self._transports[host.name] = self._open(host)
+        return self._transports[host.name]
+
+    def _open(self, host: Host) -> Transport:
+        if host.is_local:
+            from orchestrator.transport.local import LocalTransport
+
+            return LocalTransport(host)
+        from orchestrator.transport.ssh import SSHTransport  # paramiko: only when needed
+
+        return SSHTransport(host, known_hosts_files=self.known_hosts_files(host))
+
+    def python_for(self, host: Host) -> str:
+        return host.python or self.local_python
+
+    def close(self) -> None:
+        for transport in self._transports.values():
+            transport.close()
+        self._transports.clear()
+
+
+# -- events of `up` -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Step:
+    message: str
+
+
+@dataclass(frozen=True)
+class Warn:
+    message: str
+    hint: str | None = None
+
+
+@dataclass(frozen=True)
+class Started:
+    run_id: str
+    pid: int | None
+    log: str
+
+
+@dataclass(frozen=True)
+class Attached:
+    """An identical plan already runs there: ``up`` follows it instead of starting another."""
+
+    state: RunState
+
+
+@dataclass(frozen=True)
+class LogLine:
+    event: LogEvent
+
+
+@dataclass(frozen=True)
+class Verdict:
+    ok: bool
+    exit_code: ExitCode
+    state: RunState
+    summary: str
+    last_lines: tuple[str, ...] = ()
+    hint: str | None = None
+
+
+UpEvent = Step | Warn | Started | Attached | LogLine | Verdict
+
+
+# -- helpers ------------------------------------------------------------------------------------
+
+
+def load(ctx: Context, name: str) -> LoadedProfile:
+    return ctx.store.load(name)
+
+
+def deployment_for(ctx: Context, profile: Profile) -> tuple[Transport, Deployment, Agent]:
+    transport = ctx.transport(profile.host)
+    deployment = locate(transport, profile.name, ctx.python_for(profile.host))
+    return transport, deployment, Agent(transport, deployment)
+
+
+def git_info(directory: Path) -> tuple[str | None, bool | None]:
+    """The commit the profiles were launched from, and whether they had local changes."""
+    try:
+        head = subprocess.run(
+            ["git", "-C", str(directory), "rev-parse", "HEAD"],
+            capture_output=True, text=True, timeout=10, check=False,
+        )  # fmt: skip
+        if head.returncode != 0:
+            return None, None
+        dirty = subprocess.run(
+            ["git", "-C", str(directory), "status", "--porcelain", "--", "."],
+            capture_output=True, text=True, timeout=10, check=False,
+        )  # fmt: skip
+    except (OSError, subprocess.TimeoutExpired):
+        return None, None
+    return head.stdout.strip(), bool(dirty.stdout.strip())
+
+
+def read_state(transport: Transport, deployment: Deployment) -> RunState | None:
+    """state.json read directly (one SFTP read, no process started): for fast polling."""
+    try:
+        raw = transport.read(posixpath.join(deployment.dir, "state.json"))
+    except FileNotFoundError:
+        return None
+    try:
+        document = json.loads(raw)
+    except ValueError:
+        return None  # never partial (replaced atomically), but be safe
+    document["deployed"] = True
+    document["agent_alive"] = True
+    return run_state(document)
+
+
+def build_spec(
+    profile: Profile, plan: LaunchPlan, argv: Sequence[str], env: Mapping[str, str],
+    meta: Mapping[str, Any],
+) -> dict[str, Any]:  # fmt: skip
+    local_bind = profile.bind in ("0.0.0.0", "::", "localhost") or profile.bind.startswith("127.")  # noqa: S104
+    return {
+        "protocol": 1,
+        "deployment": profile.name,
+        "argv": list(argv),
+        "env": dict(env),
+        "port": plan.port,
+        "health_host": "127.0.0.1" if local_bind else profile.bind,
+        "health": {
+            "endpoint": profile.health.endpoint,
+            "interval_s": profile.health.interval_s,
+            "startup_timeout_s": profile.health.startup_timeout_s,
+        },
+        "restart": {
+            "mode": str(profile.restart.mode),
+            "delay_s": profile.restart.delay_s,
+            "multiplier": profile.restart.multiplier,
+            "max_delay_s": profile.restart.max_delay_s,
+            "start_limit": profile.restart.start_limit,
+            "start_limit_interval_s": profile.restart.start_limit_interval_s,
+        },
+        "stop_timeout_s": profile.stop_timeout_s,
+        "meta": dict(meta),
+    }
+
+
+# -- up -----------------------------------------------------------------------------------------
+
+
+def up(ctx: Context, name: str, *, replace_running: bool = False) -> Iterator[UpEvent]:
+    """Preflight, push, start, follow the startup; the last event is a Verdict."""
+    loaded = load(ctx, name)
+    profile = loaded.profile
+    plan = render.render(profile, loaded.table)
+    argv, env, redact = render.resolve_secrets(plan, ctx.environ)
+    transport, deployment, agent = deployment_for(ctx, profile)
+    where = "this machine" if profile.host.is_local else f"ssh {profile.host.address}"
+    yield Step(f"{profile.name} on {profile.host.name} ({where}), workdir {deployment.dir}")
+
+    current = agent.status()
+    digest = render.plan_hash(plan)
+    if current.alive:
+        if current.plan_hash == digest:
+            yield Attached(current)
+            yield from follow(ctx, transport, deployment, current, profile, redact)
+            return
+        if not replace_running:
+            raise Conflict(
+                f"{profile.name} already runs on {profile.host.name} with another plan "
+                f"(plan {current.plan_hash}, run {current.run_id}, {current.state})",
+                "orch up --replace stops it first; orch status shows what runs",
+            )
+        yield Step(f"stopping the running plan {current.plan_hash} (--replace)")
+        agent.stop(profile.stop_timeout_s)
+    elif current.stale:
+        yield Warn("the previous supervisor died without an end; sweeping its run")
+        agent.stop(profile.stop_timeout_s)
+
+    probe = agent.probe(plan.port, _model_to_check(profile), profile.bind)
+    plan, argv = yield from _preflight(profile, loaded, plan, argv, probe, ctx.environ)
+    digest = render.plan_hash(plan)
+
+    commit, dirty = git_info(ctx.store.root)
+    meta = {
+        "plan_hash": digest,
+        "git_commit": commit,
+        "git_dirty": dirty,
+        "profile_source": profile.source,
+        "orch_version": __version__,
+        "launched_by": f"{getpass.getuser()}@{socket.gethostname()}",
+    }
+    spec = build_spec(profile, plan, argv, env, meta)
+    reply = agent.start(spec, render.launcher_script(plan))
+    if not reply.get("ok"):
+        holder = reply.get("holder") or {}
+        raise Conflict(
+            f"{profile.name}: {reply.get('reason', 'the agent refused to start')}"
+            + (f" (run {holder.get('run_id')}, {holder.get('state')})" if holder else ""),
+            "another orch up got there first: orch status " + profile.name,
+        )
+    state = run_state({**reply["state"], "deployed": True, "agent_alive": True})
+    yield Started(state.run_id or "?", state.pid, state.log or "")
+    yield from follow(ctx, transport, deployment, state, profile, redact)
+
+
+def _model_to_check(profile: Profile) -> str | None:
+    return profile.model.path or None
+
+
+def _preflight(
+    profile: Profile,
+    loaded: LoadedProfile,
+    plan: LaunchPlan,
+    argv: tuple[str, ...],
+    probe: dict[str, Any],
+    environ: Mapping[str, str],
+) -> Generator[UpEvent, None, tuple[LaunchPlan, tuple[str, ...]]]:
+    """Check the host against the profile; returns the (possibly re-spelled) plan and argv."""
+    sglang = probe.get("sglang") or {}
+    host_version = sglang.get("version")
+    yield Step(
+        f"python {probe.get('python')} ({probe.get('executable')}), sglang {host_version or '-'}"
+    )
+    if host_version is None:
+        raise PreflightError(
+            f"sglang is not importable with {probe.get('executable')} on {profile.host.name}: "
+            f"{sglang.get('error', 'unknown error')}",
+            f"point hosts.{profile.host.name}.python at the venv that holds sglang",
+        )
+    if profile.sglang_version is not None and host_version != profile.sglang_version:
+        raise PreflightError(
+            f"profile targets SGLang {profile.sglang_version}, the host has {host_version}",
+            "flags are spelled per version: fix `sglang:` in the profile, or the host's python",
+        )
+    if profile.sglang_version is None:
+        choice = argtable.table_for(host_version)
+        if choice.table.version != loaded.table.version:
+            plan = render.render(profile, choice.table)
+            argv, _, _ = render.resolve_secrets(plan, environ)
+            yield Step(f"flags spelled for the host's SGLang {host_version}")
+    port = probe.get("port") or {}
+    if not port.get("free", True):
+        holder = port.get("holder") or {}
+        who = (
+            f" by pid {holder['pid']} ({' '.join(holder.get('cmdline') or [])})"
+            if holder.get("pid")
+            else ""
+        )
+        raise PreflightError(
+            f"port {plan.port} on {profile.host.name} is in use{who}",
+            "stop what holds it, or set another `port:`",
+        )
+    model = probe.get("model") or {}
+    if model and not model.get("exists") and not model.get("looks_like_hub_id"):
+        raise PreflightError(
+            f"model path {profile.model.path} does not exist on {profile.host.name}",
+            "model.path is a directory on the host (or a Hub id org/name)",
+        )
+    yield from _gpu_report(profile, probe.get("gpus") or {})
+    return plan, argv
+
+
+def _gpu_report(profile: Profile, gpus: dict[str, Any]) -> Iterator[UpEvent]:
+    if not gpus.get("available"):
+        yield Warn(
+            f"no GPU information on {profile.host.name}: {gpus.get('reason', 'NVML unavailable')}",
+            "SGLang needs an NVIDIA driver to serve; fine for a stand-in or a dry run",
+        )
+        return
+    devices = gpus.get("devices") or []
+    wanted = set(profile.gpu.devices) or {str(d["index"]) for d in devices}
+    for device in devices:
+        if str(device["index"]) not in wanted and device.get("uuid") not in wanted:
+            continue
+        total, free = device["memory_total"] / 1e9, device["memory_free"] / 1e9
+        yield Step(f"GPU{device['index']} {device['name']}: {free:.0f} of {total:.0f} GB free")
+        gpu_type = profile.gpu.type
+        if gpu_type is not None and not any(n in device["name"] for n in gpu_type.nvml_names):
+            yield Warn(f"profile says {gpu_type.name}, GPU{device['index']} is {device['name']}")
+        for process in device.get("processes") or []:
+            yield Warn(
+                f"GPU{device['index']} is in use by pid {process['pid']} "
+                f"({' '.join(process.get('cmdline') or [])}, {process['used_bytes'] / 1e9:.1f} GB)",
+                "another server may hold memory SGLang expects to be free",
+            )
+    indices = {str(d["index"]) for d in devices} | {d.get("uuid") for d in devices}
+    absent = [device for device in profile.gpu.devices if device not in indices]
+    if absent:
+        raise PreflightError(
+            f"gpu.devices lists {', '.join(absent)}, which {profile.host.name} does not have",
+            f"the host has {len(devices)} GPU(s)",
+        )
+
+
+def follow(
+    ctx: Context,
+    transport: Transport,
+    deployment: Deployment,
+    state: RunState,
+    profile: Profile,
+    redact: Callable[[str], str],
+) -> Iterator[UpEvent]:
+    """Stream a run's startup from its log and state until ready, dead or timed out."""
+    run_id = state.run_id
+    if state.ready and state.state == "READY":
+        yield _ready_verdict(state, profile)
+        return
+    log = deployment.run_log(run_id) if run_id else None
+    splitter = LineSplitter()
+    offset = 0
+    tail: deque[str] = deque(maxlen=30)
+    deadline = ctx.clock() + profile.health.startup_timeout_s
+    while True:
+        if log is not None:
+            offset = yield from _read_new(transport, log, offset, splitter, tail, redact)
+        current = read_state(transport, deployment) or state
+        ended = (
+            current.last_exit if current.last_exit and current.last_exit.run_id == run_id else None
+        )
+        if ended is not None:
+            if log is not None:
+                offset = yield from _read_new(transport, log, offset, splitter, tail, redact)
+            for line in splitter.flush():
+                tail.append(redact(line))
+            yield _failure_verdict(current, ended.cls, redact(ended.message), tuple(tail))
+            return
+        if current.run_id == run_id and current.state == "READY":
+            yield _ready_verdict(current, profile)
+            return
+        if current.state in ("EXITED", "FATAL") and ended is None and current.run_id != run_id:
+            yield _failure_verdict(current, "crashed", current.message, tuple(tail))
+            return
+        if ctx.clock() > deadline:
+            raise StartupTimeout(
+                f"{profile.name} not ready after {profile.health.startup_timeout_s:g} s "
+                f"(state {current.state}); it keeps running",
+                tuple(tail),
+                f"orch logs {profile.name} -f to watch it, orch down {profile.name} to stop it",
+            )
+        ctx.sleep(POLL_S)
+
+
+def _read_new(
+    transport: Transport,
+    log: str,
+    offset: int,
+    splitter: LineSplitter,
+    tail: deque[str],
+    redact: Callable[[str], str],
+) -> Generator[UpEvent, None, int]:
+    """Yield the events of the log's new lines; returns the new offset."""
+    try:
+        data = transport.read(log, offset, 1 << 20)
+    except FileNotFoundError:
+        return offset
+    for line in splitter.feed(data):
+        line = redact(line)
+        tail.append(line)
+        event = parse_line(line)
+        if event is not None:
+            yield LogLine(event)
+    return offset + len(data)
+
+
+def _ready_verdict(state: RunState, profile: Profile) -> Verdict:
+    return Verdict(
+        ok=True,
+        exit_code=ExitCode.OK,
+        state=state,
+        summary=f"READY  {profile.name}  http://{profile.bind}:{profile.port}  run {state.run_id}",
+    )
+
+
+def _failure_verdict(
+    state: RunState, cls: str, message: str, last_lines: tuple[str, ...]
+) -> Verdict:
+    code = VERDICT_EXIT_CODES.get(cls, ExitCode.CRASHED)
+    hint: str | None
+    if cls in DETERMINISTIC:
+        hint = (
+            "a configuration error is deterministic: not restarted"
+            if cls == CONFIG_ERROR
+            else f"{cls} is deterministic: not restarted"
+        )
+    elif state.state == "BACKOFF":
+        hint = f"the agent restarts it ({state.message}); orch status / orch down"
+    else:
+        hint = state.message or None
+    run = state.last_exit.run_id if state.last_exit else state.run_id
+    return Verdict(
+        ok=False,
+        exit_code=code,
+        state=state,
+        summary=f"{cls}: {message} (run {run}, {state.state})",
+        last_lines=last_lines,
+        hint=hint,
+    )
+
+
+# -- down, status, logs -------------------------------------------------------------------------
+
+
+def down(ctx: Context, name: str) -> tuple[RunState, tuple[int, ...]] | None:
+    """Stop a profile's server; None when nothing was running."""
+    profile = load(ctx, name).profile
+    _, _, agent = deployment_for(ctx, profile)
+    current = agent.status()
+    if not current.deployed or (not current.alive and not current.stale):
+        return None
+    return agent.stop(profile.stop_timeout_s)
+
+
+@dataclass(frozen=True)
+class StatusRow:
+    profile: str
+    host: str
+    state: RunState | None
+    error: OrchError | None = None
+
+
+def status(ctx: Context, names: Sequence[str]) -> list[StatusRow]:
+    """State of each profile's deployment; hosts are asked in parallel, one connection each."""
+    profiles = [load(ctx, name).profile for name in names]
+    by_host: dict[str, list[Profile]] = {}
+    for profile in profiles:
+        by_host.setdefault(profile.host.name, []).append(profile)
+
+    def ask(group: list[Profile]) -> list[StatusRow]:
+        rows = []
+        for profile in group:
+            try:
+                _, _, agent = deployment_for(ctx, profile)
+                rows.append(StatusRow(profile.name, profile.host.name, agent.status()))
+            except TransportError as exc:
+                rows.extend(StatusRow(p.name, p.host.name, None, exc) for p in group[len(rows) :])
+                break
+            except OrchError as exc:
+                rows.append(StatusRow(profile.name, profile.host.name, None, exc))
+        return rows
+
+    with ThreadPoolExecutor(max_workers=min(16, max(len(by_host), 1))) as pool:
+        results = list(pool.map(ask, by_host.values()))
+    order = {name: index for index, name in enumerate(names)}
+    return sorted((row for rows in results for row in rows), key=lambda r: order[r.profile])
+
+
+@dataclass(frozen=True)
+class LogChunk:
+    text: str
+    run_id: str
+    path: str
+
+
+def logs(
+    ctx: Context, name: str, *, run_id: str | None, follow_log: bool, lines: int,
+) -> Iterator[LogChunk]:  # fmt: skip
+    """The last ``lines`` of a run's log, then (``follow_log``) what is appended to it.
+    Reads only what it shows, from an offset, whatever the log's size."""
+    profile = load(ctx, name).profile
+    transport, deployment, agent = deployment_for(ctx, profile)
+    if run_id is None:
+        current = read_state(transport, deployment)
+        run_id = current.run_id if current else None
+    if run_id is None:  # no state yet: the newest run on disk
+        runs = agent.runs()
+        if not runs:
+            raise NotDeployed(f"{name} has no runs on {profile.host.name}", f"orch up {name}")
+        run_id = str(runs[-1]["run_id"])
+    path = deployment.run_log(run_id)
+    size = transport.size(path)
+    if size is None:
+        known = ", ".join(str(r["run_id"]) for r in agent.runs()[-5:])
+        raise NotDeployed(f"no log for run {run_id} of {name}", f"recent runs: {known or 'none'}")
+    window = max(lines, 1) * 512
+    start = max(size - window, 0)
+    data = transport.read(path, start, size - start)
+    text = data.decode("utf-8", "replace")
+    if start > 0:
+        text = text.split("\n", 1)[1] if "\n" in text else ""
+    shown = text.splitlines(keepends=True)[-lines:] if lines else []
+    yield LogChunk("".join(shown), run_id, path)
+    offset = size
+    while follow_log:
+        now_size = transport.size(path)
+        if now_size is not None and now_size < offset:
+            offset = 0  # rotated: the new file starts over
+        if now_size is not None and now_size > offset:
+            data = transport.read(path, offset, now_size - offset)
+            offset += len(data)
+            yield LogChunk(data.decode("utf-8", "replace"), run_id, path)
+        else:
+            ctx.sleep(0.25)
+
+
+def plan_for(ctx: Context, name: str) -> LaunchPlan:
+    loaded = load(ctx, name)
+    return render.render(loaded.profile, loaded.table)
+
+
+__all__ = [
+    "Attached", "Context", "LogChunk", "LogLine", "Started", "StatusRow", "Step", "Verdict",
+    "Warn", "down", "logs", "plan_for", "status", "up",
+]  # fmt: skip

@@ -1,0 +1,77 @@
+"""One way to reach a host, local or over SSH: run an argv, put a file, read a file.
+
+Commands stay argv tuples all the way down. ``LocalTransport`` runs them with subprocess and no
+shell; ``SSHTransport`` joins them with ``shlex.join`` in exactly one place (the SSH protocol
+carries one command string, which the remote login shell splits back). Every test that is not
+about SSH itself runs against both.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from orchestrator.errors import RemoteCommandError
+from orchestrator.model import Host
+
+
+@dataclass(frozen=True)
+class CommandResult:
+    argv: tuple[str, ...]
+    returncode: int
+    stdout: bytes
+    stderr: bytes
+
+    def check(self, hint: str | None = None) -> CommandResult:
+        if self.returncode != 0:
+            raise RemoteCommandError(
+                self.argv, self.returncode, self.stderr.decode("utf-8", "replace"), hint
+            )
+        return self
+
+
+class Transport(Protocol):
+    """What every stage after render needs from a host."""
+
+    @property
+    def host(self) -> Host: ...
+
+    def run(
+        self, argv: Sequence[str], *, stdin: bytes | None = None, timeout: float = 60.0
+    ) -> CommandResult:
+        """Run ``argv`` (no shell on our side) and wait for it."""
+        ...
+
+    def stream(self, argv: Sequence[str], *, timeout: float | None = None) -> Iterator[bytes]:
+        """Run ``argv`` and yield its stdout as it arrives, line by line (b"...\\n")."""
+        ...
+
+    def put(self, data: bytes, path: str, mode: int) -> None:
+        """Write ``data`` to ``path`` atomically (temp file + rename), created with ``mode``
+        before any byte is written; parent directories are created (0700)."""
+        ...
+
+    def read(self, path: str, offset: int = 0, limit: int = 1 << 20) -> bytes:
+        """Up to ``limit`` bytes of ``path`` from ``offset``; b"" at or past the end.
+        Raises FileNotFoundError when the file does not exist."""
+        ...
+
+    def size(self, path: str) -> int | None:
+        """The file's size, or None when it does not exist."""
+        ...
+
+    def home(self) -> str:
+        """The login user's home directory on the host (for ``~`` in workdirs)."""
+        ...
+
+    def close(self) -> None: ...
+
+
+def expand_home(path: str, home: str) -> str:
+    """``~/x`` -> ``<home>/x``: argv is not run through a shell, so orch expands it itself."""
+    if path == "~":
+        return home
+    if path.startswith("~/"):
+        return home.rstrip("/") + path[1:]
+    return path
