@@ -10,6 +10,9 @@ $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	@# orch's SGLang stand-in (standin/sglang, NOT SGLang) importable as `sglang` in this dev
+	@# venv only, so that `make demo` runs on machines without GPUs.
+	echo "$(CURDIR)/standin" > "$$($(BIN)/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/orch-sglang-standin.pth"
 	touch $(STAMP)
 
 setup: $(STAMP)
@@ -26,10 +29,18 @@ type: $(STAMP)
 
 check: lint type test
 
+DEMO_MODEL := /tmp/orch-demo/models/Qwen3.6-27B
+
 demo: $(STAMP)
 	$(BIN)/orch validate
 	$(BIN)/orch render demo
-	$(BIN)/orch render qwen36-mtp-b200
+	mkdir -p $(DEMO_MODEL) && cp standin/models/Qwen3.6-27B/config.json $(DEMO_MODEL)/
+	$(BIN)/orch up demo
+	$(BIN)/orch status demo
+	@echo
+	@echo "The demo server (orch's SGLang stand-in) runs under orch's agent on this machine:"
+	@echo "  $(BIN)/orch logs demo        # its log"
+	@echo "  $(BIN)/orch down demo        # stop it"
 
 bench: $(STAMP)
 	$(BIN)/python -m bench

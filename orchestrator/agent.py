@@ -906,9 +906,17 @@ def cmd_procinfo(pid: int) -> dict[str, Any]:
     return {"protocol": PROTOCOL, "pid": pid, "alive": True, "argv": argv, "env": env}
 
 
-def cmd_probe(port: int, model: str | None, bind: str) -> dict[str, Any]:
-    """Facts orch checks before a launch; secrets are never part of them."""
+def cmd_probe(port: int, model: str | None, bind: str, env_file: str | None) -> dict[str, Any]:
+    """Facts orch checks before a launch; secrets are never part of them. ``env_file``: the
+    server's environment (0600, removed once read), so that ``import sglang`` is checked the
+    way the server will import it (PYTHONPATH, LD_LIBRARY_PATH ...)."""
     import socket
+
+    env = dict(os.environ)
+    if env_file is not None:
+        with open(env_file, encoding="utf-8") as handle:
+            env.update(json.load(handle))
+        os.unlink(env_file)
 
     facts: dict[str, Any] = {
         "protocol": PROTOCOL,
@@ -916,7 +924,7 @@ def cmd_probe(port: int, model: str | None, bind: str) -> dict[str, Any]:
         "executable": sys.executable,
         "hostname": socket.gethostname(),
     }
-    facts["sglang"] = _sglang_version()
+    facts["sglang"] = _sglang_version(env)
     try:
         import psutil
 
@@ -935,29 +943,35 @@ def cmd_probe(port: int, model: str | None, bind: str) -> dict[str, Any]:
     return facts
 
 
-def _sglang_version() -> dict[str, Any]:
+_VERSION_PROBE = """
+try:
+    from importlib import metadata
+    print(metadata.version("sglang"))
+except Exception:
+    import sglang
+    print(sglang.__version__)
+"""
+
+
+def _sglang_version(env: dict[str, str]) -> dict[str, Any]:
+    """In a child with the server's environment: metadata first (fast), else the import."""
     import subprocess
 
     try:
-        from importlib import metadata
-
-        return {"version": metadata.version("sglang"), "source": "metadata"}
-    except Exception:  # noqa: BLE001, S110 - not installed as a distribution; try importing
-        pass
-    try:
         done = subprocess.run(
-            [sys.executable, "-c", "import sglang; print(sglang.__version__)"],
+            [sys.executable, "-c", _VERSION_PROBE],
             capture_output=True,
             text=True,
             timeout=120,
             check=False,
+            env=env,
         )
     except (OSError, subprocess.TimeoutExpired) as exc:
         return {"version": None, "error": str(exc)}
     if done.returncode != 0:
         lines = done.stderr.strip().splitlines()
         return {"version": None, "error": lines[-1] if lines else "import sglang failed"}
-    return {"version": done.stdout.strip().splitlines()[-1], "source": "import"}
+    return {"version": done.stdout.strip().splitlines()[-1]}
 
 
 def _port_free(bind: str, port: int) -> bool:
@@ -1061,6 +1075,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     probe.add_argument("--port", type=int, required=True)
     probe.add_argument("--model")
     probe.add_argument("--bind", default="0.0.0.0")  # noqa: S104 - checking that nobody holds it
+    probe.add_argument("--env-file")
     procinfo = commands.add_parser("procinfo")
     procinfo.add_argument("--pid", type=int, required=True)
     args = parser.parse_args(argv)
@@ -1075,7 +1090,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     elif args.command == "procinfo":
         result = cmd_procinfo(args.pid)
     else:
-        result = cmd_probe(args.port, args.model, args.bind)
+        result = cmd_probe(args.port, args.model, args.bind, args.env_file)
     sys.stdout.write(json.dumps(result, sort_keys=True) + "\n")
     return 0 if result.get("ok", True) else 3
 

@@ -212,6 +212,8 @@ class RunState:
     restarts: int = 0
     ready: bool = False
     uptime_s: float | None = None
+    started_at: float | None = None  # the host's wall clock
+    ready_at: float | None = None
     message: str = ""
     last_exit: ExitInfo | None = None
     agent_alive: bool = False

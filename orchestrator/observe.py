@@ -100,6 +100,7 @@ def _key_values(text: str) -> Mapping[str, str]:
     found = {
         key.strip().replace(" ", "_"): value.strip().rstrip(".")
         for key, value in _KEY_VALUE_RE.findall(body)
+        if "[" not in value and "]" not in value  # lists (num_tokens=[1, 2, ...]) are noise here
     }
     return frozen_map(found)
 

@@ -245,7 +245,7 @@ def up(ctx: Context, name: str, *, replace_running: bool = False) -> Iterator[Up
         yield Warn("the previous supervisor died without an end; sweeping its run")
         agent.stop(profile.stop_timeout_s)
 
-    probe = agent.probe(plan.port, _model_to_check(profile), profile.bind)
+    probe = agent.probe(plan.port, _model_to_check(profile), profile.bind, env)
     plan, argv = yield from _preflight(profile, loaded, plan, argv, probe, ctx.environ)
     digest = render.plan_hash(plan)
 
@@ -432,11 +432,15 @@ def _read_new(
 
 
 def _ready_verdict(state: RunState, profile: Profile) -> Verdict:
+    took = ""
+    if state.ready_at is not None and state.started_at is not None:
+        took = f" in {state.ready_at - state.started_at:.1f} s"
     return Verdict(
         ok=True,
         exit_code=ExitCode.OK,
         state=state,
-        summary=f"READY  {profile.name}  http://{profile.bind}:{profile.port}  run {state.run_id}",
+        summary=f"READY{took}  {profile.name}  http://{profile.bind}:{profile.port}"
+        f"  run {state.run_id}",
     )
 
 

@@ -11,6 +11,7 @@ import hashlib
 import json
 import posixpath
 import secrets
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -107,8 +108,14 @@ class Agent:
             )
         return document
 
-    def probe(self, port: int, model: str | None, bind: str) -> dict[str, Any]:
-        args = ["probe", "--port", str(port), "--bind", bind]
+    def probe(
+        self, port: int, model: str | None, bind: str, env: Mapping[str, str]
+    ) -> dict[str, Any]:
+        """Preflight facts, with ``import sglang`` checked under the server's environment
+        (pushed as a 0600 file the agent removes once read: it may hold secrets)."""
+        env_file = posixpath.join(self.deployment.dir, f".probe-env-{secrets.token_hex(6)}.json")
+        self.transport.put(json.dumps(dict(env)).encode(), env_file, 0o600)
+        args = ["probe", "--port", str(port), "--bind", bind, "--env-file", env_file]
         if model is not None:
             args += ["--model", model]
         return self.call(*args, timeout=180.0)
@@ -169,6 +176,8 @@ def run_state(document: dict[str, Any]) -> RunState:
         restarts=int(document.get("restarts", 0)),
         ready=bool(document.get("ready", False)),
         uptime_s=document.get("uptime_s"),
+        started_at=document.get("started_at"),
+        ready_at=document.get("ready_at"),
         message=str(document.get("message", "")),
         last_exit=last_exit,
         agent_alive=bool(document.get("agent_alive", False)),

@@ -1,0 +1,95 @@
+"""End-to-end workspaces: a profile directory, a host, and orch's CLI run against them.
+
+The server is orch's SGLang stand-in (standin/sglang, NOT SGLang), made importable as
+`sglang` through the profile's PYTHONPATH, exactly as a real venv would provide it.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import socket
+import sys
+import textwrap
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from orchestrator.cli import main
+from tests.conftest import REPO
+
+STANDIN = REPO / "standin"
+MODEL = STANDIN / "models" / "Qwen3.6-27B"
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+@dataclass(frozen=True)
+class Outcome:
+    code: int
+    out: str
+    err: str
+
+    def json(self) -> Any:
+        return json.loads(self.out)
+
+
+@dataclass
+class Workspace:
+    root: Path
+    host_name: str
+    workdir: Path
+
+    @property
+    def profiles(self) -> Path:
+        return self.root / "profiles"
+
+    def profile(self, name: str, body: str = "", *, env: dict[str, str] | None = None,
+                version: str = "0.5.23", port: int | None = None) -> str:  # fmt: skip
+        """A stand-in profile on this workspace's host; ``body`` adds YAML keys."""
+        document = {
+            "sglang": version,
+            "host": self.host_name,
+            "model": {"path": str(MODEL), "served_model_name": "qwen-test"},
+            "port": port or free_port(),
+            "bind": "127.0.0.1",
+            "env": {"PYTHONPATH": str(STANDIN), "ORCH_STANDIN_VERSION": version, **(env or {})},
+            "args": {"skip_server_warmup": True},
+            "health": {"startup_timeout_s": 60, "interval_s": 0.5},
+            "restart": {"mode": "on-failure", "delay_s": 0.2, "max_delay_s": 1, "start_limit": 3},
+            "stop_timeout_s": 3,
+        }
+        text = yaml.safe_dump(document, sort_keys=False) + textwrap.dedent(body)
+        (self.profiles / f"{name}.yaml").write_text(text)
+        return name
+
+    def orch(self, *argv: str) -> Outcome:
+        out, err = io.StringIO(), io.StringIO()
+        code = main(["--profiles", str(self.profiles), *argv], out=out, err=err)
+        return Outcome(code, out.getvalue(), err.getvalue())
+
+    def cleanup(self) -> None:
+        for path in self.profiles.glob("*.yaml"):
+            if path.name != "hosts.yaml":
+                self.orch("down", path.stem)
+
+
+@pytest.fixture
+def local_workspace(tmp_path: Path) -> Iterator[Workspace]:
+    workdir = tmp_path / "workdir"
+    (tmp_path / "profiles").mkdir()
+    (tmp_path / "profiles" / "hosts.yaml").write_text(
+        yaml.safe_dump({"hosts": {"local": {"python": sys.executable, "workdir": str(workdir)}}})
+    )
+    space = Workspace(tmp_path, "local", workdir)
+    yield space
+    space.cleanup()

@@ -1,0 +1,74 @@
+"""orch up / status / logs / down on this machine (host: local) against the SGLang stand-in."""
+
+from __future__ import annotations
+
+import time
+
+import psutil
+
+from orchestrator.errors import ExitCode
+from tests.e2e.conftest import Workspace, free_port
+
+
+def test_up_ready_status_logs_down(local_workspace: Workspace) -> None:
+    name = local_workspace.profile("svc")
+    up = local_workspace.orch("up", name)
+    assert up.code == ExitCode.OK, up.err
+    assert "READY" in up.out
+    assert "shards" in up.out  # the weight-loading progress was followed
+
+    status = local_workspace.orch("status", name, "--json")
+    assert status.code == ExitCode.OK
+    (row,) = status.json()
+    assert row["state"] == "READY"
+    assert row["restarts"] == 0
+    pid = row["pid"]
+    assert psutil.pid_exists(pid)
+
+    logs = local_workspace.orch("logs", name, "-n", "5")
+    assert "The server is fired up and ready to roll!" in logs.out
+
+    down = local_workspace.orch("down", name)
+    assert down.code == ExitCode.OK
+    assert "EXITED" in down.out
+    time.sleep(0.2)
+    leftovers = [
+        p for p in psutil.process_iter(["environ"])
+        if (p.info["environ"] or {}).get("ORCH_RUN_ID") == row["run_id"]
+    ]  # fmt: skip
+    assert leftovers == []
+
+
+def test_up_config_error_is_fatal_with_the_exception_line(local_workspace: Workspace) -> None:
+    name = local_workspace.profile("bad", env={"ORCH_STANDIN_FAIL": "config-error"})
+    up = local_workspace.orch("up", name)
+    assert up.code == ExitCode.CONFIG_ERROR
+    assert "config-error: ValueError: Speculative decoding" in up.err
+    assert "not restarted" in up.err
+    (row,) = local_workspace.orch("status", name, "--json").json()
+    assert row["state"] == "FATAL"
+    assert row["restarts"] == 0
+
+
+def test_up_twice_attaches_to_the_same_plan(local_workspace: Workspace) -> None:
+    name = local_workspace.profile("twice")
+    assert local_workspace.orch("up", name).code == ExitCode.OK
+    again = local_workspace.orch("up", name)
+    assert again.code == ExitCode.OK
+    assert "the same plan already runs" in again.out
+    (row,) = local_workspace.orch("status", name, "--json").json()
+    assert row["starts"] == 1
+
+
+def test_up_of_a_changed_plan_is_refused_without_replace(local_workspace: Workspace) -> None:
+    port = free_port()
+    name = local_workspace.profile("changing", port=port)
+    assert local_workspace.orch("up", name).code == ExitCode.OK
+    local_workspace.profile("changing", port=port, env={"CHANGED": "1"})
+    refused = local_workspace.orch("up", name)
+    assert refused.code == ExitCode.CONFLICT
+    assert "--replace" in refused.err
+    replaced = local_workspace.orch("up", name, "--replace")
+    assert replaced.code == ExitCode.OK, replaced.err
+    (row,) = local_workspace.orch("status", name, "--json").json()
+    assert row["state"] == "READY"
