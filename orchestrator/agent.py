@@ -58,6 +58,7 @@ FATAL = "FATAL"  # will not be restarted: configuration error or start limit hit
 TERMINAL_STATES = (EXITED, FATAL)
 
 READY_LINE = "The server is fired up and ready to roll!"
+READY_LINE_GRACE_S = 10.0  # the ready line without a /health answer counts after this long
 CONFIG_LINE_MARK = "server_args="
 
 # Exit classes; the deterministic ones are never restarted (the same argv fails the same way).
@@ -527,6 +528,7 @@ class Supervisor:
         self._event("start", run_id=run_id, pid=process.pid)
         tracked = _Descendants(process.pid)
         next_health = started
+        ready_line_at: float | None = None
         while process.poll() is None:
             if self.stop_requested.is_set():
                 self._stop_process(process, run_id, tracked)
@@ -535,14 +537,23 @@ class Supervisor:
             if state == STARTING and watcher.saw_config_line:
                 self._set(state=RUNNING)
             if not self.state["ready"]:
+                # READY when /health answers 200. The ready line alone is not enough: with
+                # --skip-server-warmup SGLang logs it before uvicorn binds the port. It makes
+                # the checks frequent, and counts by itself only if /health stays unreachable
+                # from the host (a bind address the host cannot reach) for a while.
                 now = self.clock()
                 healthy = False
+                if watcher.saw_ready_line and ready_line_at is None:
+                    ready_line_at = now
+                    next_health = now
                 if now >= next_health and watcher.saw_config_line:
                     healthy = _health_ok(
                         self.spec.health_host, self.spec.port, self.spec.health_endpoint
                     )
-                    next_health = now + min(self.spec.health_interval_s, 1.0)
-                if watcher.saw_ready_line or healthy:
+                    fast = ready_line_at is not None
+                    next_health = now + (0.1 if fast else min(self.spec.health_interval_s, 1.0))
+                trust_line = ready_line_at is not None and now - ready_line_at > READY_LINE_GRACE_S
+                if healthy or trust_line:
                     self._set(state=READY, ready=True, ready_at=self.wall())
                     self._event("ready", run_id=run_id)
             tracked.refresh()

@@ -59,7 +59,7 @@ class LocalTransport:
                 process.stderr.close()
 
     def put(self, data: bytes, path: str, mode: int) -> None:
-        target = Path(path)
+        target = Path(path).expanduser()
         target.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         fd, temp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.")
         try:
@@ -74,13 +74,13 @@ class LocalTransport:
             raise
 
     def read(self, path: str, offset: int = 0, limit: int = 1 << 20) -> bytes:
-        with Path(path).open("rb") as handle:
+        with Path(path).expanduser().open("rb") as handle:
             handle.seek(offset)
             return handle.read(limit)
 
     def size(self, path: str) -> int | None:
         try:
-            return Path(path).stat().st_size
+            return Path(path).expanduser().stat().st_size
         except FileNotFoundError:
             return None
 

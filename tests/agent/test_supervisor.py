@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -23,16 +24,34 @@ AGENT = Path(agent.__file__)
 
 PRELUDE = "import os, sys, time, signal\nsys.stdout.reconfigure(line_buffering=True)\n"
 CONFIG_LINE = "print('[2026-11-29 07:42:55] server_args=ServerArgs(model_path=\"/m\")')\n"
-READY = f"print('[2026-11-29 07:42:56] {agent.READY_LINE}')\n"
+# Serve /health on the spec's port (the agent declares READY on a 200), then log the ready line.
+READY = (
+    "import http.server, threading\n"
+    "class H(http.server.BaseHTTPRequestHandler):\n"
+    "    def do_GET(self):\n"
+    "        self.send_response(200); self.end_headers()\n"
+    "    def log_message(self, *a): pass\n"
+    "s = http.server.HTTPServer(('127.0.0.1', int(os.environ['TEST_PORT'])), H)\n"
+    "threading.Thread(target=s.serve_forever, daemon=True).start()\n"
+    f"print('[2026-11-29 07:42:56] {agent.READY_LINE}')\n"
+)
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
 
 
 def _spec(argv: list[str], **overrides: Any) -> dict[str, Any]:
+    port = _free_port()
     spec: dict[str, Any] = {
         "protocol": agent.PROTOCOL,
         "deployment": "t",
         "argv": argv,
-        "env": {"FROM_SPEC": "yes"},
-        "port": 1,  # health is never reached: these children log the ready line
+        "env": {"FROM_SPEC": "yes", "TEST_PORT": str(port)},
+        "port": port,
         "health": {"endpoint": "/health", "interval_s": 60, "startup_timeout_s": 30},
         "restart": {"mode": "on-failure", "delay_s": 0.05, "multiplier": 2, "max_delay_s": 0.2,
                     "start_limit": 3, "start_limit_interval_s": 60},

@@ -1,0 +1,8 @@
+"""The implementation of orch's SGLang stand-in (NOT SGLang); see ``sglang/__init__.py``.
+
+One idea per module: ``knobs`` (ORCH_STANDIN_* settings), ``argtable`` (SGLang's command line from
+orch's tables), ``model`` (model path and config), ``resolve`` (SGLang's resolution rules),
+``render`` (the ``server_args=`` line), ``memory`` (startup figures), ``logs`` (log, uvicorn and
+tqdm formats), ``tracebacks`` (failure texts), ``proc`` (titles, PDEATHSIG, spawning), ``child``
+(scheduler and detokenizer processes), ``endpoints`` (HTTP), ``server`` (the main process).
+"""

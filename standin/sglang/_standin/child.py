@@ -1,0 +1,172 @@
+"""A child of the stand-in (NOT SGLang): ``sglang::scheduler`` or ``sglang::detokenizer``.
+
+Run as ``python -m sglang._standin.child SPEC_JSON`` by the main process. A scheduler prints what
+SGLang's scheduler prints while it loads (weights, memory pool, CUDA graphs, token capacity),
+reports ready to the main process over a pipe, then blocks until killed. Failures follow SGLang's
+path: ``Scheduler hit an exception: <traceback>`` then SIGQUIT to the parent.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import time
+from typing import Any
+
+from sglang._standin.logs import Log, Progress
+from sglang._standin.memory import Figures
+from sglang._standin.proc import die_with_parent, set_title
+from sglang._standin.tracebacks import Traces
+
+
+def _block_forever() -> None:
+    while True:
+        time.sleep(3600)
+
+
+class Scheduler:
+    def __init__(self, spec: dict[str, Any]) -> None:
+        self.spec = spec
+        self.log = Log(bool(spec["log_ms"]), str(spec["prefix"]))
+        self.figures = Figures.from_json(spec["figures"])
+        self.traces = Traces(str(spec["entry"]), bool(spec["modern"]))
+        self.fails = set(spec["fails"])
+        self.rank0 = bool(spec["rank0"])
+
+    def fail(self, traceback_text: str) -> None:
+        """SGLang's run_scheduler_process: log the traceback, SIGQUIT the parent, return."""
+        self.log(f"Scheduler hit an exception: {traceback_text}")
+        parent = int(self.spec["parent"])
+        if os.getppid() == parent:
+            os.kill(parent, signal.SIGQUIT)
+        sys.exit(0)
+
+    def run(self) -> None:
+        figures = self.figures
+        self.log("Init torch distributed begin.")
+        if "nccl" in self.fails and self.rank0:
+            self.fail(self.traces.nccl())
+        self.log("Init torch distributed ends. mem usage=0.00 GB")
+        self.log(f"Load weight begin. avail mem={figures.avail_start_gb:.2f} GB")
+        if "hang" in self.fails:
+            _block_forever()
+        started = time.monotonic()
+        self.load_weights()
+        self.log(
+            f"Load weight end. elapsed={time.monotonic() - started:.2f} s, "
+            f"type={self.spec['architecture']}, avail mem={figures.avail_after_load_gb:.2f} GB, "
+            f"mem usage={figures.weights_gb:.2f} GB."
+        )
+        if "cuda-oom" in self.fails and self.rank0:
+            self.fail(self.traces.cuda_oom())
+        half = figures.kv_gb / 2
+        self.log("Using KV cache dtype: torch.bfloat16")
+        self.log(
+            f"KV Cache is allocated. #tokens: {figures.max_total_num_tokens}, "
+            f"K size: {half:.2f} GB, V size: {half:.2f} GB"
+        )
+        self.log(f"Memory pool end. avail mem={figures.avail_after_pool_gb:.2f} GB")
+        if figures.graphs:
+            self.capture_graphs()
+        self.log(
+            f"max_total_num_tokens={figures.max_total_num_tokens}, "
+            f"chunked_prefill_size={figures.chunked_prefill_size}, "
+            f"max_prefill_tokens={figures.max_prefill_tokens}, "
+            f"max_running_requests={figures.max_running_requests}, "
+            f"context_len={figures.context_len}, "
+            f"available_gpu_mem={figures.avail_after_graph_gb:.2f} GB"
+        )
+        status_fd = int(self.spec["status_fd"])
+        os.write(status_fd, b'{"status": "ready"}\n')
+        os.close(status_fd)
+        self.serve_commands()
+
+    def load_weights(self) -> None:
+        shards = int(self.spec["shards"])
+        pause = float(self.spec["load_s"]) / shards
+        if not self.rank0:
+            time.sleep(pause * shards)
+            return
+        bar = Progress("Loading safetensors checkpoint shards", shards)
+        for _ in range(shards):
+            time.sleep(pause)
+            bar.update()
+        bar.close()
+
+    def capture_graphs(self) -> None:
+        figures = self.figures
+        sizes: list[int] = list(self.spec["graph_bs"])
+        started = time.monotonic()
+        if self.spec["graph_wording"] == "decode":  # 0.5.14+ (cuda_graph_config)
+            self.log(
+                f"Capture decode CUDA graph begin. backend=full, num_tokens={sizes}, "
+                f"avail mem={figures.avail_after_pool_gb:.2f} GB"
+            )
+        else:
+            self.log(
+                "Capture cuda graph begin. This can take up to several minutes. "
+                f"avail mem={figures.avail_after_pool_gb:.2f} GB"
+            )
+            self.log(f"Capture cuda graph bs {sizes}")
+        pause = float(self.spec["graph_s"]) / max(1, len(sizes))
+        if self.rank0:
+            bar = Progress(
+                f"Capturing batches (bs=1 avail_mem={figures.avail_after_graph_gb:.2f} GB)",
+                len(sizes),
+                style="tqdm",
+            )
+            for _ in sizes:
+                time.sleep(pause)
+                bar.update()
+            bar.close()
+        else:
+            time.sleep(pause * len(sizes))
+        elapsed = time.monotonic() - started
+        if self.spec["graph_wording"] == "decode":
+            self.log(
+                f"Capture decode CUDA graph end. elapsed={elapsed:.2f} s, "
+                f"mem usage={figures.graph_gb:.2f} GB, "
+                f"avail mem={figures.avail_after_graph_gb:.2f} GB."
+            )
+        else:
+            self.log(
+                f"Capture cuda graph end. Time elapsed: {elapsed:.2f} s. "
+                f"mem usage={figures.graph_gb:.2f} GB. "
+                f"avail mem={figures.avail_after_graph_gb:.2f} GB."
+            )
+
+    def serve_commands(self) -> None:
+        """Commands from the main process, one per line on stdin; EOF when it is gone."""
+        for line in sys.stdin:
+            if line.strip() == "crash":
+                self.fail(self.traces.illegal_memory_access())
+        if self.spec["orphan"]:
+            time.sleep(float(self.spec["orphan_ttl_s"]))
+            sys.exit(0)
+        _block_forever()
+
+
+def main(argv: list[str]) -> None:
+    spec: dict[str, Any] = json.loads(argv[0])
+    set_title(str(spec["title"]))
+    signal.signal(signal.SIGINT, signal.SIG_DFL)  # Ctrl-C on the group: die quietly
+    if spec.get("ignore_sigterm"):
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    if spec.get("orphan"):
+        os.setsid()  # out of the launcher's process group, and no PDEATHSIG
+    else:
+        die_with_parent()
+        if os.getppid() != int(spec["parent"]):  # the parent died before prctl took effect
+            sys.exit(0)
+    if spec["role"] == "scheduler":
+        Scheduler(spec).run()
+    else:
+        for _ in sys.stdin:
+            pass
+        _block_forever()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,261 @@
+"""SGLang's HTTP endpoints, served by the standard library instead of uvicorn/FastAPI.
+
+``/health`` and ``/health_generate`` answer 503 until the server is ready (and again while it
+drains after SIGTERM), then 200. ``/server_info`` (and the deprecated ``/get_server_info``) carry
+every resolved ServerArgs field at top level, as SGLang's do, plus ``"orch_standin": true``.
+Generation endpoints return a tiny canned answer. Every request gets uvicorn's access-log line
+on stdout.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import sys
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from sglang._standin.knobs import Knobs
+from sglang._standin.logs import Log
+from sglang._standin.memory import Figures
+from sglang._standin.model import ModelFacts
+from sglang._standin.render import redacted
+
+CANNED_TEXT = " Paris. It is the capital"
+CANNED_IDS = [12095, 13, 1084, 374, 279, 6722, 323, 7001]
+
+
+@dataclass
+class ServerState:
+    knobs: Knobs
+    values: dict[str, Any]  # resolved ServerArgs
+    launch_command: str
+    figures: Figures
+    model: ModelFacts
+    log: Log  # the main process's logger
+    scheduler_log: Log  # lines the scheduler would print (prefix TP0 when tp > 1)
+    dp_size: int
+    started: float = field(default_factory=time.time)
+    ready: threading.Event = field(default_factory=threading.Event)
+    draining: threading.Event = field(default_factory=threading.Event)
+    ready_after_s: float | None = None
+
+    # --- payloads ---
+
+    def server_info(self) -> dict[str, Any]:
+        knobs = self.knobs
+        payload = redacted(self.values, knobs.dict_style_server_args)
+        if knobs.has_launch_command:
+            payload["launch_command"] = self.launch_command
+        payload["status"] = "ready"
+        payload["max_total_num_tokens"] = self.figures.max_total_num_tokens
+        payload["max_req_input_len"] = self.figures.max_req_input_len
+        if knobs.version >= (0, 5, 23):
+            payload["startup_time"] = {
+                "total": self.ready_after_s,
+                "weight_loading": knobs.load_s,
+                "cuda_graph": {"decode": knobs.graph_s if self.figures.graphs else 0.0},
+            }
+            payload["hicache_object_layout"] = None
+            payload["kv_events"] = None
+        payload["internal_states"] = [self.internal_state() for _ in range(self.dp_size)]
+        payload["version"] = knobs.version_text
+        if knobs.version >= (0, 5, 23):
+            payload["frontend"] = "python"
+        payload["orch_standin"] = True
+        return payload
+
+    def internal_state(self) -> dict[str, Any]:
+        """A scheduler's view: its copy of ServerArgs as the scheduler changed it, plus stats."""
+        state = redacted(self.values, self.knobs.dict_style_server_args)
+        figures = self.figures
+        state["max_running_requests"] = figures.max_running_requests
+        state["last_gen_throughput"] = 0.0
+        state["memory_usage"] = {
+            "weight": round(figures.weights_gb, 2),
+            "kvcache": round(figures.kv_gb, 2),
+            "token_capacity": figures.max_total_num_tokens,
+            "graph": round(figures.graph_gb, 2),
+        }
+        state["effective_max_running_requests_per_dp"] = figures.max_running_requests
+        return state
+
+    def model_info(self) -> dict[str, Any]:
+        return {
+            "model_path": self.values.get("model_path"),
+            "tokenizer_path": self.values.get("tokenizer_path"),
+            "is_generation": True,
+            "preferred_sampling_params": self.values.get("preferred_sampling_params"),
+            "weight_version": self.values.get("weight_version", "default"),
+            "has_image_understanding": self.model.architecture.endswith("ConditionalGeneration"),
+            "has_audio_understanding": False,
+            "model_type": self.model.model_type,
+            "architectures": [self.model.architecture],
+        }
+
+    def served_name(self) -> str:
+        return str(self.values.get("served_model_name") or self.values.get("model_path"))
+
+    def models(self) -> dict[str, Any]:
+        name = self.served_name()
+        return {
+            "object": "list",
+            "data": [
+                {
+                    "id": name,
+                    "object": "model",
+                    "created": int(self.started),
+                    "owned_by": "sglang",
+                    "root": name,
+                    "parent": None,
+                    "max_model_len": self.figures.context_len,
+                }
+            ],
+        }
+
+    def generate(self, body: dict[str, Any]) -> dict[str, Any]:
+        self.log_prefill(7)
+        return {
+            "text": CANNED_TEXT,
+            "output_ids": CANNED_IDS,
+            "meta_info": {
+                "id": uuid.uuid4().hex,
+                "finish_reason": {"type": "length", "length": len(CANNED_IDS)},
+                "prompt_tokens": 7,
+                "weight_version": "default",
+                "completion_tokens": len(CANNED_IDS),
+                "cached_tokens": 0,
+                "e2e_latency": 0.012,
+            },
+        }
+
+    def chat(self, body: dict[str, Any], kind: str) -> dict[str, Any]:
+        self.log_prefill(12)
+        usage = {"prompt_tokens": 12, "total_tokens": 14, "completion_tokens": 2}
+        common = {
+            "id": uuid.uuid4().hex,
+            "created": int(time.time()),
+            "model": str(body.get("model") or self.served_name()),
+            "usage": usage,
+        }
+        if kind == "chat":
+            choice: dict[str, Any] = {
+                "index": 0,
+                "message": {
+                    "role": "assistant",
+                    "content": "Paris.",
+                    "reasoning_content": None,
+                    "tool_calls": None,
+                },
+                "logprobs": None,
+                "finish_reason": "stop",
+            }
+            return {**common, "object": "chat.completion", "choices": [choice]}
+        choice = {"index": 0, "text": " Paris.", "logprobs": None, "finish_reason": "stop"}
+        return {**common, "object": "text_completion", "choices": [choice]}
+
+    def log_prefill(self, tokens: int) -> None:
+        self.scheduler_log(
+            f"Prefill batch, #new-seq: 1, #new-token: {tokens}, #cached-token: 0, "
+            "token usage: 0.00, #running-req: 0, #queue-req: 0"
+        )
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server_version = "uvicorn"
+    sys_version = ""
+    state: ServerState  # set on the subclass make_server() builds
+
+    def log_message(self, format: str, *args: Any) -> None:
+        """uvicorn's access log replaces http.server's own lines."""
+
+    def _send(self, status: int, payload: Any = None) -> None:
+        body = b"" if payload is None else json.dumps(payload).encode()
+        self.send_response(status)
+        if payload is not None:
+            self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(body)))
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
+        host, port = self.client_address[:2]
+        phrase = HTTPStatus(status).phrase
+        self.state.log.uvicorn(
+            "INFO",
+            f'{host}:{port} - "{self.command} {self.path} HTTP/1.1" {status} {phrase}',
+            stream=sys.stdout,
+        )
+
+    def _body(self) -> dict[str, Any]:
+        length = int(self.headers.get("content-length") or 0)
+        raw = self.rfile.read(length) if length else b""
+        try:
+            parsed = json.loads(raw or b"{}")
+        except ValueError:
+            return {}
+        return parsed if isinstance(parsed, dict) else {}
+
+    def do_GET(self) -> None:
+        state = self.state
+        path = self.path.split("?", 1)[0]
+        if path in ("/health", "/health_generate"):
+            if state.draining.is_set():
+                state.log("Health check request received during shutdown. Returning 503.")
+                self._send(503)
+            else:
+                self._send(200 if state.ready.is_set() else 503)
+        elif path == "/ready" and state.knobs.has_ready_endpoint:
+            self._send(200 if state.ready.is_set() and not state.draining.is_set() else 503)
+        elif path == "/server_info":
+            self._send(200, state.server_info())
+        elif path == "/get_server_info":
+            state.log(
+                "Endpoint '/get_server_info' is deprecated and will be removed in a future "
+                "version. Please use '/server_info' instead."
+            )
+            self._send(200, state.server_info())
+        elif path in ("/model_info", "/get_model_info"):
+            self._send(200, state.model_info())
+        elif path == "/v1/models":
+            self._send(200, state.models())
+        elif path in ("/generate", "/v1/chat/completions", "/v1/completions"):
+            self._send(405, {"detail": "Method Not Allowed"})
+        else:
+            self._send(404, {"detail": "Not Found"})
+
+    def do_POST(self) -> None:
+        state = self.state
+        path = self.path.split("?", 1)[0]
+        body = self._body()
+        if path == "/generate":
+            self._send(200, state.generate(body))
+        elif path == "/v1/chat/completions":
+            self._send(200, state.chat(body, "chat"))
+        elif path == "/v1/completions":
+            self._send(200, state.chat(body, "completion"))
+        else:
+            self._send(404, {"detail": "Not Found"})
+
+    def do_PUT(self) -> None:
+        self.do_POST()
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+
+
+class _Server6(_Server):
+    address_family = socket.AF_INET6
+
+
+def make_server(state: ServerState, host: str, port: int) -> ThreadingHTTPServer:
+    """Bind (OSError as the socket raises it) and return the server, not yet serving."""
+    handler = type("Handler", (_Handler,), {"state": state})
+    server_class = _Server6 if ":" in host else _Server
+    return server_class((host, port), handler)

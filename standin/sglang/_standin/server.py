@@ -1,0 +1,386 @@
+"""The stand-in's main process (NOT SGLang), in SGLang's order of events.
+
+parse -> resolve -> ``server_args=`` -> spawn schedulers and the detokenizer -> wait until every
+scheduler has loaded -> uvicorn starts and binds -> warm-up request to itself -> ``The server is
+fired up and ready to roll!`` -> serve until a signal.
+
+Exits, as SGLang's: argparse error 2; a resolution or import error 1 (traceback on stderr, before
+any ``server_args=`` line); port in use 1; a child's failure (SIGQUIT from it) or SIGTERM end in
+SGLang's ``kill_process_tree(include_parent=True)``, which SIGKILLs the main process itself (-9);
+SIGINT goes through uvicorn's graceful shutdown, exit 0.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from collections.abc import Sequence
+from types import FrameType
+from typing import Any
+
+from sglang._standin import argtable, render
+from sglang._standin import knobs as knobs_module
+from sglang._standin.endpoints import ServerState, make_server
+from sglang._standin.logs import Log
+from sglang._standin.memory import startup_figures
+from sglang._standin.model import model_facts, resolvable
+from sglang._standin.proc import spawn_child
+from sglang._standin.resolve import ResolutionFailure, resolve
+from sglang._standin.tracebacks import Traces
+
+MAX_SCHEDULERS = 16  # one child per rank, capped: the stand-in must stay cheap
+WARMUP_PROMPT = {
+    "text": "The capital city of France is",
+    "sampling_params": {"temperature": 0, "max_new_tokens": 8},
+}
+
+
+class _Stop(Exception):
+    """Raised out of serve_forever() by the SIGINT handler."""
+
+
+def _unknown_flag(table: argtable.Table) -> list[str]:
+    """An argument this release does not know: the other spelling of the mamba flag (the incident's
+    mistake in either direction), else a plainly foreign flag."""
+    known = {flag for option in table.options for flag in option["flags"]}
+    for flag in ("--mamba-scheduler-strategy", "--mamba-radix-cache-strategy"):
+        if flag not in known:
+            return [flag, "extra_buffer"]
+    return ["--orch-standin-unknown-flag", "1"]
+
+
+class Launcher:
+    def __init__(self, knobs: knobs_module.Knobs, entry: str) -> None:
+        self.knobs = knobs
+        self.entry = entry
+        self.log = Log(knobs.log_ms)
+        self.traces = Traces(entry, knobs.resolves_in_run_server)
+        self.children: list[subprocess.Popen[bytes]] = []
+        self.schedulers: list[subprocess.Popen[bytes]] = []
+        self.orphan: subprocess.Popen[bytes] | None = None
+        self.state: ServerState | None = None
+        self.started = time.monotonic()
+
+    # --- SGLang's kill_process_tree ---
+
+    def kill_tree(self, include_parent: bool) -> None:
+        pid = os.getpid()
+        if self.knobs.logs_kill_process_tree:
+            self.log(
+                f"kill_process_tree called: parent_pid={pid}, "
+                f"include_parent={include_parent}, pid={pid}"
+            )
+        for child in self.children:
+            if child is self.orphan:
+                continue  # the failure mode: this one got away
+            with contextlib.suppress(OSError):
+                child.kill()
+        for child in self.children:
+            if child is not self.orphan:
+                with contextlib.suppress(OSError, subprocess.TimeoutExpired):
+                    child.wait(timeout=2)
+        if include_parent:
+            sys.stderr.flush()
+            os.kill(pid, signal.SIGKILL)
+
+    def on_sigquit(self, signum: int, frame: FrameType | None) -> None:
+        self.log("Received sigquit from a child process. It usually means the child failed.")
+        self.kill_tree(include_parent=True)
+
+    def on_sigterm(self, signum: int, frame: FrameType | None) -> None:
+        state = self.state
+        if state is None or state.draining.is_set():
+            return
+        state.draining.set()
+        self.log("SIGTERM received. signum=None frame=None. Draining requests and shutting down...")
+        threading.Thread(target=self._drain_then_die, daemon=True).start()
+
+    def _drain_then_die(self) -> None:
+        time.sleep(self.knobs.drain_s)
+        self.log("Gracefully exiting... Remaining number of requests 0.")
+        self.kill_tree(include_parent=True)
+
+    def on_sigint(self, signum: int, frame: FrameType | None) -> None:
+        raise _Stop
+
+    # --- the run ---
+
+    def run(self, argv: Sequence[str]) -> int:
+        knobs = self.knobs
+        table = argtable.load_table(knobs.version_text)
+        self.log(
+            f"orch SGLang stand-in (NOT SGLang): imitating sglang {knobs.version_text} "
+            f"(argument table {table.path.name}), pid {os.getpid()}"
+        )
+        args = list(argv)
+        if knobs.failing("argparse"):
+            args += _unknown_flag(table)
+        parsed = argtable.parse(table, args)
+
+        model_path = str(parsed.values["model_path"])
+        try:
+            if knobs.failing("model-not-found") or not resolvable(model_path):
+                raise ResolutionFailure("model_not_found")
+            model = model_facts(model_path)
+            if knobs.failing("config-error"):
+                raise ResolutionFailure("incident")
+            resolution = resolve(knobs, parsed.values, parsed.given, model)
+        except ResolutionFailure as failure:
+            for note in failure.notes:
+                self.log(note)
+            return self.fail_in_main(self.failure_text(failure.kind, model_path))
+        for note in resolution.notes:
+            self.log(note)
+        if knobs.failing("import-error"):
+            return self.fail_in_main(self.traces.import_error())
+
+        values = resolution.values
+        self.log(render.server_args_line(values, knobs.dict_style_server_args))
+        signal.signal(signal.SIGQUIT, self.on_sigquit)
+        graphs = self.graphs_enabled(values)
+        figures = startup_figures(values, model, graphs)
+        tp = int(values.get("tp_size") or 1)
+        state = ServerState(
+            knobs=knobs,
+            values=values,
+            launch_command=render.launch_command(argv),
+            figures=figures,
+            model=model,
+            log=self.log,
+            scheduler_log=Log(knobs.log_ms, " TP0" if tp > 1 else ""),
+            dp_size=max(1, int(values.get("dp_size") or 1)),
+        )
+        self.state = state
+        status_fds = self.spawn(values, figures.to_json(), model.architecture, graphs)
+        if not self.wait_for_schedulers(status_fds):
+            self.kill_tree(include_parent=False)
+            return 1
+        return self.serve(
+            state, str(values.get("host") or "127.0.0.1"), int(values.get("port") or 30000)
+        )
+
+    def failure_text(self, kind: str, model_path: str) -> str:
+        arch = "Qwen3_5ForConditionalGeneration"
+        with contextlib.suppress(OSError):
+            arch = model_facts(model_path).architecture
+        if kind == "incident":
+            return self.traces.incident(arch)
+        if kind == "extra_buffer_without_radix":
+            return self.traces.extra_buffer_without_radix()
+        if kind == "no_buffer_overlap":
+            return self.traces.no_buffer_overlap()
+        return self.traces.model_not_found(model_path)
+
+    def fail_in_main(self, traceback_text: str) -> int:
+        """An uncaught exception in SGLang's main process: (0.5.23: the finally's
+        kill_process_tree line), the traceback on stderr, exit 1."""
+        if self.knobs.logs_kill_process_tree:
+            pid = os.getpid()
+            self.log(f"kill_process_tree called: parent_pid={pid}, include_parent=False, pid={pid}")
+        sys.stderr.write(traceback_text)
+        sys.stderr.flush()
+        return 1
+
+    @staticmethod
+    def graphs_enabled(values: dict[str, Any]) -> bool:
+        config = values.get("cuda_graph_config")
+        if isinstance(config, dict):
+            return bool(config.get("decode", {}).get("backend") != "disabled")
+        return not values.get("disable_cuda_graph")
+
+    @staticmethod
+    def graph_sizes(values: dict[str, Any]) -> list[int]:
+        config = values.get("cuda_graph_config")
+        if isinstance(config, dict):
+            return list(config.get("decode", {}).get("bs") or [])
+        return list(values.get("cuda_graph_bs") or [])
+
+    def spawn(
+        self, values: dict[str, Any], figures: dict[str, Any], architecture: str, graphs: bool
+    ) -> list[int]:
+        knobs = self.knobs
+        tp = max(1, int(values.get("tp_size") or 1))
+        pp = max(1, int(values.get("pp_size") or 1))
+        dp = max(1, int(values.get("dp_size") or 1))
+        common = {
+            "parent": os.getpid(),
+            "log_ms": knobs.log_ms,
+            "ignore_sigterm": knobs.failing("ignore-sigterm"),
+            "orphan_ttl_s": knobs.orphan_ttl_s,
+        }
+        status_fds: list[int] = []
+        ranks = [(d, p, t) for d in range(dp) for p in range(pp) for t in range(tp)]
+        for d, p, t in ranks[:MAX_SCHEDULERS]:
+            prefix = (
+                (f" DP{d}" if dp > 1 else "")
+                + (f" PP{p}" if pp > 1 else "")
+                + (f" TP{t}" if tp > 1 else "")
+            )
+            rank0 = (d, p, t) == (0, 0, 0)
+            read_fd, write_fd = os.pipe()
+            spec = {
+                **common,
+                "role": "scheduler",
+                "title": "sglang::scheduler" + prefix.replace(" ", "_"),
+                "prefix": prefix,
+                "rank0": rank0,
+                "orphan": rank0 and knobs.failing("orphan"),
+                "status_fd": write_fd,
+                "fails": sorted(knobs.fails),
+                "figures": figures,
+                "architecture": architecture,
+                "graph_wording": "decode" if "cuda_graph_config" in values else "legacy",
+                "graph_bs": self.graph_sizes(values) if graphs else [],
+                "shards": knobs.shards,
+                "load_s": knobs.load_s,
+                "graph_s": knobs.graph_s,
+                "entry": self.entry,
+                "modern": knobs.resolves_in_run_server,
+            }
+            child = spawn_child(spec, pass_fds=(write_fd,))
+            os.close(write_fd)
+            self.children.append(child)
+            self.schedulers.append(child)
+            if spec["orphan"]:
+                self.orphan = child
+            status_fds.append(read_fd)
+        detokenizer = spawn_child(
+            {**common, "role": "detokenizer", "title": "sglang::detokenizer", "orphan": False}
+        )
+        self.children.append(detokenizer)
+        return status_fds
+
+    def wait_for_schedulers(self, status_fds: list[int]) -> bool:
+        for rank, descriptor in enumerate(status_fds):
+            data = b""
+            while not data.endswith(b"\n"):
+                chunk = os.read(descriptor, 4096)
+                if not chunk:
+                    break
+                data += chunk
+            os.close(descriptor)
+            if data.endswith(b"\n") and json.loads(data).get("status") == "ready":
+                continue
+            time.sleep(0.2)  # a failing child's SIGQUIT is handled here, if one is coming
+            child = self.schedulers[rank]
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                child.wait(timeout=2)
+            self.log(f"Rank {rank} scheduler is dead. Please check if there are relevant logs.")
+            self.log(f"Exit code: {child.returncode}")
+            return False
+        return True
+
+    def serve(self, state: ServerState, host: str, port: int) -> int:
+        knobs = self.knobs
+        if not knobs.failing("ignore-sigterm"):
+            signal.signal(signal.SIGTERM, self.on_sigterm)
+        signal.signal(signal.SIGINT, self.on_sigint)
+        pid = os.getpid()
+        self.log.uvicorn("INFO", f"Started server process [{pid}]")
+        self.log.uvicorn("INFO", "Waiting for application startup.")
+        self.log.uvicorn("INFO", "Application startup complete.")
+        skip_warmup = bool(state.values.get("skip_server_warmup"))
+        if (
+            skip_warmup
+        ):  # SGLang's warm-up thread starts before the bind and has nothing to wait for
+            self.mark_ready(state)
+        try:
+            httpd = make_server(state, host, port)
+        except OSError as error:
+            reason = (error.strerror or str(error)).lower()
+            if error.errno == errno.EADDRINUSE:
+                reason = "address already in use"
+            self.log.uvicorn(
+                "ERROR",
+                f"[Errno {error.errno}] error while attempting to bind on address "
+                f"{(host, port)!r}: {reason}",
+            )
+            self.log.uvicorn("INFO", "Waiting for application shutdown.")
+            self.log.uvicorn("INFO", "Application shutdown complete.")
+            self.kill_tree(include_parent=False)
+            return 1
+        self.log.uvicorn("INFO", f"Uvicorn running on http://{host}:{port} (Press CTRL+C to quit)")
+        if not skip_warmup:
+            threading.Thread(target=self.warm_up, args=(state, host, port), daemon=True).start()
+        with contextlib.suppress(_Stop):
+            httpd.serve_forever(poll_interval=0.1)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not interrupt this
+        state.draining.set()
+        self.log.uvicorn("INFO", "Shutting down")
+        httpd.server_close()
+        self.log.uvicorn("INFO", "Waiting for application shutdown.")
+        self.log.uvicorn("INFO", "Application shutdown complete.")
+        self.log.uvicorn("INFO", f"Finished server process [{pid}]")
+        self.kill_tree(include_parent=False)
+        return 0
+
+    def warm_up(self, state: ServerState, host: str, port: int) -> None:
+        """SGLang's _wait_and_warmup: wait for the model-info endpoint, one /generate, ready."""
+        wildcard = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}  # noqa: S104 - a map
+        target = wildcard.get(host, host)
+        base = f"http://[{target}]:{port}" if ":" in target else f"http://{target}:{port}"
+        info = "/model_info" if self.knobs.resolves_in_run_server else "/get_model_info"
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                with urllib.request.urlopen(base + info, timeout=5) as response:  # noqa: S310 - own loopback
+                    response.read()
+                break
+            except OSError:
+                time.sleep(0.05)
+        time.sleep(self.knobs.warmup_s)
+        request = urllib.request.Request(  # noqa: S310 - own loopback
+            base + "/generate",
+            data=json.dumps(WARMUP_PROMPT).encode(),
+            headers={"content-type": "application/json"},
+            method="POST",
+        )
+        with contextlib.suppress(OSError), urllib.request.urlopen(request, timeout=30) as response:  # noqa: S310
+            response.read()
+        self.mark_ready(state)
+
+    def mark_ready(self, state: ServerState) -> None:
+        state.ready_after_s = round(time.monotonic() - self.started, 3)
+        state.ready.set()
+        self.log("The server is fired up and ready to roll!")
+        crash_after = self.knobs.fails.get("crash-after-ready", None)
+        if self.knobs.failing("crash-after-ready") and self.schedulers:
+            threading.Thread(
+                target=self._crash_later, args=(crash_after or 0.0,), daemon=True
+            ).start()
+
+    def _crash_later(self, seconds: float) -> None:
+        time.sleep(seconds)
+        stdin = self.schedulers[0].stdin
+        if stdin is not None:
+            with contextlib.suppress(OSError):
+                stdin.write(b"crash\n")
+                stdin.flush()
+
+
+def _die_after(seconds: float) -> None:
+    time.sleep(seconds)
+    os._exit(1)
+
+
+def main(argv: Sequence[str], entry: str) -> int:
+    """Run the stand-in as ``python -m sglang.launch_server`` (entry ``launch_server``) or
+    ``sglang serve`` (entry ``serve``); returns the exit code (or never returns: SIGKILL)."""
+    try:
+        knobs = knobs_module.read_knobs()
+    except knobs_module.KnobError as error:
+        sys.stderr.write(f"orch SGLang stand-in (NOT SGLang): {error}\n")
+        return 2
+    if knobs.failing("die-after"):
+        threading.Thread(target=_die_after, args=(knobs.seconds("die-after"),), daemon=True).start()
+    if knobs.failing("ignore-sigterm"):
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    return Launcher(knobs, entry).run(argv)

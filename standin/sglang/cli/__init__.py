@@ -1,0 +1,1 @@
+"""The ``sglang`` command of orch's SGLang stand-in (NOT SGLang)."""

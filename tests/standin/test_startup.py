@@ -1,0 +1,236 @@
+"""The stand-in starts up the way SGLang does: log lines, server_args, endpoints."""
+
+from __future__ import annotations
+
+import ast
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.standin.conftest import (
+    LOG_LINE,
+    READY,
+    REPO,
+    Launcher,
+    Running,
+    log_messages,
+    segments,
+    write_model,
+)
+
+SPEC_ARGS = [
+    "--speculative-algorithm",
+    "EAGLE",
+    "--speculative-num-steps",
+    "3",
+    "--speculative-eagle-topk",
+    "1",
+    "--speculative-num-draft-tokens",
+    "8",
+]
+
+
+def _fields(version: str) -> dict[str, Any]:
+    table = json.loads((REPO / "orchestrator" / "argtables" / f"sglang-{version}.json").read_text())
+    fields: dict[str, Any] = table["fields"]
+    return fields
+
+
+def _server_args(stderr: str) -> str:
+    lines = [m for m in log_messages(stderr) if m.startswith("server_args=")]
+    assert len(lines) == 1
+    return lines[0].removeprefix("server_args=")
+
+
+@pytest.fixture(scope="module")
+def server_0523(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running]:
+    directory = tmp_path_factory.mktemp("standin-0523")
+    model = write_model(directory / "Qwen3.6-27B")
+    launcher = Launcher(directory)
+    running = launcher.start(
+        "0.5.23",
+        [
+            "--model-path",
+            str(model),
+            "--served-model-name",
+            "qwen-demo",
+            "--context-length",
+            "8k",
+            "--mamba-radix-cache-strategy",
+            "extra_buffer",
+            *SPEC_ARGS,
+        ],
+    )
+    running.wait_for(READY)
+    yield running
+    launcher.cleanup()
+
+
+def test_every_bracketed_line_has_sglang_format(server_0523: Running) -> None:
+    bracketed = [part for part in segments(server_0523.err()) if part.startswith("[")]
+    assert len(bracketed) > 15
+    for line in bracketed:
+        assert LOG_LINE.match(line), line
+
+
+def test_startup_says_it_is_a_stand_in_then_follows_sglang_order(server_0523: Running) -> None:
+    stderr = server_0523.err()
+    assert stderr.splitlines()[1].startswith("  Example: sglang serve --model-path <model>")
+    assert (
+        "UserWarning: 'python -m sglang.launch_server' is still supported" in stderr.splitlines()[0]
+    )
+    messages = log_messages(stderr)
+    assert messages[0].startswith("orch SGLang stand-in (NOT SGLang): imitating sglang 0.5.23")
+
+    def index(prefix: str) -> int:
+        return next(i for i, m in enumerate(messages) if m.startswith(prefix))
+
+    order = [
+        "server_args=",
+        "Load weight begin. avail mem=",
+        "Load weight end. elapsed=",
+        "Memory pool end. avail mem=",
+        "Capture decode CUDA graph begin. backend=full",
+        "Capture decode CUDA graph end. elapsed=",
+        "max_total_num_tokens=",
+        "INFO:     Started server process [",
+        "INFO:     Uvicorn running on http://127.0.0.1:",
+        READY,
+    ]
+    positions = [index(prefix) for prefix in order]
+    assert positions == sorted(positions)
+
+
+def test_progress_bar_is_redrawn_with_carriage_returns(server_0523: Running) -> None:
+    stderr = server_0523.err()
+    assert (
+        "\rLoading safetensors checkpoint shards:   0% Completed | 0/3 [00:00<?, ?it/s]" in stderr
+    )
+    assert "Loading safetensors checkpoint shards: 100% Completed | 3/3 [" in stderr
+
+
+def test_server_args_dict_parses_and_holds_resolved_values(server_0523: Running) -> None:
+    resolved = ast.literal_eval(_server_args(server_0523.err()))
+    assert set(resolved) == set(_fields("0.5.23"))
+    assert resolved["served_model_name"] == "qwen-demo"
+    assert resolved["context_length"] == 8000  # SGLang's human_readable_int: 8k
+    assert resolved["mamba_radix_cache_strategy"] == "extra_buffer"
+    assert resolved["speculative_num_draft_tokens"] == 4  # 8 given, steps + 1 with topk 1
+    assert resolved["max_running_requests"] == 48
+    assert resolved["tokenizer_path"] == resolved["model_path"]
+    messages = log_messages(server_0523.err())
+    assert (
+        "speculative_num_draft_tokens is adjusted to speculative_num_steps + 1 when "
+        "speculative_eagle_topk == 1" in messages
+    )
+    assert (
+        "Max running requests is reset to 48 for speculative decoding. You can override this "
+        "by explicitly setting --max-running-requests." in messages
+    )
+
+
+def test_server_info_has_every_field_and_says_stand_in(server_0523: Running) -> None:
+    info = server_0523.get_json("/server_info")
+    assert set(_fields("0.5.23")) <= set(info)
+    assert info["orch_standin"] is True
+    assert info["version"] == "0.5.23"
+    assert info["status"] == "ready"
+    assert info["speculative_num_draft_tokens"] == 4
+    assert info["launch_command"].startswith("--model-path ")
+    assert "--speculative-num-draft-tokens 8" in info["launch_command"]
+    assert isinstance(info["internal_states"], list)
+    assert info["internal_states"]
+    assert info["max_req_input_len"] == 7999
+
+
+def test_endpoints_answer_like_sglang(server_0523: Running) -> None:
+    assert server_0523.get("/health") == (200, b"")
+    assert server_0523.get("/ready")[0] == 200
+    models = server_0523.get_json("/v1/models")
+    assert models["data"][0]["id"] == "qwen-demo"
+    assert models["data"][0]["max_model_len"] == 8000
+    assert server_0523.get_json("/model_info")["architectures"] == [
+        "Qwen3_5ForConditionalGeneration"
+    ]
+    assert server_0523.get("/no-such-endpoint")[0] == 404
+    assert server_0523.get_json("/get_server_info")["orch_standin"] is True
+    time.sleep(0.05)
+    assert (
+        "Endpoint '/get_server_info' is deprecated and will be removed in a future version. "
+        "Please use '/server_info' instead." in log_messages(server_0523.err())
+    )
+
+
+def test_access_log_goes_to_stdout_in_uvicorn_format(server_0523: Running) -> None:
+    server_0523.get("/health")
+    time.sleep(0.05)
+    lines = server_0523.out().splitlines()
+    assert any('"POST /generate HTTP/1.1" 200 OK' in line for line in lines)  # the warm-up
+    assert all(LOG_LINE.match(line) for line in lines)
+    assert all(" INFO:     127.0.0.1:" in line for line in lines)
+    assert '"GET /health HTTP/1.1"' not in server_0523.err()
+
+
+def test_0511_serve_prints_a_dataclass_repr_of_every_field(
+    launcher: Launcher, model_dir: Path
+) -> None:
+    running = launcher.start(
+        "0.5.11",
+        ["--model-path", str(model_dir), "--mamba-scheduler-strategy", "extra_buffer", *SPEC_ARGS],
+        entry="serve",
+    )
+    running.wait_for(READY)
+    stderr = running.err()
+    assert "UserWarning" not in stderr  # only python -m sglang.launch_server warns
+    call = ast.parse(_server_args(stderr), mode="eval").body
+    assert isinstance(call, ast.Call)
+    assert isinstance(call.func, ast.Name)
+    assert call.func.id == "ServerArgs"
+    values = {kw.arg: ast.literal_eval(kw.value) for kw in call.keywords}
+    assert len(call.keywords) == len(_fields("0.5.11")) == len(values)
+    assert values["mamba_scheduler_strategy"] == "extra_buffer"
+    assert values["speculative_num_draft_tokens"] == 4
+    assert values["attention_backend"] == "fa3"
+    messages = log_messages(stderr)
+    assert (
+        "Spec v2 is enabled by default for eagle/eagle3/standalone speculative decoding."
+        in messages
+    )
+    assert any(
+        m.startswith("Capture cuda graph begin. This can take up to several minutes.")
+        for m in messages
+    )
+    assert "launch_command" not in running.get_json("/server_info")  # 0.5.20+
+
+
+def test_health_is_503_until_ready(launcher: Launcher, model_dir: Path) -> None:
+    running = launcher.start(
+        "0.5.23", ["--model-path", str(model_dir)], ORCH_STANDIN_WARMUP_S="0.6"
+    )
+    running.wait_for("Uvicorn running on")
+    assert running.get("/health")[0] == 503
+    assert READY not in running.err()
+    running.wait_for(READY)
+    assert running.get("/health")[0] == 200
+
+
+def test_scheduler_prefix_and_milliseconds(launcher: Launcher, model_dir: Path) -> None:
+    running = launcher.start(
+        "0.5.23",
+        ["--model-path", str(model_dir), "--tp-size", "2", "--skip-server-warmup"],
+        SGLANG_LOG_MS="1",
+    )
+    running.wait_for(READY)
+    matches = [m for part in segments(running.err()) if (m := LOG_LINE.match(part))]
+    prefixes = {m.group(2) for m in matches}
+    assert {"", " TP0", " TP1"} <= prefixes
+    stamped = [
+        part for part in segments(running.err()) if part.startswith("[") and " INFO:" not in part
+    ]
+    assert all(part[20] == "." for part in stamped)  # [YYYY-mm-dd HH:MM:SS.mmm
+    titles = sorted(" ".join(child.cmdline()).strip() for child in running.children())
+    assert titles == ["sglang::detokenizer", "sglang::scheduler_TP0", "sglang::scheduler_TP1"]
