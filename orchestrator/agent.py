@@ -990,6 +990,9 @@ def _port_free(bind: str, port: int) -> bool:
 
     family = socket.AF_INET6 if ":" in bind else socket.AF_INET
     with socket.socket(family, socket.SOCK_STREAM) as probe:
+        # As uvicorn does: connections of a server that just stopped linger in TIME_WAIT and
+        # would make a plain bind fail although the server itself could bind.
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             probe.bind((bind, port))
         except OSError:

@@ -1,4 +1,5 @@
-"""Shared fixtures: a scratch profile directory with the real inventory format."""
+"""Shared fixtures: a scratch profile directory with the real inventory format, and one real
+OpenSSH sshd on 127.0.0.1 (tests/ssh/sshd.py) for every test that goes over SSH."""
 
 from __future__ import annotations
 
@@ -10,6 +11,9 @@ from pathlib import Path
 import pytest
 
 from orchestrator.profile import ProfileStore
+from tests.ssh.sshd import sshd, sshd_config  # one real sshd for the whole session
+
+__all__ = ["sshd", "sshd_config"]
 
 REPO = Path(__file__).resolve().parent.parent
 SHIPPED_PROFILES = REPO / "profiles"

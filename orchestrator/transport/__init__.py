@@ -8,7 +8,7 @@ about SSH itself runs against both.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Generator, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -43,7 +43,9 @@ class Transport(Protocol):
         """Run ``argv`` (no shell on our side) and wait for it."""
         ...
 
-    def stream(self, argv: Sequence[str], *, timeout: float | None = None) -> Iterator[bytes]:
+    def stream(
+        self, argv: Sequence[str], *, timeout: float | None = None
+    ) -> Generator[bytes, None, None]:
         """Run ``argv`` and yield its stdout as it arrives, line by line (b"...\\n")."""
         ...
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Generator, Sequence
 from pathlib import Path
 
 from orchestrator.errors import RemoteCommandError
@@ -39,7 +39,9 @@ class LocalTransport:
             raise RemoteCommandError(argv, 124, f"timed out after {timeout:g} s") from exc
         return CommandResult(argv, done.returncode, done.stdout, done.stderr)
 
-    def stream(self, argv: Sequence[str], *, timeout: float | None = None) -> Iterator[bytes]:
+    def stream(
+        self, argv: Sequence[str], *, timeout: float | None = None
+    ) -> Generator[bytes, None, None]:
         argv = tuple(argv)
         try:
             process = subprocess.Popen(
