@@ -261,6 +261,12 @@ def up(ctx: Context, name: str, *, replace_running: bool = False) -> Iterator[Up
     spec = build_spec(profile, plan, argv, env, meta)
     reply = agent.start(spec, render.launcher_script(plan))
     if not reply.get("ok"):
+        winner = _same_plan_winner(ctx, agent, digest)
+        if winner is not None:
+            yield Step("a concurrent orch up started this same plan first; following it")
+            yield Attached(winner)
+            yield from follow(ctx, transport, deployment, winner, profile, redact)
+            return
         holder = reply.get("holder") or {}
         raise Conflict(
             f"{profile.name}: {reply.get('reason', 'the agent refused to start')}"
@@ -270,6 +276,19 @@ def up(ctx: Context, name: str, *, replace_running: bool = False) -> Iterator[Up
     state = run_state({**reply["state"], "deployed": True, "agent_alive": True})
     yield Started(state.run_id or "?", state.pid, state.log or "")
     yield from follow(ctx, transport, deployment, state, profile, redact)
+
+
+def _same_plan_winner(ctx: Context, agent: Agent, digest: str) -> RunState | None:
+    """After losing the start lock: the winner's state once it has written it, when it runs the
+    same plan. The winner holds the lock before its first state write, so wait a moment."""
+    deadline = ctx.clock() + 5.0
+    while True:
+        current = agent.status()
+        if current.alive and current.plan_hash is not None:
+            return current if current.plan_hash == digest else None
+        if ctx.clock() >= deadline:
+            return None
+        ctx.sleep(0.1)
 
 
 def _model_to_check(profile: Profile) -> str | None:

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import socket
+import subprocess
 import sys
 import textwrap
 from collections.abc import Iterator
@@ -21,6 +23,7 @@ import yaml
 
 from orchestrator.cli import main
 from tests.conftest import REPO
+from tests.ssh.sshd import SshServer
 
 STANDIN = REPO / "standin"
 MODEL = STANDIN / "models" / "Qwen3.6-27B"
@@ -54,18 +57,21 @@ class Workspace:
         return self.root / "profiles"
 
     def profile(self, name: str, body: str = "", *, env: dict[str, str] | None = None,
-                version: str = "0.5.23", port: int | None = None) -> str:  # fmt: skip
+                version: str = "0.5.23", port: int | None = None, host: str | None = None,
+                restart: dict[str, Any] | None = None, args: dict[str, Any] | None = None,
+                served_model_name: str = "qwen-test") -> str:  # fmt: skip
         """A stand-in profile on this workspace's host; ``body`` adds YAML keys."""
         document = {
             "sglang": version,
-            "host": self.host_name,
-            "model": {"path": str(MODEL), "served_model_name": "qwen-test"},
+            "host": host or self.host_name,
+            "model": {"path": str(MODEL), "served_model_name": served_model_name},
             "port": port or free_port(),
             "bind": "127.0.0.1",
             "env": {"PYTHONPATH": str(STANDIN), "ORCH_STANDIN_VERSION": version, **(env or {})},
-            "args": {"skip_server_warmup": True},
+            "args": {"skip_server_warmup": True, **(args or {})},
             "health": {"startup_timeout_s": 60, "interval_s": 0.5},
-            "restart": {"mode": "on-failure", "delay_s": 0.2, "max_delay_s": 1, "start_limit": 3},
+            "restart": restart
+            or {"mode": "on-failure", "delay_s": 0.2, "max_delay_s": 1, "start_limit": 3},
             "stop_timeout_s": 3,
         }
         text = yaml.safe_dump(document, sort_keys=False) + textwrap.dedent(body)
@@ -76,6 +82,20 @@ class Workspace:
         out, err = io.StringIO(), io.StringIO()
         code = main(["--profiles", str(self.profiles), *argv], out=out, err=err)
         return Outcome(code, out.getvalue(), err.getvalue())
+
+    def spawn(self, *argv: str) -> subprocess.Popen[str]:
+        """orch in a process of its own (to kill it, or to race two of them)."""
+        return subprocess.Popen(
+            [sys.executable, "-m", "orchestrator", "--profiles", str(self.profiles), *argv],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=REPO,
+            env={**os.environ, "PYTHONPATH": str(REPO)},
+        )
+
+    def deployment_dir(self, name: str) -> Path:
+        return self.workdir / name
 
     def cleanup(self) -> None:
         for path in self.profiles.glob("*.yaml"):
@@ -91,5 +111,30 @@ def local_workspace(tmp_path: Path) -> Iterator[Workspace]:
         yaml.safe_dump({"hosts": {"local": {"python": sys.executable, "workdir": str(workdir)}}})
     )
     space = Workspace(tmp_path, "local", workdir)
+    yield space
+    space.cleanup()
+
+
+@pytest.fixture
+def ssh_workspace(tmp_path: Path, sshd: SshServer) -> Iterator[Workspace]:
+    """A host `box` reached over the session's real sshd on 127.0.0.1, with its key pinned in
+    the inventory's known_hosts; and `stranger`, the same server with an empty known_hosts."""
+    workdir = tmp_path / "remote-workdir"
+    (tmp_path / "profiles").mkdir()
+    (tmp_path / "empty_known_hosts").write_text("")
+    box = {
+        "address": "127.0.0.1",
+        "port": sshd.port,
+        "user": sshd.user,
+        "identity_file": str(sshd.client_key),
+        "known_hosts": str(sshd.known_hosts),
+        "python": sys.executable,
+        "workdir": str(workdir),
+    }
+    stranger = {**box, "known_hosts": str(tmp_path / "empty_known_hosts")}
+    (tmp_path / "profiles" / "hosts.yaml").write_text(
+        yaml.safe_dump({"hosts": {"box": box, "stranger": stranger}})
+    )
+    space = Workspace(tmp_path, "box", workdir)
     yield space
     space.cleanup()
