@@ -8,7 +8,7 @@ orchestrator: orch pushes this file over SFTP and runs it with the host's SGLang
     python agent.py stop   --dir DEPLOYMENT_DIR [--timeout S]      # stop, sweep, report
     python agent.py runs   --dir DEPLOYMENT_DIR                    # the runs and their logs
     python agent.py probe  --port P [--model PATH] [--bind ADDR]   # preflight facts as JSON
-    python agent.py procinfo --pid PID                             # cmdline + environ as JSON
+    python agent.py inspect --dir DIR [--pid P] [--port N] [--env NAME ...]  # diff-effective facts
 
 The supervisor (``start``) detaches from the SSH session (double fork, new session, stdin from
 /dev/null), holds a lock per deployment and per port, starts the server from an argv list in its
@@ -324,9 +324,16 @@ class LogSink:
 class OutputWatcher:
     """Reads the server's combined output, writes it to the log, and notes what it means."""
 
-    def __init__(self, stream: IO[bytes], sink: LogSink, tail_lines: int = 400) -> None:
+    def __init__(
+        self,
+        stream: IO[bytes],
+        sink: LogSink,
+        tail_lines: int = 400,
+        config_path: str | None = None,
+    ) -> None:
         self._stream = stream
         self._sink = sink
+        self.config_path = config_path
         self.tail: deque[str] = deque(maxlen=tail_lines)
         self.saw_config_line = False
         self.saw_ready_line = False
@@ -361,10 +368,20 @@ class OutputWatcher:
 
     def _note(self, line: str) -> None:
         self.tail.append(line)
-        if CONFIG_LINE_MARK in line and _LOG_PREFIX.match(line):
+        if CONFIG_LINE_MARK in line and _LOG_PREFIX.match(line) and not self.saw_config_line:
             self.saw_config_line = True
+            self._keep_config(line)
         if READY_LINE in line:
             self.saw_ready_line = True
+
+    def _keep_config(self, line: str) -> None:
+        """Keep the config line and what SGLang logged before it beside the log (which may
+        rotate): ``orch diff-effective`` reads them from here."""
+        if self.config_path is None:
+            return
+        document = {"server_args_line": line, "log_lines": list(self.tail)[:-1]}
+        with contextlib.suppress(OSError):
+            write_json_atomic(self.config_path, document, 0o600)
 
 
 # -- the supervisor -----------------------------------------------------------------------------
@@ -508,7 +525,9 @@ class Supervisor:
             self._record_exit(run_id, 127, verdict)
             return 127, verdict, False
         assert process.stdout is not None  # noqa: S101
-        watcher = OutputWatcher(process.stdout, sink)
+        watcher = OutputWatcher(
+            process.stdout, sink, config_path=os.path.join(run_dir, CONFIG_FILE)
+        )
         watcher.start()
         started = self.clock()
         self._set(
@@ -903,8 +922,50 @@ def cmd_runs(deployment_dir: str) -> dict[str, Any]:
     return {"protocol": PROTOCOL, "runs": runs}
 
 
-def cmd_procinfo(pid: int) -> dict[str, Any]:
-    """What a process actually received: argv from /proc/PID/cmdline, its environment."""
+def cmd_inspect(
+    deployment_dir: str,
+    pid: int | None,
+    port: int | None,
+    host: str,
+    env_names: Sequence[str],
+    log: str | None,
+) -> dict[str, Any]:
+    """What a server received and what it resolved, for ``orch diff-effective``.
+
+    The server is ``pid`` when given, else the deployment's server when it runs, else whatever
+    listens on ``port`` (a server started by hand). From it: ``/proc/PID/cmdline`` and, of its
+    environment, only ``env_names`` (the rest may hold other people's secrets); ``/server_info``
+    (``/get_server_info`` on old versions) asked on the host; and from its log the
+    ``server_args=`` line with the lines logged before it (SGLang explains its changes there).
+    """
+    result: dict[str, Any] = {"protocol": PROTOCOL, "pid": None, "found_by": "", "alive": False}
+    state = read_json(Paths(deployment_dir).state) or {}
+    if pid is not None:
+        result.update(pid=pid, found_by="pid")
+    elif state.get("pid") and _pid_alive(state.get("pid")):
+        result.update(pid=int(state["pid"]), found_by="orch")
+    elif port is not None:
+        holder = _port_holder(port)
+        if holder and holder.get("pid"):
+            result.update(pid=int(holder["pid"]), found_by="port")
+    if result["pid"] is None and state.get("pid"):
+        result.update(pid=int(state["pid"]), found_by="orch")  # dead: the log still tells
+    if log is None and result["found_by"] == "orch":
+        log = state.get("log")
+    port = port or state.get("port")
+    target = result["pid"]
+    if target is not None:
+        result.update(_proc_facts(int(target), set(env_names)))
+    if result["alive"] and port:
+        result.update(_server_info(host, int(port)))
+    if log:
+        result["log"] = log
+        kept = read_json(os.path.join(os.path.dirname(log), CONFIG_FILE))
+        result.update(kept if kept is not None else _config_from_log(log))
+    return result
+
+
+def _proc_facts(pid: int, env_names: set[str]) -> dict[str, Any]:
     base = f"/proc/{pid}"
     try:
         with open(f"{base}/cmdline", "rb") as handle:
@@ -912,9 +973,72 @@ def cmd_procinfo(pid: int) -> dict[str, Any]:
         with open(f"{base}/environ", "rb") as handle:
             pairs = [e.decode("utf-8", "surrogateescape") for e in handle.read().split(b"\0") if e]
     except FileNotFoundError:
-        return {"protocol": PROTOCOL, "pid": pid, "alive": False}
-    env = dict(pair.split("=", 1) for pair in pairs if "=" in pair)
-    return {"protocol": PROTOCOL, "pid": pid, "alive": True, "argv": argv, "env": env}
+        return {"alive": False}
+    except PermissionError as exc:
+        return {"alive": True, "proc_error": f"{base}: {exc.strerror}"}
+    if not argv:  # a zombie keeps its pid but has no command line left
+        return {"alive": False}
+    env = {}
+    for pair in pairs:
+        name, _, value = pair.partition("=")
+        if name in env_names:
+            env[name] = value
+    return {"alive": True, "argv": argv, "env": env}
+
+
+def _server_info(host: str, port: int) -> dict[str, Any]:
+    import urllib.error
+    import urllib.request
+
+    address = "127.0.0.1" if host in ("0.0.0.0", "", "::") else host  # noqa: S104
+    if ":" in address:
+        address = f"[{address}]"
+    errors = []
+    for endpoint in ("/server_info", "/get_server_info"):
+        url = f"http://{address}:{port}{endpoint}"
+        try:
+            with urllib.request.urlopen(url, timeout=5.0) as response:
+                payload = json.loads(response.read())
+        except urllib.error.HTTPError as exc:
+            errors.append(f"{endpoint}: HTTP {exc.code}")
+            continue
+        except (urllib.error.URLError, OSError, ValueError) as exc:
+            errors.append(f"{endpoint}: {getattr(exc, 'reason', exc)}")
+            continue
+        if isinstance(payload, dict):
+            return {"server_info": payload, "server_info_endpoint": endpoint}
+        errors.append(f"{endpoint}: not a JSON object")
+    return {"server_info_error": "; ".join(errors)}
+
+
+CONFIG_FILE = "server_args.json"  # beside each run's log: its config line, kept by the watcher
+CONFIG_SCAN_BYTES = 64 << 20  # the config line comes early; never read a whole huge log
+EXPLAIN_LINES = 400
+
+
+def _config_from_log(log: str) -> dict[str, Any]:
+    """The ``server_args=`` line and up to EXPLAIN_LINES lines before it."""
+    import collections
+
+    before: collections.deque[str] = collections.deque(maxlen=EXPLAIN_LINES)
+    try:
+        with open(log, "rb") as handle:
+            read = 0
+            for raw in handle:
+                read += len(raw)
+                for piece in raw.decode("utf-8", "replace").replace("\r", "\n").split("\n"):
+                    if not piece:
+                        continue
+                    if "server_args=" in piece:
+                        return {"server_args_line": piece, "log_lines": list(before)}
+                    before.append(piece[:2000])
+                if read > CONFIG_SCAN_BYTES:
+                    break
+    except FileNotFoundError:
+        return {"log_error": f"{log}: no such file"}
+    except PermissionError as exc:
+        return {"log_error": f"{log}: {exc.strerror}"}
+    return {"server_args_line": None, "log_lines": list(before)}
 
 
 def cmd_probe(port: int, model: str | None, bind: str, env_file: str | None) -> dict[str, Any]:
@@ -1090,8 +1214,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     probe.add_argument("--model")
     probe.add_argument("--bind", default="0.0.0.0")  # noqa: S104 - checking that nobody holds it
     probe.add_argument("--env-file")
-    procinfo = commands.add_parser("procinfo")
-    procinfo.add_argument("--pid", type=int, required=True)
+    inspect = commands.add_parser("inspect")
+    inspect.add_argument("--dir", required=True)
+    inspect.add_argument("--pid", type=int)
+    inspect.add_argument("--port", type=int)
+    inspect.add_argument("--host", default="127.0.0.1")
+    inspect.add_argument("--env", action="append", default=[])
+    inspect.add_argument("--log")
     args = parser.parse_args(argv)
     if args.command == "start":
         result = cmd_start(args.dir, args.spec)
@@ -1101,8 +1230,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         result = cmd_stop(args.dir, args.timeout)
     elif args.command == "runs":
         result = cmd_runs(args.dir)
-    elif args.command == "procinfo":
-        result = cmd_procinfo(args.pid)
+    elif args.command == "inspect":
+        result = cmd_inspect(args.dir, args.pid, args.port, args.host, args.env, args.log)
     else:
         result = cmd_probe(args.port, args.model, args.bind, args.env_file)
     sys.stdout.write(json.dumps(result, sort_keys=True) + "\n")

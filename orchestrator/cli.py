@@ -20,7 +20,7 @@ from orchestrator.errors import ExitCode, OrchError, ProfileError, ProfileErrors
 from orchestrator.model import Finding, Severity
 
 if TYPE_CHECKING:
-    from orchestrator import pipeline
+    from orchestrator import pipeline, verify
     from orchestrator.observe import LogEvent
     from orchestrator.pipeline import Context, UpEvent
     from orchestrator.profile import ProfileStore
@@ -117,6 +117,23 @@ def _parser() -> argparse.ArgumentParser:
     logs.add_argument("--run", metavar="ID", help="a run id (default: the current or last run)")
     logs.add_argument("-n", "--lines", type=int, default=100, help="lines of the tail to show")
     logs.set_defaults(handler=_cmd_logs)
+
+    diff = commands.add_parser(
+        "diff-effective",
+        help="compare the profile with what the server received and what SGLang resolved",
+        description="Field by field: the profile, the server process's command line and "
+        "environment (/proc on the host), and SGLang's resolved configuration (/server_info, "
+        "else the server_args= log line). Exit 0 when every field the profile sets matches, "
+        "1 on drift.",
+    )
+    diff.add_argument("profile", metavar="PROFILE")
+    diff.add_argument("--json", action="store_true", help="the stable machine-readable format")
+    diff.add_argument(
+        "--all", action="store_true", help="also the fields left to SGLang that it filled in"
+    )
+    diff.add_argument("--pid", type=int, help="the server's pid (a server not started by orch)")
+    diff.add_argument("--log", metavar="PATH", help="its log on the host, for the server_args line")
+    diff.set_defaults(handler=_cmd_diff_effective)
 
     hosts = commands.add_parser("hosts", help="host keys: orch hosts trust HOST")
     host_commands = hosts.add_subparsers(dest="hosts_command", required=True)
@@ -264,11 +281,17 @@ def _show_up(events: Iterator[UpEvent], output: _Output) -> int:
             )
         elif isinstance(event, pipeline.LogLine):
             progress.log_event(event.event)
+        elif isinstance(event, pipeline.Effective):
+            progress.end()
+            _show_effective_in_up(event, output)
         else:
             progress.end()
             if event.ok:
                 output.print(event.summary)
                 return ExitCode.OK
+            if event.exit_code == ExitCode.DRIFT:
+                output.error(OrchError(event.summary, event.hint))
+                return event.exit_code
             if event.last_lines:
                 output.err.write("  last lines of the log:\n")
                 for line in event.last_lines[-15:]:
@@ -276,6 +299,40 @@ def _show_up(events: Iterator[UpEvent], output: _Output) -> int:
             output.error(OrchError(f"server failed: {event.summary}", event.hint))
             return event.exit_code
     return ExitCode.INTERNAL  # pragma: no cover - up always ends with a Verdict
+
+
+def _show_effective_in_up(event: pipeline.Effective, output: _Output) -> None:
+    from orchestrator import verify
+
+    report = event.report
+    fields = [row for row in report.fields if row.verdict != verify.DEFAULTED]
+    drift = report.drift
+    matched = sum(1 for row in fields if row.verdict == verify.OK)
+    where = report.resolved_source or "no resolved configuration"
+    output.print(
+        f"  effective configuration ({where}): {matched}/{len(fields)} fields as the profile "
+        f"says, {len(drift)} drift"
+    )
+    pinned = {id(row) for row in event.pinned}
+    for row in drift:
+        if id(row) in pinned:
+            output.error(OrchError(f"pinned {_drift_sentence(row)}"))
+        else:
+            output.finding(Finding(Severity.WARNING, _drift_sentence(row), None))
+
+
+def _drift_sentence(row: verify.FieldRow | verify.EnvRow) -> str:
+    from orchestrator import verify
+
+    if isinstance(row, verify.EnvRow):
+        got = "absent" if row.received is None else row.received
+        return f"env {row.name}: {row.verdict} (profile {row.profile}, process {got})"
+    text = (
+        f"{row.field}: {row.verdict} (profile {verify.show(row.profile, row.secret)}, "
+        f"received {verify.show(row.received, row.secret)}, "
+        f"resolved {verify.show(row.resolved, row.secret)})"
+    )
+    return text + (f": {row.why}" if row.why else "")
 
 
 class _Progress:
@@ -418,7 +475,11 @@ def _status_table(rows: list[pipeline.StatusRow]) -> str:
             state.plan_hash or "-",
             commit,
         ))  # fmt: skip
-    widths = [max(len(r[i]) for r in table) for i in range(len(header))]
+    return _grid(table)
+
+
+def _grid(table: Sequence[Sequence[str]]) -> str:
+    widths = [max(len(r[i]) for r in table) for i in range(len(table[0]))]
     return "\n".join(
         "  ".join(cell.ljust(width) for cell, width in zip(r, widths, strict=True)).rstrip()
         for r in table
@@ -449,6 +510,61 @@ def _cmd_logs(args: argparse.Namespace, output: _Output) -> int:
     finally:
         ctx.close()
     return ExitCode.OK
+
+
+def _cmd_diff_effective(args: argparse.Namespace, output: _Output) -> int:
+    import json
+
+    from orchestrator import pipeline, verify
+
+    ctx = _context(args)
+    try:
+        report = pipeline.diff_effective(
+            ctx, args.profile, include_defaulted=args.all, pid=args.pid, log=args.log
+        )
+    finally:
+        ctx.close()
+    if args.json:
+        output.print(json.dumps(verify.report_json(report), indent=2, default=str))
+    else:
+        output.print(_diff_text(report))
+    return ExitCode.DRIFT if report.drift else ExitCode.OK
+
+
+def _diff_text(report: verify.Report) -> str:
+    from orchestrator import verify
+
+    found = {"orch": "run by orch", "port": "found by its port", "pid": "given pid"}
+    head = (
+        f"{report.profile}: SGLang {report.sglang_version}, pid {report.pid or '-'} "
+        f"({found.get(report.found_by, 'not running')}), resolved from "
+        f"{report.resolved_source or 'nothing'}"
+    )
+    table = [("FIELD", "PROFILE", "RECEIVED", "RESOLVED", "VERDICT", "WHY")]
+    for row in report.fields:
+        name = row.field + (f" (as {row.requested_as})" if row.requested_as else "")
+        table.append((
+            name,
+            verify.show(row.profile, row.secret, 32),
+            verify.show(row.received, row.secret, 32),
+            verify.show(row.resolved, row.secret, 32),
+            row.verdict,
+            row.why or "",
+        ))  # fmt: skip
+    for env in report.env:
+        table.append((
+            f"env {env.name}", verify.show(env.profile, False, 32),
+            "-" if env.received is None else verify.show(env.received, False, 32),
+            "", env.verdict, "",
+        ))  # fmt: skip
+    lines = [head, _grid(table)]
+    lines += [f"unrecognised on the command line: {token}" for token in report.unknown_received]
+    lines += [f"note: {note}" for note in report.notes]
+    drift = report.drift
+    lines.append(
+        f"{len(drift)} field{'s' if len(drift) != 1 else ''} drifted" if drift else "no drift"
+    )
+    return "\n".join(lines)
 
 
 def _cmd_hosts_trust(args: argparse.Namespace, output: _Output) -> int:

@@ -29,6 +29,7 @@ class ExitCode(enum.IntEnum):
     NOT_DEPLOYED = 11  # no server of this profile on its host
     CONFLICT = 12  # another plan already runs there (use --replace)
     STARTUP_TIMEOUT = 13  # the server did not become ready within health.startup_timeout_s
+    NOT_RESOLVED = 14  # diff-effective: the server has not shown its resolved configuration yet
     # The server died; one code per crash class, so scripts can tell them apart.
     CONFIG_ERROR = 20
     CUDA_OOM = 21
@@ -171,6 +172,12 @@ class SupervisorError(OrchError):
 
 class NotDeployed(OrchError):
     exit_code = ExitCode.NOT_DEPLOYED
+
+
+class NotResolved(OrchError):
+    """Nothing to compare yet: no readable process and no ``server_args=`` line."""
+
+    exit_code = ExitCode.NOT_RESOLVED
 
 
 class Conflict(OrchError):

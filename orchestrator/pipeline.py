@@ -6,6 +6,7 @@ Connections are opened once per host per command and reused for everything in it
 
 from __future__ import annotations
 
+import dataclasses
 import getpass
 import json
 import posixpath
@@ -19,12 +20,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from orchestrator import __version__, argtable, render
+from orchestrator import __version__, argtable, render, verify
 from orchestrator.agent import CONFIG_ERROR, DETERMINISTIC
 from orchestrator.errors import (
     Conflict,
     ExitCode,
     NotDeployed,
+    NotResolved,
     OrchError,
     PreflightError,
     StartupTimeout,
@@ -134,7 +136,15 @@ class Verdict:
     hint: str | None = None
 
 
-UpEvent = Step | Warn | Started | Attached | LogLine | Verdict
+@dataclass(frozen=True)
+class Effective:
+    """diff-effective, run by ``up`` once the server is ready (or has died after resolving)."""
+
+    report: verify.Report
+    pinned: tuple[verify.FieldRow, ...]
+
+
+UpEvent = Step | Warn | Started | Attached | LogLine | Effective | Verdict
 
 
 # -- helpers ------------------------------------------------------------------------------------
@@ -187,14 +197,13 @@ def build_spec(
     profile: Profile, plan: LaunchPlan, argv: Sequence[str], env: Mapping[str, str],
     meta: Mapping[str, Any],
 ) -> dict[str, Any]:  # fmt: skip
-    local_bind = profile.bind in ("0.0.0.0", "::", "localhost") or profile.bind.startswith("127.")  # noqa: S104
     return {
         "protocol": 1,
         "deployment": profile.name,
         "argv": list(argv),
         "env": dict(env),
         "port": plan.port,
-        "health_host": "127.0.0.1" if local_bind else profile.bind,
+        "health_host": _health_host(profile),
         "health": {
             "endpoint": profile.health.endpoint,
             "interval_s": profile.health.interval_s,
@@ -222,7 +231,7 @@ def up(ctx: Context, name: str, *, replace_running: bool = False) -> Iterator[Up
     profile = loaded.profile
     plan = render.render(profile, loaded.table)
     argv, env, redact = render.resolve_secrets(plan, ctx.environ)
-    transport, deployment, agent = deployment_for(ctx, profile)
+    _, deployment, agent = deployment_for(ctx, profile)
     where = "this machine" if profile.host.is_local else f"ssh {profile.host.address}"
     yield Step(f"{profile.name} on {profile.host.name} ({where}), workdir {deployment.dir}")
 
@@ -231,7 +240,7 @@ def up(ctx: Context, name: str, *, replace_running: bool = False) -> Iterator[Up
     if current.alive:
         if current.plan_hash == digest:
             yield Attached(current)
-            yield from follow(ctx, transport, deployment, current, profile, redact)
+            yield from _follow_and_verify(ctx, loaded, agent, current, redact)
             return
         if not replace_running:
             raise Conflict(
@@ -265,7 +274,7 @@ def up(ctx: Context, name: str, *, replace_running: bool = False) -> Iterator[Up
         if winner is not None:
             yield Step("a concurrent orch up started this same plan first; following it")
             yield Attached(winner)
-            yield from follow(ctx, transport, deployment, winner, profile, redact)
+            yield from _follow_and_verify(ctx, loaded, agent, winner, redact)
             return
         holder = reply.get("holder") or {}
         raise Conflict(
@@ -275,7 +284,109 @@ def up(ctx: Context, name: str, *, replace_running: bool = False) -> Iterator[Up
         )
     state = run_state({**reply["state"], "deployed": True, "agent_alive": True})
     yield Started(state.run_id or "?", state.pid, state.log or "")
-    yield from follow(ctx, transport, deployment, state, profile, redact)
+    yield from _follow_and_verify(ctx, loaded, agent, state, redact)
+
+
+def _follow_and_verify(
+    ctx: Context,
+    loaded: LoadedProfile,
+    agent: Agent,
+    state: RunState,
+    redact: Callable[[str], str],
+) -> Iterator[UpEvent]:
+    """Follow the startup; then compare what the server got with the profile. Drift in a
+    pinned field fails ``up``; other drift is a warning (``diff-effective`` fails on it)."""
+    profile = loaded.profile
+    for event in follow(ctx, agent.transport, agent.deployment, state, profile, redact):
+        if not isinstance(event, Verdict):
+            yield event
+            continue
+        try:
+            report = diff_effective(ctx, profile.name, loaded=loaded)
+        except (NotDeployed, NotResolved):
+            yield event  # it died before SGLang resolved anything: the verdict says it all
+            return
+        except OrchError as exc:
+            yield Warn(f"could not compare the effective configuration: {exc.message}", exc.hint)
+            yield event
+            return
+        pinned = report.pinned_drift(profile.pin, loaded.table)
+        yield Effective(report, pinned)
+        if event.ok and pinned:
+            names = ", ".join(row.field for row in pinned)
+            yield Verdict(
+                ok=False,
+                exit_code=ExitCode.DRIFT,
+                state=event.state,
+                summary=f"pinned field{'s' if len(pinned) > 1 else ''} drifted: {names} "
+                f"(run {event.state.run_id} is READY and keeps running)",
+                hint=f"orch diff-effective {profile.name} shows why; "
+                f"orch down {profile.name} to stop it",
+            )
+            return
+        yield event
+        return
+
+
+def diff_effective(
+    ctx: Context,
+    name: str,
+    *,
+    include_defaulted: bool = False,
+    pid: int | None = None,
+    log: str | None = None,
+    loaded: LoadedProfile | None = None,
+) -> verify.Report:
+    """Compare the profile with what its server received and what SGLang resolved."""
+    loaded = loaded or load(ctx, name)
+    profile = loaded.profile
+    plan = render.render(profile, loaded.table)
+    _, env, _ = render.resolve_secrets(plan, ctx.environ)
+    _, _, agent = deployment_for(ctx, profile)
+    document = agent.inspect(
+        port=plan.port, host=_health_host(profile), env_names=sorted(env), pid=pid, log=log
+    )
+    observed = verify.observation(document)
+    where = f"{profile.name} on {profile.host.name}"
+    if observed.pid is None and observed.resolved is None:
+        raise NotDeployed(
+            f"no server for {where}: none started by orch, nothing listens on port {plan.port}",
+            f"orch up {profile.name}; for a server started another way: --pid PID",
+        )
+    if observed.argv is None and observed.resolved is None:
+        raise NotResolved(
+            f"{where}: server pid {observed.pid} is gone and logged no server_args= line",
+            f"orch logs {profile.name} shows how it ended",
+        )
+    table = loaded.table
+    if observed.server_version and observed.server_version != table.version:
+        if profile.sglang_version is None:  # launched with the host's version's spelling
+            table = argtable.table_for(observed.server_version).table
+        else:
+            observed = dataclasses.replace(
+                observed,
+                notes=(
+                    *observed.notes,
+                    f"the server runs SGLang {observed.server_version}, the profile targets "
+                    f"{profile.sglang_version}",
+                ),
+            )
+    secrets = {secret: ctx.environ[secret] for secret in plan.secret_names()}
+    secret_env = frozenset(key for key, value in plan.env.items() if not isinstance(value, str))
+    return verify.compare(
+        profile,
+        table,
+        observed,
+        env=env,
+        secret_env=secret_env,
+        secrets=secrets,
+        include_defaulted=include_defaulted,
+    )
+
+
+def _health_host(profile: Profile) -> str:
+    local = profile.bind in ("0.0.0.0", "::", "localhost") or profile.bind.startswith("127.")  # noqa: S104
+    return "127.0.0.1" if local else profile.bind
 
 
 def _same_plan_winner(ctx: Context, agent: Agent, digest: str) -> RunState | None:

@@ -11,7 +11,7 @@ import hashlib
 import json
 import posixpath
 import secrets
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -142,8 +142,24 @@ class Agent:
         runs = self.call("runs", "--dir", self.deployment.dir).get("runs", [])
         return [run for run in runs if isinstance(run, dict)]
 
-    def procinfo(self, pid: int) -> dict[str, Any]:
-        return self.call("procinfo", "--pid", str(pid))
+    def inspect(
+        self,
+        *,
+        port: int,
+        host: str,
+        env_names: Sequence[str],
+        pid: int | None = None,
+        log: str | None = None,
+    ) -> dict[str, Any]:
+        """What the server received and resolved (see ``agent.py inspect``)."""
+        argv = ["inspect", "--dir", self.deployment.dir, "--port", str(port), "--host", host]
+        for name in env_names:
+            argv += ["--env", name]
+        if pid is not None:
+            argv += ["--pid", str(pid)]
+        if log is not None:
+            argv += ["--log", log]
+        return self.call(*argv, timeout=30.0)
 
 
 def run_state(document: dict[str, Any]) -> RunState:

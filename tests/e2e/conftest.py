@@ -56,7 +56,7 @@ class Workspace:
     def profiles(self) -> Path:
         return self.root / "profiles"
 
-    def profile(self, name: str, body: str = "", *, env: dict[str, str] | None = None,
+    def profile(self, name: str, body: str = "", *, env: dict[str, Any] | None = None,
                 version: str = "0.5.23", port: int | None = None, host: str | None = None,
                 restart: dict[str, Any] | None = None, args: dict[str, Any] | None = None,
                 served_model_name: str = "qwen-test") -> str:  # fmt: skip
@@ -138,3 +138,11 @@ def ssh_workspace(tmp_path: Path, sshd: SshServer) -> Iterator[Workspace]:
     space = Workspace(tmp_path, "box", workdir)
     yield space
     space.cleanup()
+
+
+def add_host(space: Workspace, name: str, **fields: Any) -> None:
+    """Another inventory entry: a copy of the workspace's host with ``fields`` changed."""
+    path = space.profiles / "hosts.yaml"
+    document = yaml.safe_load(path.read_text())
+    document["hosts"][name] = {**document["hosts"][space.host_name], **fields}
+    path.write_text(yaml.safe_dump(document))

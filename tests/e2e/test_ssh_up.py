@@ -62,7 +62,7 @@ def test_up_ready_status_logs_down_over_ssh(ssh_workspace: Workspace) -> None:
     children = {child.name() for child in server.children(recursive=True)}
     assert {"sglang::scheduler", "sglang::detokenizer"} <= children  # the stand-in's, as SGLang's
 
-    logs = ssh_workspace.orch("logs", name, "-n", "3")
+    logs = ssh_workspace.orch("logs", name, "-n", "10")
     assert logs.code == ExitCode.OK
     assert "The server is fired up and ready to roll!" in logs.out
 
@@ -188,7 +188,7 @@ def test_hosts_trust_pins_the_key_in_the_team_known_hosts(
     assert ssh_workspace.orch("up", name).code == ExitCode.OK
 
 
-NASTY = "it's \"quoted\" $HOME `id` $(touch /tmp/orch-pwned)\nsecond line\\n; rm -rf / #"
+NASTY = 'it\'s "quoted" $HOME `id` $(touch /tmp/orch-pwned)\nsecond line\\n; rm -rf / #'
 NASTY_ONE_LINE = NASTY.replace("\n", " ")  # names refuse line breaks; free-form args do not
 
 

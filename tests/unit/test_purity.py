@@ -15,6 +15,7 @@ CORE = [
     "orchestrator.render",
     "orchestrator.argtable",
     "orchestrator.model",
+    "orchestrator.verify",
 ]
 FORBIDDEN_IN_CORE = {"paramiko", "psutil", "subprocess", "socket", "jinja2", "pynvml"}
 

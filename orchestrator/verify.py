@@ -1,0 +1,716 @@
+"""What the server received and what SGLang resolved, compared with the profile field by field.
+
+Pure: the agent gathers the facts on the host (``agent.py inspect``); this module only reads them.
+Three layers are set against the rendered plan:
+
+- **received**: the server's ``/proc/PID/cmdline``, parsed back into SGLang fields with an
+  argparse parser built from the version's argument table (so abbreviations, ``--flag=value``,
+  ``nargs`` and aliases read exactly as SGLang read them), and the environment variables the
+  profile sets, from ``/proc/PID/environ``;
+- **resolved**: ``/server_info`` (``internal_states[0]`` wins for scheduler-side values) while the
+  server answers, else the ``server_args=`` startup line in either format (``ServerArgs(...)``
+  up to 0.5.18, a dict from 0.5.19), parsed with :mod:`ast`, never evaluated;
+- **launch_command** (``/server_info``, SGLang 0.5.20+): the arguments SGLang says it got.
+
+Verdicts per field: ``ok``; ``not-received`` (the profile asked, the process never got it);
+``received-other`` (the process got another value: a hand edit or a wrapper); ``overridden``
+(received as asked, resolved to another value, with the SGLang log line that explains it when
+there is one); ``extra`` (the process got a field the profile does not set); ``env-missing`` and
+``env-other`` for environment variables; ``defaulted`` (``--all``: fields left to SGLang that it
+filled in). Every verdict but ``ok`` and ``defaulted`` is drift.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import json
+import math
+import posixpath
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from orchestrator.argtable import RENAMES, ArgTable, arg_tokens, spell
+from orchestrator.model import Profile, SecretRef
+from orchestrator.profile import requested_fields
+
+OK = "ok"
+NOT_RECEIVED = "not-received"
+RECEIVED_OTHER = "received-other"
+OVERRIDDEN = "overridden"
+EXTRA = "extra"
+ENV_MISSING = "env-missing"
+ENV_OTHER = "env-other"
+DEFAULTED = "defaulted"
+DRIFT = frozenset({NOT_RECEIVED, RECEIVED_OTHER, OVERRIDDEN, EXTRA, ENV_MISSING, ENV_OTHER})
+
+SECRET_SHOWN = "<secret>"  # noqa: S105 - the mask, not a secret
+# Fields SGLang itself masks or that carry credentials: never shown, whatever the profile says.
+SECRET_FIELDS = frozenset({"api_key", "admin_api_key", "ssl_keyfile_password"})
+
+
+class _Absent:
+    """A layer that has no value for a field (not the same as a value of None)."""
+
+    _instance: _Absent | None = None
+
+    def __new__(cls) -> _Absent:
+        if cls._instance is None:
+            cls._instance = super().__new__(cls)
+        return cls._instance
+
+    def __repr__(self) -> str:
+        return "ABSENT"
+
+
+ABSENT: Any = _Absent()
+
+
+# -- reading SGLang's outputs -----------------------------------------------------------------
+
+_CONFIG_LINE = re.compile(r"server_args=(ServerArgs\(.*\)|\{.*\})\s*$")
+_LOG_PREFIX = re.compile(r"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d{3})?[^\]]*\] ")
+
+
+class UnreadableConfig(ValueError):
+    """A ``server_args=`` line that is not a literal ServerArgs repr or dict."""
+
+
+def parse_server_args_line(line: str) -> dict[str, Any] | None:
+    """The fields of SGLang's ``server_args=`` startup line, or None when ``line`` is not one.
+
+    ``ServerArgs(a=1, ...)`` (<= 0.5.18) and ``{'a': 1, ...}`` (>= 0.5.19) both parse with
+    ``ast``; values are literals only (``ast.literal_eval``), so nothing in a log is executed.
+    """
+    match = _CONFIG_LINE.search(line.rstrip("\r\n"))
+    if match is None:
+        return None
+    body = match.group(1)
+    try:
+        tree = ast.parse(body, mode="eval").body
+        if isinstance(tree, ast.Call):
+            fields: dict[str, Any] = {}
+            for keyword in tree.keywords:
+                if keyword.arg is None:
+                    raise UnreadableConfig("**kwargs in a ServerArgs repr")
+                fields[keyword.arg] = _literal(keyword.value)
+            return fields
+        value = ast.literal_eval(tree)
+    except (SyntaxError, ValueError) as exc:
+        raise UnreadableConfig(f"server_args= line is not a literal: {exc}") from exc
+    if not isinstance(value, dict):
+        raise UnreadableConfig("server_args= line is neither ServerArgs(...) nor a dict")
+    return {str(key): item for key, item in value.items()}
+
+
+def _literal(node: ast.expr) -> Any:
+    """A keyword's value; nested reprs of dataclasses (``CudaGraphConfig(...)``) become dicts."""
+    if isinstance(node, ast.Call) and not node.args:
+        return {str(k.arg): _literal(k.value) for k in node.keywords}
+    return ast.literal_eval(node)
+
+
+def resolved_from_server_info(payload: Mapping[str, Any]) -> dict[str, Any]:
+    """``/server_info``'s ServerArgs fields; ``internal_states[0]`` (the scheduler's copy, which
+    can differ from the top level after launch) wins where it has the field."""
+    merged = dict(payload)
+    states = payload.get("internal_states")
+    if isinstance(states, list) and states and isinstance(states[0], dict):
+        merged.update(states[0])
+    return merged
+
+
+def strip_log_prefix(line: str) -> str:
+    return _LOG_PREFIX.sub("", line, count=1)
+
+
+# -- reading a command line back --------------------------------------------------------------
+
+
+class ArgvUnreadable(ValueError):
+    """A command line SGLang's parser would reject (so the server cannot have started with it)."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> Any:  # argparse would print and exit
+        raise ArgvUnreadable(message)
+
+
+def _nullable_str(text: str) -> str | None:
+    return None if text.lower() in ("none", "null") else text
+
+
+def _human_int(text: str) -> int:
+    units = {"k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12}
+    units.update({"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40})
+    for suffix in sorted(units, key=len, reverse=True):
+        if text.endswith(suffix):
+            return int(float(text[: -len(suffix)]) * units[suffix])
+    return int(text)
+
+
+def _json_or_text(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+_TYPES: dict[str | None, Any] = {
+    None: str,
+    "str": str,
+    "int": int,
+    "float": float,
+    "callable:human_readable_int": _human_int,
+    "callable:nullable_str": _nullable_str,
+    "callable:loads": _json_or_text,
+    "callable:json_list_type": _json_or_text,
+}
+
+
+def build_parser(table: ArgTable) -> argparse.ArgumentParser:
+    """An argparse parser that reads SGLang's command line as this version's parser does, with
+    every default suppressed: the namespace holds what the command line gave and nothing else."""
+    parser = _Parser(prog="sglang", add_help=False, allow_abbrev=True)
+    for option in table.options:
+        common: dict[str, Any] = {"dest": option.dest, "default": argparse.SUPPRESS}
+        flags = list(option.flags)
+        if option.action == "custom:BooleanOptionalAction":
+            positive = [f for f in flags if not f.startswith("--no-")]
+            parser.add_argument(*positive, action=argparse.BooleanOptionalAction, **common)
+        elif option.action in ("store_true", "store_false"):
+            parser.add_argument(*flags, action=option.action, **common)
+        elif option.action == "store_const" or option.nargs == 0:
+            const = True if option.const is None else option.const
+            parser.add_argument(*flags, action="store_const", const=const, **common)
+        elif option.action == "count":
+            parser.add_argument(*flags, action="count", **common)
+        else:
+            kind = _TYPES.get(option.type, str)
+            action = "append" if option.action == "append" else "store"
+            extra: dict[str, Any] = {"type": kind}
+            if option.nargs is not None:
+                extra["nargs"] = option.nargs
+            if option.nargs == "?":
+                extra["const"] = option.const
+            parser.add_argument(*flags, action=action, **common, **extra)
+    return parser
+
+
+def sglang_arguments(argv: Sequence[str]) -> tuple[str, ...] | None:
+    """The arguments after ``-m sglang.launch_server`` or ``sglang serve``; None when ``argv``
+    is not an SGLang server's command line."""
+    for index, word in enumerate(argv):
+        token = str(word)
+        if token in ("sglang.launch_server", "-msglang.launch_server") and (
+            token.startswith("-m") or (index > 0 and argv[index - 1] == "-m")
+        ):
+            return tuple(argv[index + 1 :])
+        if token != "serve" or index == 0:  # noqa: S105 - a subcommand
+            continue
+        if posixpath.basename(argv[index - 1]) == "sglang" or argv[index - 1] == "sglang.cli.main":
+            return tuple(argv[index + 1 :])
+    return None
+
+
+@dataclass(frozen=True)
+class ParsedArgs:
+    values: dict[str, Any]  # ServerArgs field -> value, only what the command line gave
+    unknown: tuple[str, ...]  # tokens SGLang's parser would not recognise
+
+
+def parse_arguments(table: ArgTable, arguments: Sequence[str]) -> ParsedArgs:
+    parser = build_parser(table)
+    try:
+        namespace, unknown = parser.parse_known_args(list(arguments))
+    except argparse.ArgumentError as exc:
+        raise ArgvUnreadable(str(exc)) from exc
+    values = {field_name(table, dest): value for dest, value in vars(namespace).items()}
+    return ParsedArgs(values, tuple(unknown))
+
+
+def field_name(table: ArgTable, dest: str) -> str:
+    """The ServerArgs field an argparse dest sets (``tensor_parallel_size`` -> ``tp_size`` in
+    0.5.11; an old alias's dest -> the renamed field)."""
+    if dest in table.fields:
+        return dest
+    for rename in RENAMES:
+        if dest == rename.old and rename.new in table.fields:
+            return rename.new
+    option = table.by_dest.get(dest)
+    for flag in option.flags if option else ():
+        name = flag.lstrip("-").replace("-", "_")
+        if name in table.fields:
+            return name
+    return dest
+
+
+# -- comparing --------------------------------------------------------------------------------
+
+# 0.5.19+: the flat cuda-graph fields keep the raw input in server_args; the effective values
+# live in the nested cuda_graph_config (FACTS.md §2).
+_CUDA_GRAPH_NESTED: dict[str, tuple[str, str]] = {
+    "cuda_graph_max_bs_decode": ("decode", "max_bs"),
+    "cuda_graph_bs_decode": ("decode", "bs"),
+    "cuda_graph_backend_decode": ("decode", "backend"),
+    "cuda_graph_max_bs_prefill": ("prefill", "max_bs"),
+    "cuda_graph_bs_prefill": ("prefill", "bs"),
+    "cuda_graph_backend_prefill": ("prefill", "backend"),
+    "cuda_graph_prefill_max_context": ("prefill", "max_context_size"),
+}
+
+
+def resolved_value(resolved: Mapping[str, Any], name: str) -> Any:
+    if name in _CUDA_GRAPH_NESTED and isinstance(resolved.get("cuda_graph_config"), dict):
+        phase, key = _CUDA_GRAPH_NESTED[name]
+        section = resolved["cuda_graph_config"].get(phase)
+        if isinstance(section, dict) and key in section:
+            return section[key]
+    return resolved.get(name, ABSENT)
+
+
+def same(want: Any, got: Any) -> bool:
+    """Equal after normalisation: numbers given as strings, JSON given as text, lists and
+    tuples, paths with redundant slashes; booleans only equal booleans."""
+    if want is ABSENT or got is ABSENT:
+        return want is got
+    if isinstance(want, bool) or isinstance(got, bool):
+        return want is got or (isinstance(want, bool) and isinstance(got, bool) and want == got)
+    if want is None or got is None:
+        return want is got
+    if isinstance(want, int | float) or isinstance(got, int | float):
+        try:
+            return math.isclose(float(want), float(got), rel_tol=1e-9, abs_tol=0.0)
+        except (TypeError, ValueError):
+            return False
+    if isinstance(want, str) and isinstance(got, dict | list):
+        return same(_json_or_text(want), got) if want.strip()[:1] in "{[" else False
+    if isinstance(got, str) and isinstance(want, dict | list):
+        return same(got, want)
+    if isinstance(want, list | tuple) and isinstance(got, list | tuple):
+        return len(want) == len(got) and all(same(a, b) for a, b in zip(want, got, strict=True))
+    if isinstance(want, dict) and isinstance(got, dict):
+        return want.keys() == got.keys() and all(same(want[k], got[k]) for k in want)
+    if isinstance(want, str) and isinstance(got, str):
+        return want == got or (
+            _path_like(want) and posixpath.normpath(want) == posixpath.normpath(got)
+        )
+    return bool(want == got)
+
+
+def _path_like(text: str) -> bool:
+    return text.startswith(("/", "./", "../", "~/"))
+
+
+@dataclass(frozen=True)
+class Observation:
+    """What the agent found on the host (see ``agent.py inspect``)."""
+
+    pid: int | None
+    found_by: str  # "orch" (its supervisor), "port" (the listener), "pid" (given), "" (none)
+    alive: bool
+    argv: tuple[str, ...] | None  # /proc/PID/cmdline; None when no process could be read
+    env: Mapping[str, str] | None  # only the names asked for; None when not readable
+    resolved: Mapping[str, Any] | None
+    resolved_source: str  # "/server_info", "/get_server_info", "server_args line", ""
+    launch_command: str | None
+    log_lines: tuple[str, ...] = ()  # what SGLang logged up to its config line
+    log: str | None = None
+    notes: tuple[str, ...] = ()
+    server_version: str | None = None  # what /server_info says
+
+
+def observation(document: Mapping[str, Any]) -> Observation:
+    """The agent's ``inspect`` answer -> Observation (the protocol's contract)."""
+    notes: list[str] = []
+    resolved: dict[str, Any] | None = None
+    source = ""
+    launch_command = None
+    info = document.get("server_info")
+    if isinstance(info, dict):
+        resolved = resolved_from_server_info(info)
+        source = str(document.get("server_info_endpoint") or "/server_info")
+        command = info.get("launch_command")
+        launch_command = command if isinstance(command, str) else None
+    else:
+        if document.get("server_info_error"):
+            notes.append(f"server_info unavailable: {document['server_info_error']}")
+        line = document.get("server_args_line")
+        if isinstance(line, str):
+            try:
+                resolved = parse_server_args_line(line)
+                source = "server_args line"
+            except UnreadableConfig as exc:
+                notes.append(str(exc))
+    if document.get("proc_error"):
+        notes.append(str(document["proc_error"]))
+    if document.get("log_error"):
+        notes.append(str(document["log_error"]))
+    argv = document.get("argv")
+    env = document.get("env")
+    raw_lines = document.get("log_lines")
+    pid = document.get("pid")
+    return Observation(
+        pid=int(pid) if isinstance(pid, int) else None,
+        found_by=str(document.get("found_by") or ""),
+        alive=bool(document.get("alive")),
+        argv=tuple(str(a) for a in argv) if isinstance(argv, list) else None,
+        env={str(k): str(v) for k, v in env.items()} if isinstance(env, dict) else None,
+        resolved=resolved,
+        resolved_source=source,
+        launch_command=launch_command,
+        log_lines=tuple(str(x) for x in raw_lines) if isinstance(raw_lines, list) else (),
+        log=str(document["log"]) if document.get("log") else None,
+        notes=tuple(notes),
+        server_version=str(info["version"])
+        if isinstance(info, dict) and info.get("version")
+        else None,
+    )
+
+
+@dataclass(frozen=True)
+class FieldRow:
+    field: str  # the ServerArgs field, as the running version names it
+    requested_as: str | None  # the profile's name when it differs (another version's spelling)
+    key_path: str | None  # where the profile sets it
+    profile: Any
+    received: Any
+    resolved: Any
+    launch_command: Any
+    verdict: str
+    why: str | None = None
+    secret: bool = False
+
+    @property
+    def drift(self) -> bool:
+        return self.verdict in DRIFT
+
+
+@dataclass(frozen=True)
+class EnvRow:
+    name: str
+    profile: str
+    received: str | None
+    verdict: str
+    secret: bool = False
+
+    @property
+    def drift(self) -> bool:
+        return self.verdict in DRIFT
+
+
+@dataclass(frozen=True)
+class Report:
+    profile: str
+    sglang_version: str
+    pid: int | None
+    found_by: str
+    resolved_source: str
+    fields: tuple[FieldRow, ...]
+    env: tuple[EnvRow, ...]
+    notes: tuple[str, ...] = ()
+    unknown_received: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def drift(self) -> tuple[FieldRow | EnvRow, ...]:
+        rows: tuple[FieldRow | EnvRow, ...] = (*self.fields, *self.env)
+        return tuple(row for row in rows if row.drift)
+
+    def pinned_drift(self, pins: Iterable[str], table: ArgTable) -> tuple[FieldRow, ...]:
+        wanted = set()
+        for name in pins:
+            spelled = spell(table, name)
+            wanted.add(field_name(table, spelled.dest) if spelled else name)
+            wanted.add(name)
+        return tuple(
+            row
+            for row in self.fields
+            if row.drift and (row.field in wanted or (row.requested_as or "") in wanted)
+        )
+
+
+@dataclass(frozen=True)
+class _Expected:
+    field: str
+    requested_as: str | None
+    key_path: str
+    value: Any
+    given: bool  # whether the value reaches the command line (False: it is the default)
+    secret: bool
+
+
+def expected_fields(
+    profile: Profile, table: ArgTable, secrets: Mapping[str, str]
+) -> tuple[_Expected, ...]:
+    """The fields the profile sets, typed as SGLang's parser types them: each one's tokens, as
+    render writes them, read back by the same parser that reads the process's command line."""
+    out = []
+    for requested in requested_fields(profile):
+        spelling = spell(table, requested.name)
+        if spelling is None:  # validation refuses these; nothing to compare
+            continue
+        secret = isinstance(requested.value, SecretRef)
+        value = requested.value
+        if isinstance(value, SecretRef):
+            value = secrets.get(value.env_var, "")
+        tokens = [str(t) for t in arg_tokens(spelling.option, value, spelling.flag)]
+        name = field_name(table, spelling.dest)
+        if tokens:
+            parsed = parse_arguments(table, tokens).values
+            typed = parsed.get(name, value)
+        else:
+            typed = value
+        out.append(
+            _Expected(
+                field=name,
+                requested_as=requested.name if requested.name != name else None,
+                key_path=requested.key_path,
+                value=typed,
+                given=bool(tokens),
+                secret=secret or name in SECRET_FIELDS,
+            )
+        )
+    return tuple(out)
+
+
+def compare(
+    profile: Profile,
+    table: ArgTable,
+    observation: Observation,
+    *,
+    env: Mapping[str, str],
+    secret_env: frozenset[str],
+    secrets: Mapping[str, str],
+    include_defaulted: bool = False,
+) -> Report:
+    """Set the observation against the profile. ``env``: the server environment the profile
+    asks for (secrets resolved); ``secret_env``: names whose values are never shown."""
+    expected = expected_fields(profile, table, secrets)
+    received: ParsedArgs | None = None
+    notes = list(observation.notes)
+    if observation.argv is not None:
+        arguments = sglang_arguments(observation.argv)
+        if arguments is None:
+            notes.append(
+                f"pid {observation.pid} is not an SGLang server's command line "
+                f"({' '.join(observation.argv[:3])} ...): received not compared"
+            )
+        else:
+            try:
+                received = parse_arguments(table, arguments)
+            except ArgvUnreadable as exc:
+                notes.append(f"the process's command line does not parse: {exc}")
+    launched: ParsedArgs | None = None
+    if observation.launch_command is not None:
+        try:
+            launched = parse_arguments(table, observation.launch_command.split())
+        except ArgvUnreadable as exc:
+            notes.append(f"launch_command does not parse: {exc}")
+    resolved = observation.resolved
+
+    rows: list[FieldRow] = []
+    for want in expected:
+        got = _received_value(received, table, want.field)
+        effective = resolved_value(resolved, want.field) if resolved is not None else ABSENT
+        said = launched.values.get(want.field, ABSENT) if launched is not None else ABSENT
+        verdict, why = _field_verdict(want, got, effective, received is not None, observation)
+        if verdict == OK and launched is not None and want.given and not same(want.value, said):
+            verdict, why = (
+                NOT_RECEIVED if said is ABSENT else RECEIVED_OTHER,
+                ("SGLang's launch_command " + ("lacks it" if said is ABSENT else f"says {said!r}")),
+            )
+        rows.append(
+            FieldRow(
+                field=want.field,
+                requested_as=want.requested_as,
+                key_path=want.key_path,
+                profile=want.value,
+                received=got,
+                resolved=effective,
+                launch_command=said,
+                verdict=verdict,
+                why=why,
+                secret=want.secret,
+            )
+        )
+    asked = {want.field for want in expected}
+    if received is not None:
+        for name, value in received.values.items():
+            if name in asked:
+                continue
+            rows.append(
+                FieldRow(
+                    field=name,
+                    requested_as=None,
+                    key_path=None,
+                    profile=ABSENT,
+                    received=value,
+                    resolved=resolved_value(resolved, name) if resolved is not None else ABSENT,
+                    launch_command=ABSENT,
+                    verdict=EXTRA,
+                    why="on the process's command line, not in the profile",
+                    secret=name in SECRET_FIELDS,
+                )
+            )
+    if include_defaulted and resolved is not None:
+        given = asked | (set(received.values) if received is not None else set())
+        rows.extend(_defaulted(table, resolved, given))
+
+    return Report(
+        profile=profile.name,
+        sglang_version=table.version,
+        pid=observation.pid,
+        found_by=observation.found_by,
+        resolved_source=observation.resolved_source,
+        fields=tuple(rows),
+        env=_env_rows(env, observation.env, secret_env),
+        notes=tuple(notes),
+        unknown_received=received.unknown if received is not None else (),
+    )
+
+
+def _received_value(received: ParsedArgs | None, table: ArgTable, name: str) -> Any:
+    if received is None:
+        return ABSENT
+    return received.values.get(name, ABSENT)
+
+
+def _field_verdict(
+    want: _Expected, got: Any, effective: Any, have_received: bool, observation: Observation
+) -> tuple[str, str | None]:
+    if have_received:
+        if got is ABSENT and want.given:
+            return NOT_RECEIVED, "absent from the process's command line"
+        if got is not ABSENT and not same(want.value, got):
+            return RECEIVED_OTHER, "the process's command line has another value"
+    if effective is ABSENT:
+        if observation.resolved is not None:
+            return OK, "not in SGLang's resolved configuration"
+        return OK, None if have_received else "nothing to compare"
+    if not same(want.value, effective):
+        return OVERRIDDEN, explain(want.field, observation.log_lines)
+    return OK, None
+
+
+def _defaulted(table: ArgTable, resolved: Mapping[str, Any], given: set[str]) -> list[FieldRow]:
+    rows = []
+    for name, default in table.fields.items():
+        if name in given or name.startswith("_"):
+            continue
+        effective = resolved_value(resolved, name)
+        if default == {"factory": True}:  # a default_factory: the table cannot show its value
+            default = type(effective)() if isinstance(effective, list | dict) else None
+        if effective is ABSENT or same(default, effective):
+            continue
+        rows.append(
+            FieldRow(
+                field=name,
+                requested_as=None,
+                key_path=None,
+                profile=ABSENT,
+                received=ABSENT,
+                resolved=effective,
+                launch_command=ABSENT,
+                verdict=DEFAULTED,
+                why=f"parser default {default!r}",
+                secret=name in SECRET_FIELDS,
+            )
+        )
+    return rows
+
+
+def _env_rows(
+    wanted: Mapping[str, str], got: Mapping[str, str] | None, secret: frozenset[str]
+) -> tuple[EnvRow, ...]:
+    if got is None:
+        return ()
+    rows = []
+    for name, value in wanted.items():
+        hidden = name in secret
+        shown = SECRET_SHOWN if hidden else value
+        if name not in got:
+            rows.append(EnvRow(name, shown, None, ENV_MISSING, hidden))
+        elif got[name] != value:
+            rows.append(
+                EnvRow(name, shown, SECRET_SHOWN if hidden else got[name], ENV_OTHER, hidden)
+            )
+        else:
+            rows.append(EnvRow(name, shown, shown, OK, hidden))
+    return tuple(rows)
+
+
+def explain(name: str, log_lines: Sequence[str]) -> str | None:
+    """The last line SGLang logged before its config line that speaks of ``name``: by the field
+    name (``page_size=1``), its flag (``--max-running-requests``) or its words ("Attention
+    backend not specified")."""
+    words = name
+    for prefix in ("disable_", "enable_"):
+        if words.startswith(prefix):
+            words = words[len(prefix) :]
+    needles = (name, "--" + name.replace("_", "-"), words.replace("_", " "))
+    for line in reversed(log_lines):
+        if not _LOG_PREFIX.match(line):  # SGLang explains through its logger, nothing else
+            continue
+        text = strip_log_prefix(line)
+        lowered = text.lower()
+        if any(needle.lower() in lowered for needle in needles):
+            return text
+    return None
+
+
+# -- showing ----------------------------------------------------------------------------------
+
+
+def show(value: Any, secret: bool = False, limit: int = 48) -> str:
+    if value is ABSENT:
+        return "-"
+    if secret:
+        return SECRET_SHOWN
+    text = value if isinstance(value, str) else json.dumps(value, default=str)
+    text = text.replace("\n", "\\n")
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def jsonable(value: Any, secret: bool = False) -> Any:
+    if value is ABSENT:
+        return None
+    if secret:
+        return SECRET_SHOWN
+    return value
+
+
+def report_json(report: Report) -> dict[str, Any]:
+    """The stable ``--json`` format (documented in README.md)."""
+    return {
+        "format": "orch.diff-effective/1",
+        "profile": report.profile,
+        "sglang_version": report.sglang_version,
+        "pid": report.pid,
+        "found_by": report.found_by,
+        "resolved_source": report.resolved_source or None,
+        "drift": bool(report.drift),
+        "fields": [
+            {
+                "field": row.field,
+                "requested_as": row.requested_as,
+                "key_path": row.key_path,
+                "profile": jsonable(row.profile, row.secret),
+                "received": jsonable(row.received, row.secret),
+                "received_present": row.received is not ABSENT,
+                "resolved": jsonable(row.resolved, row.secret),
+                "resolved_present": row.resolved is not ABSENT,
+                "launch_command": jsonable(row.launch_command, row.secret),
+                "verdict": row.verdict,
+                "why": row.why,
+            }
+            for row in report.fields
+        ],
+        "env": [
+            {"name": r.name, "profile": r.profile, "received": r.received, "verdict": r.verdict}
+            for r in report.env
+        ],
+        "unknown_received": list(report.unknown_received),
+        "notes": list(report.notes),
+    }
