@@ -120,7 +120,11 @@ def classify_exit(
     text = "\n".join(tail)
     lowered = text.lower()
     exception = last_exception_line(tail)
-    if returncode < 0 or returncode in (128 + signal.SIGKILL, 128 + signal.SIGTERM):
+    signalled = returncode < 0 or returncode in (128 + signal.SIGKILL, 128 + signal.SIGTERM)
+    # SGLang kills its own tree (SIGKILL, itself included) once a child reports a failure:
+    # then the signal is the consequence and the log says the cause.
+    self_killed = signalled and any(mark in lowered for mark in _SGLANG_SELF_KILL_MARKS)
+    if signalled and not self_killed:
         number = -returncode if returncode < 0 else returncode - 128
         name = _signal_name(number)
         why = " (the kernel's OOM killer, or kill -9)" if number == signal.SIGKILL else ""
@@ -142,11 +146,23 @@ def classify_exit(
     if _looks_like_missing_model(lowered):
         line = _find_line(tail, _MISSING_MODEL_MARKS)
         return ExitVerdict(MODEL_NOT_FOUND, exception or line or "model not found")
-    if exception is not None and not saw_config_line and not was_ready:
+    if exception is not None and not saw_config_line and not was_ready and not self_killed:
         return ExitVerdict(CONFIG_ERROR, exception)
     if exception is not None:
         return ExitVerdict(CRASHED, exception)
+    if self_killed:
+        line = _find_line(tail, _SGLANG_SELF_KILL_MARKS)
+        return ExitVerdict(CRASHED, line or "SGLang stopped its processes after a child failed")
     return ExitVerdict(CRASHED, f"exited with code {returncode}")
+
+
+# FACTS.md §2 (runtime failures): what SGLang logs before it kills its own process tree.
+_SGLANG_SELF_KILL_MARKS = (
+    "received sigquit from a child process",
+    "kill_process_tree called",
+    "scheduler hit an exception",
+    "crashed with exit code",
+)
 
 
 _MISSING_MODEL_MARKS = (
@@ -940,6 +956,8 @@ def cmd_inspect(
     """
     result: dict[str, Any] = {"protocol": PROTOCOL, "pid": None, "found_by": "", "alive": False}
     state = read_json(Paths(deployment_dir).state) or {}
+    if state:
+        result["last_run"] = {"run_id": state.get("run_id"), "state": state.get("state")}
     if pid is not None:
         result.update(pid=pid, found_by="pid")
     elif state.get("pid") and _pid_alive(state.get("pid")):
@@ -950,8 +968,8 @@ def cmd_inspect(
             result.update(pid=int(holder["pid"]), found_by="port")
     if result["pid"] is None and state.get("pid"):
         result.update(pid=int(state["pid"]), found_by="orch")  # dead: the log still tells
-    if log is None and result["found_by"] == "orch":
-        log = state.get("log")
+    if log is None and result["found_by"] in ("orch", ""):
+        log = state.get("log")  # orch's run, or its last one: its config line still tells
     port = port or state.get("port")
     target = result["pid"]
     if target is not None:

@@ -348,6 +348,13 @@ def diff_effective(
     )
     observed = verify.observation(document)
     where = f"{profile.name} on {profile.host.name}"
+    last_run = document.get("last_run") or {}
+    if observed.pid is None and observed.resolved is None and last_run.get("run_id"):
+        raise NotResolved(
+            f"{where}: no server runs; its last run ({last_run['run_id']}, "
+            f"{last_run.get('state')}) logged no server_args= line",
+            f"orch logs {profile.name} shows how it ended",
+        )
     if observed.pid is None and observed.resolved is None:
         raise NotDeployed(
             f"no server for {where}: none started by orch, nothing listens on port {plan.port}",

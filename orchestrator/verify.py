@@ -344,6 +344,8 @@ def observation(document: Mapping[str, Any]) -> Observation:
                 source = "server_args line"
             except UnreadableConfig as exc:
                 notes.append(str(exc))
+    if not document.get("alive") and resolved is not None:
+        notes.append("the server is not running: compared with what its log recorded")
     if document.get("proc_error"):
         notes.append(str(document["proc_error"]))
     if document.get("log_error"):

@@ -215,3 +215,30 @@ def test_json_is_parseable_and_never_shows_secrets(
     assert env["HF_TOKEN"] == {
         "name": "HF_TOKEN", "profile": "<secret>", "received": "<secret>", "verdict": "ok"
     }  # fmt: skip
+
+
+def test_after_a_crash_up_and_diff_compare_what_the_log_recorded(ssh_workspace: Workspace) -> None:
+    name = incident_profile(
+        ssh_workspace, "oom", draft=8, env={"ORCH_STANDIN_FAIL": "cuda-oom"},
+        restart={"mode": "no"},
+    )  # fmt: skip
+    up = ssh_workspace.orch("up", name)
+    assert up.code == ExitCode.CUDA_OOM, up.err
+    assert "effective configuration (server_args line)" in up.out
+    assert "speculative_num_draft_tokens: overridden" in up.err
+
+    outcome = ssh_workspace.orch("diff-effective", name, "--json")
+    assert outcome.code == ExitCode.DRIFT
+    report = outcome.json()
+    assert report["resolved_source"] == "server_args line"
+    assert "the server is not running: compared with what its log recorded" in report["notes"]
+    row = rows_by_field(report)["speculative_num_draft_tokens"]
+    assert (row["received_present"], row["resolved"], row["verdict"]) == (False, 4, "overridden")
+
+
+def test_config_error_before_resolution_has_nothing_to_compare(ssh_workspace: Workspace) -> None:
+    name = incident_profile(ssh_workspace, "stillborn", env={"ORCH_STANDIN_FAIL": "config-error"})
+    assert ssh_workspace.orch("up", name).code == ExitCode.CONFIG_ERROR
+    outcome = ssh_workspace.orch("diff-effective", name)
+    assert outcome.code == ExitCode.NOT_RESOLVED
+    assert "logged no server_args= line" in outcome.err

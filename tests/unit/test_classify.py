@@ -58,6 +58,32 @@ def test_0523_assertion_at_resolution_is_a_config_error() -> None:
     assert verdict.message.startswith("AssertionError: extra_buffer requires platform support")
 
 
+SELF_KILL_AFTER_OOM = [
+    "[2026-11-29 07:42:58] Load weight end. elapsed=20.71 s, type=Qwen3_5ForConditionalGeneration",
+    "[2026-11-29 07:42:59] Scheduler hit an exception: Traceback (most recent call last):",
+    '  File "/opt/sglang-0.5.23/lib/python3.11/site-packages/sglang/srt/managers/scheduler.py"',
+    "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 7.50 GiB.",
+    "[2026-11-29 07:42:59] Received sigquit from a child process. It usually means the child failed.",
+    "[2026-11-29 07:42:59] kill_process_tree called: parent_pid=9555, include_parent=True, pid=9555",
+]  # fmt: skip
+
+
+def test_sglang_killing_its_own_tree_is_classified_by_the_cause() -> None:
+    # SGLang SIGKILLs its tree, itself included, after a child's failure (FACTS.md §2):
+    # the -9 is a consequence, the log says the cause.
+    verdict = classify_exit(-signal.SIGKILL, SELF_KILL_AFTER_OOM, saw_config_line=True,
+                            was_ready=False)  # fmt: skip
+    assert verdict.cls == CUDA_OOM
+    assert verdict.message.startswith("torch.OutOfMemoryError: CUDA out of memory")
+
+
+def test_sglang_self_kill_without_a_known_cause_is_crashed_not_killed() -> None:
+    tail = [SELF_KILL_AFTER_OOM[-2]]
+    verdict = classify_exit(-signal.SIGKILL, tail, saw_config_line=True, was_ready=True)
+    assert verdict.cls == CRASHED
+    assert verdict.message.startswith("Received sigquit from a child process")
+
+
 @pytest.mark.parametrize(
     ("returncode", "message"),
     [
