@@ -20,7 +20,7 @@ from orchestrator.errors import ExitCode, OrchError, ProfileError, ProfileErrors
 from orchestrator.model import Finding, Severity
 
 if TYPE_CHECKING:
-    from orchestrator import pipeline, verify
+    from orchestrator import pipeline, plan, verify
     from orchestrator.observe import LogEvent
     from orchestrator.pipeline import Context, UpEvent
     from orchestrator.profile import ProfileStore
@@ -95,6 +95,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     up.add_argument("profile", metavar="PROFILE")
     up.add_argument("--replace", action="store_true", help="stop a different running plan first")
+    up.add_argument(
+        "--no-plan", action="store_true", help="skip SGLang's own parse-and-resolve preflight"
+    )
+    up.add_argument(
+        "--force", action="store_true", help="launch even when the plan fails or moves a pin"
+    )
     up.set_defaults(handler=_cmd_up)
 
     down = commands.add_parser("down", help="stop a profile's server and sweep its processes")
@@ -117,6 +123,29 @@ def _parser() -> argparse.ArgumentParser:
     logs.add_argument("--run", metavar="ID", help="a run id (default: the current or last run)")
     logs.add_argument("-n", "--lines", type=int, default=100, help="lines of the tail to show")
     logs.set_defaults(handler=_cmd_logs)
+
+    plan = commands.add_parser(
+        "plan",
+        help="predict the effective configuration with the target's real SGLang, no server",
+        description="Run the rendered command line through SGLang's own parsing and resolution "
+        "(on the host with the profile's python, or with --local-sglang in a local venv of the "
+        "same version, the GPU simulated from gpu.type): argparse and resolution errors with "
+        "the function that raised, the predicted value of every field the profile sets, and "
+        "the SGLang step behind each change.",
+    )
+    plan.add_argument("profile", metavar="PROFILE")
+    plan.add_argument("--json", action="store_true", help="the stable machine-readable format")
+    plan.add_argument("--all", action="store_true", help="also the defaults SGLang fills in")
+    _local_sglang_arguments(plan)
+    plan.set_defaults(handler=_cmd_plan)
+
+    lock = commands.add_parser(
+        "lock",
+        help="write profiles/<name>.lock.json: the predicted effective values, for review in git",
+    )
+    lock.add_argument("profile", metavar="PROFILE")
+    _local_sglang_arguments(lock)
+    lock.set_defaults(handler=_cmd_lock)
 
     diff = commands.add_parser(
         "diff-effective",
@@ -256,7 +285,11 @@ def _cmd_up(args: argparse.Namespace, output: _Output) -> int:
 
     ctx = _context(args)
     try:
-        return _show_up(pipeline.up(ctx, args.profile, replace_running=args.replace), output)
+        events = pipeline.up(
+            ctx, args.profile, replace_running=args.replace, run_plan=not args.no_plan,
+            force=args.force,
+        )  # fmt: skip
+        return _show_up(events, output)
     finally:
         ctx.close()
 
@@ -281,6 +314,9 @@ def _show_up(events: Iterator[UpEvent], output: _Output) -> int:
             )
         elif isinstance(event, pipeline.LogLine):
             progress.log_event(event.event)
+        elif isinstance(event, pipeline.Planned):
+            progress.end()
+            _show_plan_in_up(event.report, output)
         elif isinstance(event, pipeline.Effective):
             progress.end()
             _show_effective_in_up(event, output)
@@ -299,6 +335,31 @@ def _show_up(events: Iterator[UpEvent], output: _Output) -> int:
             output.error(OrchError(f"server failed: {event.summary}", event.hint))
             return event.exit_code
     return ExitCode.INTERNAL  # pragma: no cover - up always ends with a Verdict
+
+
+def _show_plan_in_up(report: plan.PlanReport, output: _Output) -> None:
+    from orchestrator import verify
+
+    if report.error is not None:
+        return  # the refusal (or the --force warning) says it
+    who = "orch's stand-in (NOT SGLang)" if report.standin else f"SGLang {report.sglang_version}"
+    changed = report.changed
+    output.print(
+        f"  plan: {who} accepts the command line; "
+        + (
+            f"{len(changed)} field(s) would change"
+            if changed
+            else "no field the profile sets changes"
+        )
+    )
+    for field in changed:
+        by = ", ".join(p.source for p in field.provenance) or "SGLang"
+        output.finding(Finding(
+            Severity.NOTICE,
+            f"plan: {field.field} {verify.show(field.profile, field.secret)} -> "
+            f"{verify.show(field.effective, field.secret)} ({by})",
+            field.why,
+        ))  # fmt: skip
 
 
 def _show_effective_in_up(event: pipeline.Effective, output: _Output) -> None:
@@ -509,6 +570,166 @@ def _cmd_logs(args: argparse.Namespace, output: _Output) -> int:
             output.out.flush()
     finally:
         ctx.close()
+    return ExitCode.OK
+
+
+def _local_sglang_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--local-sglang",
+        metavar="PYTHON",
+        help="plan with this local python (a venv of the profile's SGLang version; "
+        "scripts/build-sglang-venv.sh builds one), the GPU simulated from gpu.type",
+    )
+    parser.add_argument(
+        "--model-config",
+        metavar="FILE",
+        type=Path,
+        help="the model's config.json, when model.path is not on this machine",
+    )
+
+
+def _local(args: argparse.Namespace) -> pipeline.LocalSGLang | None:
+    from orchestrator import pipeline
+
+    if args.local_sglang is None:
+        if args.model_config is not None:
+            raise ProfileError(
+                "--model-config goes with --local-sglang", "add --local-sglang PYTHON"
+            )
+        return None
+    return pipeline.LocalSGLang(args.local_sglang, args.model_config)
+
+
+def _cmd_plan(args: argparse.Namespace, output: _Output) -> int:
+    import json
+
+    from orchestrator import pipeline
+
+    ctx = _context(args)
+    try:
+        loaded = ctx.store.load(args.profile)
+        report = pipeline.plan_profile(ctx, args.profile, local=_local(args), loaded=loaded)
+    finally:
+        ctx.close()
+    if args.json:
+        output.print(json.dumps(_plan_json(report, args.all), indent=2, default=str))
+    else:
+        output.print(_plan_text(report, args.all))
+    if report.error is not None:
+        if not args.json:
+            output.error(OrchError(_plan_error_line(report), report.error.hint))
+        return ExitCode.PLAN_REFUSED
+    if report.pinned_changes(loaded.profile.pin, loaded.table):
+        return ExitCode.DRIFT
+    return ExitCode.OK
+
+
+def _plan_error_line(report: plan.PlanReport) -> str:
+    error = report.error
+    assert error is not None  # noqa: S101 - callers check
+    raised = f" (raised in {error.raised_in})" if error.raised_in else ""
+    return (
+        f"SGLang {report.sglang_version or '?'} rejects the plan at {error.stage}: "
+        f"{error.kind}: {error.message}{raised}"
+    )
+
+
+def _plan_text(report: plan.PlanReport, include_defaulted: bool) -> str:
+    from orchestrator import verify
+
+    simulated = f", simulated {report.simulated_gpu}" if report.simulated_gpu else ""
+    standin = " -- orch's stand-in, NOT SGLang" if report.standin else ""
+    lines = [
+        f"{report.profile}: SGLang {report.sglang_version or '?'} ({report.where}{simulated}), "
+        f"{report.mode}{standin}"
+    ]
+    if report.error is None:
+        rows = [*report.fields, *(report.defaulted if include_defaulted else ())]
+        table = [("FIELD", "PROFILE", "PREDICTED", "CHANGED BY")]
+        for row in rows:
+            name = row.field + (f" (as {row.requested_as})" if row.requested_as else "")
+            by = ""
+            if row.changed:
+                by = ", ".join(p.describe() for p in row.provenance) or "SGLang (no record)"
+                if row.why:
+                    by += f": {row.why}"
+            table.append((
+                name, verify.show(row.profile, row.secret, 32),
+                verify.show(row.effective, row.secret, 32), by,
+            ))  # fmt: skip
+        lines.append(_grid(table))
+        changed = report.changed
+        lines.append(
+            f"{len(changed)} field{'s' if len(changed) != 1 else ''} the profile sets would change"
+            if changed
+            else "SGLang keeps every field the profile sets"
+        )
+    lines += [f"note: {note}" for note in report.notes]
+    return "\n".join(lines)
+
+
+def _plan_json(report: plan.PlanReport, include_defaulted: bool) -> dict[str, object]:
+    from orchestrator import verify
+
+    def row(field: plan.PlannedField) -> dict[str, object]:
+        return {
+            "field": field.field,
+            "requested_as": field.requested_as,
+            "key_path": field.key_path,
+            "profile": verify.jsonable(field.profile, field.secret),
+            "predicted": verify.jsonable(field.effective, field.secret),
+            "changed": field.changed,
+            "provenance": [
+                {
+                    "source": p.source,
+                    "file": p.file,
+                    "line": p.line,
+                    "value": verify.jsonable(p.value, field.secret),
+                }
+                for p in field.provenance
+            ],
+            "why": field.why,
+        }
+
+    error = report.error
+    return {
+        "format": "orch.plan/1",
+        "profile": report.profile,
+        "sglang_version": report.sglang_version,
+        "where": report.where,
+        "simulated_gpu": report.simulated_gpu,
+        "standin": report.standin,
+        "mode": report.mode,
+        "ok": error is None,
+        "error": None
+        if error is None
+        else {
+            "stage": error.stage,
+            "type": error.kind,
+            "message": error.message,
+            "raised_in": error.raised_in,
+            "hint": error.hint,
+        },
+        "fields": [row(f) for f in report.fields],
+        "defaulted": [row(f) for f in report.defaulted] if include_defaulted else [],
+        "logs": list(report.logs),
+        "notes": list(report.notes),
+    }
+
+
+def _cmd_lock(args: argparse.Namespace, output: _Output) -> int:
+    from orchestrator import pipeline
+
+    ctx = _context(args)
+    try:
+        target, document, report = pipeline.write_lock(ctx, args.profile, local=_local(args))
+    finally:
+        ctx.close()
+    effective = document["effective"]
+    output.print(
+        f"wrote {target}: SGLang {document['sglang']}, gpu {document['gpu_type'] or '-'}, "
+        f"{len(effective)} fields differ from SGLang's defaults ({report.where})"
+    )
     return ExitCode.OK
 
 

@@ -30,6 +30,7 @@ class ExitCode(enum.IntEnum):
     CONFLICT = 12  # another plan already runs there (use --replace)
     STARTUP_TIMEOUT = 13  # the server did not become ready within health.startup_timeout_s
     NOT_RESOLVED = 14  # diff-effective: the server has not shown its resolved configuration yet
+    PLAN_REFUSED = 15  # SGLang's own parsing/resolution rejects the command line (orch plan, up)
     # The server died; one code per crash class, so scripts can tell them apart.
     CONFIG_ERROR = 20
     CUDA_OOM = 21
@@ -178,6 +179,13 @@ class NotResolved(OrchError):
     """Nothing to compare yet: no readable process and no ``server_args=`` line."""
 
     exit_code = ExitCode.NOT_RESOLVED
+
+
+class PlanRefused(OrchError):
+    """SGLang's parsing or resolution, run before launch, rejects the plan, or would change a
+    field the profile pins."""
+
+    exit_code = ExitCode.PLAN_REFUSED
 
 
 class Conflict(OrchError):

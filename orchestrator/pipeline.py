@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import getpass
 import json
+import os
 import posixpath
 import socket
 import subprocess
@@ -21,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator import __version__, argtable, render, verify
+from orchestrator import plan as plan_module
 from orchestrator.agent import CONFIG_ERROR, DETERMINISTIC
 from orchestrator.errors import (
     Conflict,
@@ -28,7 +30,9 @@ from orchestrator.errors import (
     NotDeployed,
     NotResolved,
     OrchError,
+    PlanRefused,
     PreflightError,
+    ProfileError,
     StartupTimeout,
     TransportError,
 )
@@ -144,7 +148,14 @@ class Effective:
     pinned: tuple[verify.FieldRow, ...]
 
 
-UpEvent = Step | Warn | Started | Attached | LogLine | Effective | Verdict
+@dataclass(frozen=True)
+class Planned:
+    """The plan ``up`` ran before launching (SGLang's own parsing and resolution)."""
+
+    report: plan_module.PlanReport
+
+
+UpEvent = Step | Warn | Planned | Started | Attached | LogLine | Effective | Verdict
 
 
 # -- helpers ------------------------------------------------------------------------------------
@@ -225,7 +236,14 @@ def build_spec(
 # -- up -----------------------------------------------------------------------------------------
 
 
-def up(ctx: Context, name: str, *, replace_running: bool = False) -> Iterator[UpEvent]:
+def up(
+    ctx: Context,
+    name: str,
+    *,
+    replace_running: bool = False,
+    run_plan: bool = True,
+    force: bool = False,
+) -> Iterator[UpEvent]:
     """Preflight, push, start, follow the startup; the last event is a Verdict."""
     loaded = load(ctx, name)
     profile = loaded.profile
@@ -257,6 +275,8 @@ def up(ctx: Context, name: str, *, replace_running: bool = False) -> Iterator[Up
     probe = agent.probe(plan.port, _model_to_check(profile), profile.bind, env)
     plan, argv = yield from _preflight(profile, loaded, plan, argv, probe, ctx.environ)
     digest = render.plan_hash(plan)
+    if run_plan:
+        yield from _plan_gate(ctx, loaded, plan, force)
 
     commit, dirty = git_info(ctx.store.root)
     meta = {
@@ -394,6 +414,38 @@ def diff_effective(
 def _health_host(profile: Profile) -> str:
     local = profile.bind in ("0.0.0.0", "::", "localhost") or profile.bind.startswith("127.")  # noqa: S104
     return "127.0.0.1" if local else profile.bind
+
+
+def _plan_gate(
+    ctx: Context, loaded: LoadedProfile, plan: LaunchPlan, force: bool
+) -> Iterator[UpEvent]:
+    """Refuse to launch what SGLang itself rejects, or what would change a pinned field."""
+    profile = loaded.profile
+    table = argtable.table_for(plan.argtable_version).table
+    report = plan_profile(ctx, profile.name, loaded=loaded, table=table)
+    yield Planned(report)
+    problem: str | None = None
+    if report.error is not None:
+        error = report.error
+        raised = f", raised in {error.raised_in}" if error.raised_in else ""
+        problem = (
+            f"SGLang {report.sglang_version or '?'} rejects the plan at {error.stage}: "
+            f"{error.kind}: {error.message}{raised}"
+        )
+        hint = error.hint or "the server would fail the same way at startup"
+    else:
+        pinned = report.pinned_changes(profile.pin, table)
+        if pinned:
+            names = ", ".join(
+                f"{f.field} {verify.show(f.profile)} -> {verify.show(f.effective)}" for f in pinned
+            )
+            problem = f"SGLang would change pinned field(s): {names}"
+            hint = f"orch plan {profile.name} shows which SGLang step changes them"
+    if problem is None:
+        return
+    if not force:
+        raise PlanRefused(f"{profile.name}: {problem}", f"{hint}; --force launches anyway")
+    yield Warn(f"{problem} (--force: launching anyway)")
 
 
 def _same_plan_winner(ctx: Context, agent: Agent, digest: str) -> RunState | None:
@@ -705,6 +757,163 @@ def logs(
 def plan_for(ctx: Context, name: str) -> LaunchPlan:
     loaded = load(ctx, name)
     return render.render(loaded.profile, loaded.table)
+
+
+# -- plan and lock ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LocalSGLang:
+    """Plan in a local venv of the same SGLang version, the GPU simulated from ``gpu.type``."""
+
+    python: str
+    model_config: Path | None = None  # the model's config.json when its path is not local
+
+
+def plan_profile(
+    ctx: Context,
+    name: str,
+    *,
+    local: LocalSGLang | None = None,
+    loaded: LoadedProfile | None = None,
+    table: argtable.ArgTable | None = None,
+) -> plan_module.PlanReport:
+    """What SGLang will make of the profile: its own parsing and resolution, no server."""
+    loaded = loaded or load(ctx, name)
+    profile = loaded.profile
+    table = table or loaded.table
+    launch = render.render(profile, table)
+    argv, env, _ = render.resolve_secrets(launch, ctx.environ)
+    arguments = verify.sglang_arguments(argv) or ()
+    secrets = {secret: ctx.environ[secret] for secret in launch.secret_names()}
+    if local is None:
+        _, _, agent = deployment_for(ctx, profile)
+        request = plan_module.probe_request(arguments, env)
+        answer = agent.plan(request)
+        where = f"host {profile.host.name}"
+    else:
+        gpu = profile.gpu.type
+        if gpu is None:
+            raise ProfileError(
+                f"{profile.name}: planning with a local SGLang simulates the profile's GPU, "
+                "and it names none",
+                "set gpu.type (B200, H200, ...), or plan on the host without --local-sglang",
+            )
+        model_config = _model_config_for(ctx, profile, local)
+        request = plan_module.probe_request(arguments, env, simulate=gpu, model_config=model_config)
+        answer = _run_local_probe(local.python, request)
+        where = f"local {local.python}"
+    report = plan_module.report(profile, table, answer, where=where, secrets=secrets)
+    if report.sglang_version and report.sglang_version != table.version and not report.standin:
+        report = dataclasses.replace(
+            report,
+            notes=(
+                *report.notes,
+                f"planned with SGLang {report.sglang_version}; the profile is spelled for "
+                f"{table.version}",
+            ),
+        )
+    return report
+
+
+def _model_config_for(
+    ctx: Context, profile: Profile, local: LocalSGLang
+) -> tuple[str, dict[str, Any]] | None:
+    """SGLang reads the model's config.json during resolution: find one for a local plan."""
+    path = profile.model.path
+    if local.model_config is not None:
+        source = local.model_config
+    elif Path(path).is_dir():
+        return None  # SGLang reads it where it is
+    elif not path.startswith(("/", "~", ".")):
+        return None  # a Hub id: SGLang asks the Hub (needs network where it runs)
+    elif profile.host.is_local:
+        raise PreflightError(
+            f"model path {path} does not exist on this machine",
+            "give its config.json with --model-config FILE",
+        )
+    else:
+        transport = ctx.transport(profile.host)
+        try:
+            data = transport.read(posixpath.join(path, "config.json"))
+        except FileNotFoundError as exc:
+            raise PreflightError(
+                f"{path}/config.json not found on {profile.host.name}",
+                "give the model's config.json with --model-config FILE",
+            ) from exc
+        return path, _json_object(data.decode("utf-8", "replace"), f"{path}/config.json")
+    try:
+        text = source.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ProfileError(f"--model-config {source}: {exc.strerror or exc}") from exc
+    return path, _json_object(text, str(source))
+
+
+def _json_object(text: str, where: str) -> dict[str, Any]:
+    try:
+        document = json.loads(text)
+    except ValueError as exc:
+        raise ProfileError(f"{where}: not JSON: {exc}") from exc
+    if not isinstance(document, dict):
+        raise ProfileError(f"{where}: expected a JSON object")
+    return document
+
+
+def _run_local_probe(python: str, request: dict[str, Any]) -> dict[str, Any]:
+    import tempfile
+
+    from orchestrator.supervise import PROBE_FILE, answer_of
+
+    descriptor, path = tempfile.mkstemp(prefix="orch-plan-", suffix=".json")
+    with os.fdopen(descriptor, "w", encoding="utf-8") as handle:  # 0600: may hold tokens
+        json.dump(request, handle)
+    try:
+        done = subprocess.run(
+            [python, str(PROBE_FILE), path], capture_output=True, timeout=600, check=False
+        )
+    except FileNotFoundError as exc:
+        raise PreflightError(
+            f"--local-sglang {python}: no such interpreter",
+            "scripts/build-sglang-venv.sh VERSION builds one (prints its path)",
+        ) from exc
+    except subprocess.TimeoutExpired as exc:
+        raise PreflightError(f"planning with {python} took over 600 s") from exc
+    finally:
+        Path(path).unlink(missing_ok=True)
+    return answer_of(done.stdout, done.stderr, done.returncode, f"{python} sglang_probe.py")
+
+
+def lock_path(ctx: Context, name: str) -> Path:
+    return ctx.store.root / f"{name}.lock.json"
+
+
+def write_lock(
+    ctx: Context, name: str, *, local: LocalSGLang | None = None
+) -> tuple[Path, dict[str, Any], plan_module.PlanReport]:
+    loaded = load(ctx, name)
+    report = plan_profile(ctx, name, local=local, loaded=loaded)
+    if report.error is not None:
+        raise PlanRefused(
+            f"{name}: cannot lock a plan SGLang rejects: {report.error.kind}: "
+            f"{report.error.message}",
+            report.error.hint or f"orch plan {name} shows the details",
+        )
+    digest = render.plan_hash(render.render(loaded.profile, loaded.table))
+    document = plan_module.lock_document(loaded.profile, report, digest, loaded.profile.gpu.type)
+    target = lock_path(ctx, name)
+    target.write_text(plan_module.lock_text(document), encoding="utf-8")
+    return target, document, report
+
+
+def read_lock(ctx: Context, name: str) -> dict[str, Any] | None:
+    target = lock_path(ctx, name)
+    try:
+        document = json.loads(target.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return None
+    except ValueError as exc:
+        raise ProfileError(f"{target}: not JSON: {exc}", f"orch lock {name} rewrites it") from exc
+    return document if isinstance(document, dict) else None
 
 
 __all__ = [

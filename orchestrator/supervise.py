@@ -23,6 +23,9 @@ from orchestrator.transport import Transport, expand_home
 
 AGENT_SOURCE = Path(agent_module.__file__).read_bytes()
 AGENT_DIGEST = hashlib.sha256(AGENT_SOURCE).hexdigest()[:12]
+PROBE_FILE = Path(agent_module.__file__).with_name("sglang_probe.py")  # plan's SGLang probe
+PROBE_SOURCE = PROBE_FILE.read_bytes()
+PROBE_DIGEST = hashlib.sha256(PROBE_SOURCE).hexdigest()[:12]
 
 
 @dataclass(frozen=True)
@@ -41,6 +44,10 @@ class Deployment:
     @property
     def agent_path(self) -> str:
         return posixpath.join(self.workdir, ".orch", f"agent-{AGENT_DIGEST}.py")
+
+    @property
+    def probe_path(self) -> str:
+        return posixpath.join(self.workdir, ".orch", f"sglang_probe-{PROBE_DIGEST}.py")
 
     def run_log(self, run_id: str) -> str:
         return posixpath.join(self.dir, "runs", run_id, "server.log")
@@ -142,6 +149,17 @@ class Agent:
         runs = self.call("runs", "--dir", self.deployment.dir).get("runs", [])
         return [run for run in runs if isinstance(run, dict)]
 
+    def plan(self, request: dict[str, Any], timeout: float = 300.0) -> dict[str, Any]:
+        """Run SGLang's parsing and resolution on the host (``sglang_probe.py``); the request,
+        which carries the server's environment, goes 0600 and is removed once read."""
+        probe = self.deployment.probe_path
+        if self.transport.size(probe) != len(PROBE_SOURCE):
+            self.transport.put(PROBE_SOURCE, probe, 0o600)
+        pending = posixpath.join(posixpath.dirname(probe), f".plan-{secrets.token_hex(6)}.json")
+        self.transport.put(json.dumps(request).encode(), pending, 0o600)
+        result = self.transport.run((self.deployment.python, probe, pending), timeout=timeout)
+        return answer_of(result.stdout, result.stderr, result.returncode, "sglang_probe.py")
+
     def inspect(
         self,
         *,
@@ -160,6 +178,22 @@ class Agent:
         if log is not None:
             argv += ["--log", log]
         return self.call(*argv, timeout=30.0)
+
+
+def answer_of(stdout: bytes, stderr: bytes, returncode: int, what: str) -> dict[str, Any]:
+    """One JSON document on the last line of stdout, or a SupervisorError saying why not."""
+    lines = stdout.decode("utf-8", "replace").strip().splitlines()
+    try:
+        document = json.loads(lines[-1]) if lines else None
+    except ValueError:
+        document = None
+    if isinstance(document, dict):
+        return document
+    last = (stderr.decode("utf-8", "replace").strip().splitlines() or ["no output"])[-1]
+    raise SupervisorError(
+        f"{what} exited with {returncode} without an answer: {last}",
+        "is the python the one of the venv that holds sglang?",
+    )
 
 
 def run_state(document: dict[str, Any]) -> RunState:

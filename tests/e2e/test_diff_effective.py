@@ -160,7 +160,13 @@ def test_c_pinned_override_fails_up(ssh_workspace: Workspace) -> None:
     name = incident_profile(
         ssh_workspace, "pinned", draft=8, body="pin: [speculative_num_draft_tokens]\n"
     )
-    up = ssh_workspace.orch("up", name)
+    # The plan (SGLang's resolution, here the stand-in's, run on the host) sees it coming:
+    refused = ssh_workspace.orch("up", name)
+    assert refused.code == ExitCode.PLAN_REFUSED
+    assert "would change pinned field(s): speculative_num_draft_tokens 8 -> 4" in refused.err
+    assert not ssh_workspace.deployment_dir(name).joinpath("runs").exists()  # nothing started
+    # Without the plan, the same pin fails up once the running server shows the override:
+    up = ssh_workspace.orch("up", name, "--no-plan")
     assert up.code == ExitCode.DRIFT
     assert "pinned field drifted: speculative_num_draft_tokens" in up.err
 

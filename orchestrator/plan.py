@@ -1,0 +1,307 @@
+"""Plan: what SGLang will make of a profile, predicted by SGLang itself before launch.
+
+Pure: it builds the request for ``sglang_probe.py`` (run on the host, or in a local venv of the
+same SGLang version with the GPU simulated from ``gpu.type``) and reads its answer into a report:
+the fields the profile sets with their predicted effective values, which of them SGLang would
+change and the SGLang step that did (``provenance``), with ``--all`` the defaults SGLang fills
+in, and argparse or resolution errors with the function that raised. ``lock_document`` turns a
+successful plan into the reviewable ``profiles/<name>.lock.json``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from orchestrator import verify
+from orchestrator.argtable import RENAMES, ArgTable, format_version, spell
+from orchestrator.model import GpuType, Profile
+
+LOCK_FORMAT = "orch.lock/1"
+# Values SGLang draws at random or that name this machine: never part of a lock.
+UNLOCKABLE = frozenset({"random_seed", "nccl_port", "dist_init_addr", "host", "port"})
+
+
+def simulated_gpu(gpu: GpuType) -> dict[str, Any]:
+    """The GPU facts the probe answers SGLang with (FACTS.md §6). Memory: the nominal size in
+    GiB, close to what NVML reports as total (an H200's 141 -> 144384 MiB; NVML says 143771)."""
+    return {
+        "name": f"NVIDIA {gpu.name}",
+        "capability": list(gpu.compute_capability),
+        "memory_mib": gpu.memory_gb * 1024,
+    }
+
+
+def probe_request(
+    arguments: Sequence[str],
+    env: Mapping[str, str],
+    *,
+    simulate: GpuType | None = None,
+    model_config: tuple[str, Mapping[str, Any]] | None = None,
+) -> dict[str, Any]:
+    return {
+        "args": list(arguments),
+        "env": dict(env),
+        "simulate_gpu": simulated_gpu(simulate) if simulate is not None else None,
+        "model_config": (
+            {"path": model_config[0], "config": dict(model_config[1])} if model_config else None
+        ),
+        "remove_request": True,
+    }
+
+
+@dataclass(frozen=True)
+class Provenance:
+    source: str  # the SGLang function (or 0.5.16+ declaration source) that set the value
+    value: Any
+    file: str | None = None
+    line: int | None = None
+
+    def describe(self) -> str:
+        where = f" ({self.file}:{self.line})" if self.file and self.line else ""
+        return f"{self.source}{where}"
+
+
+@dataclass(frozen=True)
+class PlannedField:
+    field: str
+    requested_as: str | None
+    key_path: str | None
+    profile: Any  # verify.ABSENT for fields the profile leaves to SGLang
+    given: Any  # what argparse made of the command line (verify.ABSENT: not on it)
+    effective: Any
+    changed: bool
+    provenance: tuple[Provenance, ...]
+    why: str | None  # the line SGLang logged about it
+    secret: bool = False
+
+
+@dataclass(frozen=True)
+class PlanError:
+    stage: str  # import, parse, resolve
+    kind: str  # ValueError, SystemExit ...
+    message: str
+    raised_in: str | None  # function (file:line)
+    hint: str | None
+
+
+@dataclass(frozen=True)
+class PlanReport:
+    profile: str
+    sglang_version: str | None
+    where: str  # "host <name>" or "local <python>"
+    simulated_gpu: str | None
+    standin: bool
+    mode: str
+    error: PlanError | None
+    fields: tuple[PlannedField, ...]
+    defaulted: tuple[PlannedField, ...]
+    logs: tuple[str, ...]
+    effective: Mapping[str, Any]  # every field, for the lock
+    defaults: Mapping[str, Any]
+    notes: tuple[str, ...] = ()
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+    @property
+    def changed(self) -> tuple[PlannedField, ...]:
+        return tuple(f for f in self.fields if f.changed)
+
+    def pinned_changes(self, pins: Sequence[str], table: ArgTable) -> tuple[PlannedField, ...]:
+        wanted = set(pins)
+        for name in pins:
+            spelled = spell(table, name)
+            if spelled is not None:
+                wanted.add(verify.field_name(table, spelled.dest))
+        return tuple(
+            f for f in self.changed if f.field in wanted or (f.requested_as or "") in wanted
+        )
+
+
+def report(
+    profile: Profile,
+    table: ArgTable,
+    answer: Mapping[str, Any],
+    *,
+    where: str,
+    secrets: Mapping[str, str],
+) -> PlanReport:
+    """Read the probe's answer against the profile."""
+    error = _error(answer, table, _provenance(answer.get("provenance") or {}), answer.get("raw"))
+    effective: dict[str, Any] = dict(answer.get("effective") or {})
+    raw: dict[str, Any] = dict(answer.get("raw") or {})
+    provenance = _provenance(answer.get("provenance") or {})
+    logs = tuple(str(line) for line in answer.get("logs") or ())
+    simulated = answer.get("simulated_gpu")
+    fields: list[PlannedField] = []
+    asked: set[str] = set()
+    if error is None:
+        for want in verify.expected_fields(profile, table, secrets):
+            asked.add(want.field)
+            value = verify.resolved_value(effective, want.field)
+            changed = value is not verify.ABSENT and not verify.same(want.value, value)
+            fields.append(
+                PlannedField(
+                    field=want.field,
+                    requested_as=want.requested_as,
+                    key_path=want.key_path,
+                    profile=want.value,
+                    given=raw.get(want.field, verify.ABSENT),
+                    effective=value,
+                    changed=changed,
+                    provenance=provenance.get(want.field, ()) if changed else (),
+                    why=verify.explain(want.field, logs) if changed else None,
+                    secret=want.secret,
+                )
+            )
+    defaulted = []
+    for name in sorted(effective):
+        if name in asked or name.startswith("_") or name not in raw:
+            continue
+        before, after = raw[name], effective[name]
+        if verify.same(before, after):
+            continue
+        defaulted.append(
+            PlannedField(
+                field=name, requested_as=None, key_path=None, profile=verify.ABSENT,
+                given=before, effective=after, changed=True,
+                provenance=provenance.get(name, ()), why=verify.explain(name, logs),
+                secret=name in verify.SECRET_FIELDS,
+            )
+        )  # fmt: skip
+    return PlanReport(
+        profile=profile.name,
+        sglang_version=answer.get("sglang_version"),
+        where=where,
+        simulated_gpu=str(simulated["name"]) if isinstance(simulated, dict) else None,
+        standin=bool(answer.get("standin")),
+        mode=str(answer.get("mode") or ""),
+        error=error,
+        fields=tuple(fields),
+        defaulted=tuple(defaulted),
+        logs=logs,
+        effective=effective,
+        defaults=dict(answer.get("defaults") or {}),
+    )
+
+
+def _provenance(document: Mapping[str, Any]) -> dict[str, tuple[Provenance, ...]]:
+    out = {}
+    for name, entries in document.items():
+        if not isinstance(entries, list):
+            continue
+        out[str(name)] = tuple(
+            Provenance(
+                source=str(entry.get("source", "?")),
+                value=entry.get("value"),
+                file=entry.get("file"),
+                line=entry.get("line"),
+            )
+            for entry in entries
+            if isinstance(entry, dict)
+        )
+    return out
+
+
+def _error(
+    answer: Mapping[str, Any],
+    table: ArgTable,
+    provenance: Mapping[str, tuple[Provenance, ...]],
+    raw: Any,
+) -> PlanError | None:
+    raw_values = raw
+    raw = answer.get("error")
+    if not isinstance(raw, dict):
+        return None if answer.get("ok") else PlanError("probe", "?", "no answer", None, None)
+    raised = raw.get("raised_in")
+    raised_in = None
+    if isinstance(raised, dict):
+        raised_in = f"{raised.get('function')} ({raised.get('file')}:{raised.get('line')})"
+    message = str(raw.get("message", ""))
+    stage = str(raw.get("stage", "?"))
+    hint = _hint(message, table)
+    if stage == "resolve" and hint is None:
+        hint = _resolved_before(message, provenance, raw_values) or (
+            "SGLang's own check: the server would fail the same way at startup"
+        )
+    return PlanError(
+        stage=stage,
+        kind=str(raw.get("type", "?")),
+        message=message,
+        raised_in=raised_in,
+        hint=hint,
+    )
+
+
+def _resolved_before(
+    message: str, provenance: Mapping[str, tuple[Provenance, ...]], raw: Any
+) -> str | None:
+    """A value the error names that SGLang set itself before raising (the incident: the
+    strategy nobody asked for, resolved from ``auto`` to ``no_buffer``)."""
+    for name, entries in provenance.items():
+        for entry in entries:
+            shown = str(entry.value)
+            if len(shown) >= 4 and shown in message:
+                before = raw.get(name) if isinstance(raw, dict) else None
+                return (
+                    f"SGLang set {name} = {entry.value!r} itself (from {before!r}, in "
+                    f"{entry.describe()}) before raising: give {name} explicitly"
+                )
+    return None
+
+
+def _hint(message: str, table: ArgTable) -> str | None:
+    """For an unrecognised flag that another SGLang version spells: what to write instead."""
+    if "unrecognized arguments" not in message:
+        return None
+    version = table.parsed_version
+    for rename in RENAMES:
+        for old, new in ((rename.old, rename.new), (rename.new, rename.old)):
+            flag = "--" + old.replace("_", "-")
+            written = spell(table, old)
+            if flag + " " in message + " " and written is not None:
+                return (
+                    f"{flag} is not an argument of SGLang {format_version(version)} "
+                    f"({rename.describe()}): write {written.flag}, or `{old}:` in the profile's "
+                    f"args and let orch spell it; `{new}` is the current name"
+                )
+    return "orch validate checks every argument against this version's table"
+
+
+# -- the lock -----------------------------------------------------------------------------------
+
+
+def lock_document(
+    profile: Profile, report: PlanReport, plan_hash: str, gpu: GpuType | None
+) -> dict[str, Any]:
+    """The predicted effective values that differ from SGLang's defaults, sorted, stable."""
+    locked = {}
+    for name in sorted(report.effective):
+        if name in UNLOCKABLE or name.startswith("_") or name in verify.SECRET_FIELDS:
+            continue
+        value = report.effective[name]
+        default = report.defaults.get(name, verify.ABSENT)
+        if default is not verify.ABSENT and verify.same(default, value):
+            continue
+        locked[name] = value
+    return {
+        "format": LOCK_FORMAT,
+        "profile": profile.name,
+        "sglang": report.sglang_version,
+        "gpu_type": gpu.name if gpu is not None else None,
+        "plan_hash": plan_hash,
+        "effective": locked,
+    }
+
+
+def lock_text(document: Mapping[str, Any]) -> str:
+    return json.dumps(document, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+
+
+def lock_digest(document: Mapping[str, Any]) -> str:
+    return hashlib.sha256(lock_text(document).encode()).hexdigest()[:12]
