@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from orchestrator import pipeline, plan, verify
     from orchestrator.observe import LogEvent
     from orchestrator.pipeline import Context, UpEvent
-    from orchestrator.profile import ProfileStore
+    from orchestrator.profile import LoadedProfile, ProfileStore
 
 PROFILES_ENV = "ORCH_PROFILES"
 BUNDLED_PROFILES = Path(__file__).resolve().parent.parent / "profiles"
@@ -250,6 +250,11 @@ def _cmd_validate(args: argparse.Namespace, output: _Output) -> int:
         for finding in loaded.findings:
             output.finding(finding)
         warned += any(f.severity is Severity.WARNING for f in loaded.findings)
+        stale = _stale_lock(store, loaded)
+        if stale is not None:
+            failed += 1
+            output.error(stale)
+            continue
         profile = loaded.profile
         version = profile.sglang_version or f"unpinned, checked as {loaded.table.version}"
         where = "abstract base" if profile.abstract else f"host {profile.host.name}"
@@ -262,6 +267,33 @@ def _cmd_validate(args: argparse.Namespace, output: _Output) -> int:
         )
         return ExitCode.CONFIG
     return ExitCode.OK
+
+
+def _stale_lock(store: ProfileStore, loaded: LoadedProfile) -> ProfileError | None:
+    """A ``<name>.lock.json`` beside the profile that no longer matches it."""
+    import json
+
+    from orchestrator import plan, render
+
+    profile = loaded.profile
+    path = store.root / f"{profile.name}.lock.json"
+    if profile.abstract or not path.exists():
+        return None
+    try:
+        document = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        document = None
+        problems = [f"unreadable: {exc}"]
+    else:
+        digest = render.plan_hash(render.render(profile, loaded.table))
+        problems = plan.lock_problems(profile, digest, document, profile.sglang_version)
+    if not problems:
+        return None
+    return ProfileError(
+        f"{path}: the lock no longer matches profile {profile.name}: {'; '.join(problems)}",
+        f"orch lock {profile.name} (with --local-sglang PYTHON where the host is not at hand), "
+        "then review the diff",
+    )
 
 
 def _cmd_profiles(args: argparse.Namespace, output: _Output) -> int:

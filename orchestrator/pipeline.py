@@ -400,7 +400,7 @@ def diff_effective(
             )
     secrets = {secret: ctx.environ[secret] for secret in plan.secret_names()}
     secret_env = frozenset(key for key, value in plan.env.items() if not isinstance(value, str))
-    return verify.compare(
+    report = verify.compare(
         profile,
         table,
         observed,
@@ -409,6 +409,16 @@ def diff_effective(
         secrets=secrets,
         include_defaulted=include_defaulted,
     )
+    lock = read_lock(ctx, profile.name)
+    if lock is not None and observed.resolved is not None:
+        locked = lock.get("effective")
+        if lock.get("sglang") != table.version or not isinstance(locked, dict):
+            name_of_lock = lock_path(ctx, profile.name).name
+            note = f"{name_of_lock} is for SGLang {lock.get('sglang')}: not compared"
+            report = dataclasses.replace(report, notes=(*report.notes, note))
+        else:
+            report = verify.compare_lock(report, locked, observed.resolved)
+    return report
 
 
 def _health_host(profile: Profile) -> str:
@@ -803,14 +813,17 @@ def plan_profile(
         request = plan_module.probe_request(arguments, env, simulate=gpu, model_config=model_config)
         answer = _run_local_probe(local.python, request)
         where = f"local {local.python}"
+    answered = str(answer.get("sglang_version") or "")
+    if answered and answered != table.version and not answer.get("standin"):
+        table = argtable.table_for(answered).table  # read the answer in the answering version
     report = plan_module.report(profile, table, answer, where=where, secrets=secrets)
-    if report.sglang_version and report.sglang_version != table.version and not report.standin:
+    if answered and answered != launch.argtable_version and not report.standin:
         report = dataclasses.replace(
             report,
             notes=(
                 *report.notes,
-                f"planned with SGLang {report.sglang_version}; the profile is spelled for "
-                f"{table.version}",
+                f"planned with SGLang {answered}; the command line is spelled for "
+                f"{launch.argtable_version}",
             ),
         )
     return report

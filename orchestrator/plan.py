@@ -305,3 +305,24 @@ def lock_text(document: Mapping[str, Any]) -> str:
 
 def lock_digest(document: Mapping[str, Any]) -> str:
     return hashlib.sha256(lock_text(document).encode()).hexdigest()[:12]
+
+
+def lock_problems(
+    profile: Profile, plan_hash: str, document: Any, sglang_version: str | None
+) -> list[str]:
+    """Why a lock file no longer matches its profile (empty when it does)."""
+    if not isinstance(document, dict) or document.get("format") != LOCK_FORMAT:
+        return [f"not an {LOCK_FORMAT} document"]
+    problems = []
+    if document.get("plan_hash") != plan_hash:
+        problems.append(
+            f"the profile's rendered plan changed (locked {document.get('plan_hash')}, now "
+            f"{plan_hash})"
+        )
+    if sglang_version is not None and document.get("sglang") != sglang_version:
+        problems.append(f"locked for SGLang {document.get('sglang')}, the profile targets "
+                        f"{sglang_version}")  # fmt: skip
+    gpu = profile.gpu.type.name if profile.gpu.type is not None else None
+    if document.get("gpu_type") != gpu:
+        problems.append(f"locked for gpu {document.get('gpu_type')}, the profile has {gpu}")
+    return problems

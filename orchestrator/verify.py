@@ -17,13 +17,15 @@ Verdicts per field: ``ok``; ``not-received`` (the profile asked, the process nev
 (received as asked, resolved to another value, with the SGLang log line that explains it when
 there is one); ``extra`` (the process got a field the profile does not set); ``env-missing`` and
 ``env-other`` for environment variables; ``defaulted`` (``--all``: fields left to SGLang that it
-filled in). Every verdict but ``ok`` and ``defaulted`` is drift.
+filled in); ``lock-drift`` (a field of ``profiles/<name>.lock.json`` the server resolved to
+another value). Every verdict but ``ok`` and ``defaulted`` is drift.
 """
 
 from __future__ import annotations
 
 import argparse
 import ast
+import dataclasses
 import json
 import math
 import posixpath
@@ -44,7 +46,10 @@ EXTRA = "extra"
 ENV_MISSING = "env-missing"
 ENV_OTHER = "env-other"
 DEFAULTED = "defaulted"
-DRIFT = frozenset({NOT_RECEIVED, RECEIVED_OTHER, OVERRIDDEN, EXTRA, ENV_MISSING, ENV_OTHER})
+LOCK_DRIFT = "lock-drift"
+DRIFT = frozenset(
+    {NOT_RECEIVED, RECEIVED_OTHER, OVERRIDDEN, EXTRA, ENV_MISSING, ENV_OTHER, LOCK_DRIFT}
+)
 
 SECRET_SHOWN = "<secret>"  # noqa: S105 - the mask, not a secret
 # Fields SGLang itself masks or that carry credentials: never shown, whatever the profile says.
@@ -571,6 +576,30 @@ def compare(
         notes=tuple(notes),
         unknown_received=received.unknown if received is not None else (),
     )
+
+
+def compare_lock(report: Report, locked: Mapping[str, Any], resolved: Mapping[str, Any]) -> Report:
+    """Add the lock's fields the profile does not set, checked against the resolved values."""
+    compared = {row.field for row in report.fields if row.verdict != DEFAULTED}
+    rows = []
+    for name in sorted(locked):
+        if name in compared:
+            continue
+        effective = resolved_value(resolved, name)
+        if effective is ABSENT:
+            continue  # a field this server does not report: nothing to say
+        matches = same(locked[name], effective)
+        rows.append(
+            FieldRow(
+                field=name, requested_as=None, key_path="lock", profile=locked[name],
+                received=ABSENT, resolved=effective, launch_command=ABSENT,
+                verdict=OK if matches else LOCK_DRIFT,
+                why=None if matches else "the lock predicted another value",
+                secret=name in SECRET_FIELDS,
+            )
+        )  # fmt: skip
+    kept = [row for row in report.fields if not (row.verdict == DEFAULTED and row.field in locked)]
+    return dataclasses.replace(report, fields=(*kept, *rows))
 
 
 def _received_value(received: ParsedArgs | None, table: ArgTable, name: str) -> Any:
