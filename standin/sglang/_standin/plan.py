@@ -90,6 +90,8 @@ def probe(args: Sequence[str]) -> dict[str, Any]:
         }.get(failure.kind, lambda: traces.model_not_found(model_path))()
         result["error"] = _error_from_traceback(text)
         result["logs"] = _logged(resolver.notes if resolver else failure.notes)
+        if resolver is not None:
+            result["provenance"] = resolver.provenance  # what was changed before the raise
         return result
     result["resolve_s"] = round(time.monotonic() - started, 3)
     result["ok"] = True
