@@ -545,6 +545,8 @@ class SSHTransport:
         self._sftp: paramiko.SFTPClient | None = None
         self._home: str | None = None
         self.connections_opened = 0  # how many SSH connections this object has made
+        self.commands_run = 0  # exec channels opened (one round trip each, at least)
+        self.file_operations = 0  # SFTP operations (puts, reads, stats)
 
     def __enter__(self) -> SSHTransport:
         return self
@@ -603,6 +605,7 @@ class SSHTransport:
     def _exec(self, argv: tuple[str, ...]) -> paramiko.Channel:
         command = remote_command(argv)
         transport = self._transport()
+        self.commands_run += 1
         try:
             channel = transport.open_session(timeout=self._connect_timeout)
             channel.set_combine_stderr(False)
@@ -743,6 +746,7 @@ class SSHTransport:
         """Run an SFTP operation. File errors stay OSError (FileNotFoundError, PermissionError),
         as with LocalTransport; a lost connection becomes ConnectError."""
         sftp = self._sftp_client()
+        self.file_operations += 1
         try:
             return op(sftp)
         except paramiko.SSHException as exc:

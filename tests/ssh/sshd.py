@@ -79,8 +79,7 @@ def _tool(name: str) -> str | None:
     return found
 
 
-def _missing(what: str) -> None:
-    message = f"{what} not found (apt-get install openssh-server openssh-client)"
+def _missing(message: str) -> None:
     if os.environ.get("CI") == "true":
         pytest.fail(f"CI=true: the ssh tests need a real sshd: {message}")
     pytest.skip(message)
@@ -143,13 +142,20 @@ def _wait_for_port(port: int, process: subprocess.Popen[bytes], log: Path) -> No
     raise RuntimeError(f"sshd did not listen on {port} within 10 s: {log.read_text()}")
 
 
-@pytest.fixture(scope="session")
-def sshd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SshServer]:
+class SshdUnavailable(RuntimeError):
+    """No sshd or ssh-keygen on this machine."""
+
+
+def start_sshd(root: Path) -> tuple[SshServer, subprocess.Popen[bytes]]:
+    """A fresh sshd on 127.0.0.1 with its own keys under ``root`` (used by the session fixture
+    and by the benchmarks, which start several). Stop it with ``process.terminate()``."""
     binary = _tool("sshd")
     if binary is None or _tool("ssh-keygen") is None:
-        _missing("sshd" if binary is None else "ssh-keygen")
-    assert binary is not None
-    root = tmp_path_factory.mktemp("sshd")
+        raise SshdUnavailable(
+            f"{'sshd' if binary is None else 'ssh-keygen'} not found "
+            "(apt-get install openssh-server openssh-client)"
+        )
+    root.mkdir(parents=True, exist_ok=True)
     host_key = keygen(root / "host_ed25519")
     client_key = keygen(root / "client_ed25519")
     stranger_key = keygen(root / "stranger_ed25519")
@@ -178,31 +184,48 @@ def sshd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SshServer]:
             continue
         break
     else:
-        pytest.fail(f"sshd would not start: {log.read_text()}")
+        raise RuntimeError(f"sshd would not start: {log.read_text()}")
     start_seconds = time.monotonic() - started
     host_b64 = public_b64(host_key)
     known_hosts = root / "known_hosts"
     known_hosts.write_text(f"[127.0.0.1]:{port} ssh-ed25519 {host_b64}\n")
+    server = SshServer(
+        port=port,
+        user=getpass.getuser(),
+        root=root,
+        client_key=client_key,
+        stranger_key=stranger_key,
+        known_hosts=known_hosts,
+        host_key_b64=host_b64,
+        host_key_fingerprint=sha256_fingerprint(host_b64),
+        log=log,
+        start_seconds=start_seconds,
+    )
+    return server, process
+
+
+def stop_sshd(process: subprocess.Popen[bytes]) -> None:
+    process.terminate()
     try:
-        yield SshServer(
-            port=port,
-            user=getpass.getuser(),
-            root=root,
-            client_key=client_key,
-            stranger_key=stranger_key,
-            known_hosts=known_hosts,
-            host_key_b64=host_b64,
-            host_key_fingerprint=sha256_fingerprint(host_b64),
-            log=log,
-            start_seconds=start_seconds,
-        )
+        process.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
+@pytest.fixture(scope="session")
+def sshd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SshServer]:
+    try:
+        server, process = start_sshd(tmp_path_factory.mktemp("sshd"))
+    except SshdUnavailable as exc:
+        _missing(str(exc))
+        raise
+    except RuntimeError as exc:
+        pytest.fail(str(exc))
+    try:
+        yield server
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        stop_sshd(process)
 
 
 @pytest.fixture(scope="session")

@@ -1,0 +1,546 @@
+"""python -m bench [--quick] [--out FILE] [--only NAME ...]: run the benchmarks, print a table,
+write the results (with the machine and the command) to bench/results.md."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import json
+import os
+import platform
+import shlex
+import statistics
+import subprocess
+import sys
+import tempfile
+import textwrap
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psutil
+import yaml
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from orchestrator import pipeline  # noqa: E402
+from orchestrator.cli import main as orch_main  # noqa: E402
+from orchestrator.profile import ProfileStore  # noqa: E402
+from orchestrator.transport.ssh import SSHTransport  # noqa: E402
+from tests.ssh.sshd import SshServer, free_port, start_sshd, stop_sshd  # noqa: E402
+
+STANDIN = REPO / "standin"
+MODEL = STANDIN / "models" / "Qwen3.6-27B"
+
+
+@dataclass
+class Row:
+    benchmark: str
+    figure: str
+    value: str
+    goal: str = ""
+
+
+@dataclass
+class Section:
+    title: str
+    text: str
+    rows: list[Row] = field(default_factory=list)
+
+
+def median(values: Sequence[float]) -> float:
+    return statistics.median(values)
+
+
+def ms(seconds: float) -> str:
+    return f"{seconds * 1000:.0f} ms"
+
+
+# -- the loopback lab ---------------------------------------------------------------------------
+
+
+class Lab:
+    """sshd instances on 127.0.0.1, a profiles directory whose hosts are them, stand-in profiles."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.profiles = root / "profiles"
+        self.profiles.mkdir(parents=True)
+        self.servers: list[SshServer] = []
+        self._processes: list[subprocess.Popen[bytes]] = []
+        self.hosts: dict[str, dict[str, Any]] = {}
+
+    def add_hosts(self, count: int) -> list[str]:
+        names = []
+        for _ in range(count):
+            index = len(self.servers)
+            server, process = start_sshd(self.root / f"sshd-{index:02d}")
+            self.servers.append(server)
+            self._processes.append(process)
+            name = f"h{index:02d}"
+            self.hosts[name] = {
+                "address": "127.0.0.1", "port": server.port, "user": server.user,
+                "identity_file": str(server.client_key), "known_hosts": str(server.known_hosts),
+                "python": sys.executable, "workdir": str(self.root / "remote" / name),
+            }  # fmt: skip
+            names.append(name)
+        (self.profiles / "hosts.yaml").write_text(yaml.safe_dump({"hosts": self.hosts}))
+        return names
+
+    def profile(self, name: str, host: str, *, env: dict[str, str] | None = None,
+                directory: Path | None = None) -> str:  # fmt: skip
+        document = {
+            "sglang": "0.5.23", "host": host,
+            "model": {"path": str(MODEL), "served_model_name": "bench"},
+            "port": free_port(), "bind": "127.0.0.1",
+            "env": {"PYTHONPATH": str(STANDIN), **(env or {})},
+            "args": {"skip_server_warmup": True},
+            "restart": {"mode": "no"}, "stop_timeout_s": 3,
+            "health": {"startup_timeout_s": 120, "interval_s": 0.5},
+        }  # fmt: skip
+        target = directory or self.profiles
+        target.mkdir(parents=True, exist_ok=True)
+        (target / f"{name}.yaml").write_text(yaml.safe_dump(document, sort_keys=False))
+        return name
+
+    def orch(self, *argv: str, profiles: Path | None = None) -> tuple[int, str]:
+        out = io.StringIO()
+        code = orch_main(["--profiles", str(profiles or self.profiles), *argv], out=out, err=out)
+        return code, out.getvalue()
+
+    def orch_process(self, *argv: str, profiles: Path | None = None) -> subprocess.Popen[str]:
+        return subprocess.Popen(
+            [sys.executable, "-m", "orchestrator", "--profiles", str(profiles or self.profiles),
+             *argv],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=REPO,
+        )  # fmt: skip
+
+    def ssh_argv(self, host: str) -> list[str]:
+        entry = self.hosts[host]
+        return ["ssh", "-F", "/dev/null", "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=yes",
+                "-o", f"UserKnownHostsFile={entry['known_hosts']}", "-i", entry["identity_file"],
+                "-p", str(entry["port"]), f"{entry['user']}@127.0.0.1"]  # fmt: skip
+
+    def state(self, host: str, name: str) -> dict[str, Any] | None:
+        path = Path(self.hosts[host]["workdir"]) / name / "state.json"
+        try:
+            document: dict[str, Any] = json.loads(path.read_text())
+        except (FileNotFoundError, ValueError):
+            return None
+        return document
+
+    def close(self) -> None:
+        for name in [p.stem for p in self.profiles.glob("*.yaml") if p.stem != "hosts"]:
+            with contextlib.suppress(Exception):
+                self.orch("down", name)
+        for process in self._processes:
+            stop_sshd(process)
+
+
+def kill_by_token(token: str) -> None:
+    for process in psutil.process_iter(["cmdline"]):
+        if token in (process.info["cmdline"] or []):
+            with contextlib.suppress(psutil.Error):
+                for child in process.children(recursive=True):
+                    child.kill()
+                process.kill()
+
+
+def watch_death(find_pid: Callable[[], int | None], timeout: float) -> Callable[[], float | None]:
+    """Poll every millisecond for a process to appear then end; returns a getter of the wall-
+    clock moment it ended (a zombie counts as ended: that is when it stopped running)."""
+    died: list[float] = []
+
+    def run() -> None:
+        deadline = time.monotonic() + timeout
+        pid = None
+        while pid is None and time.monotonic() < deadline:
+            pid = find_pid()
+            time.sleep(0.001)
+        if pid is None:
+            return
+        with contextlib.suppress(psutil.Error):
+            process = psutil.Process(pid)
+            while time.monotonic() < deadline:
+                if process.status() in (psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD):
+                    break
+                time.sleep(0.001)
+        died.append(time.time())
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+
+    def result() -> float | None:
+        thread.join(timeout)
+        return died[0] if died else None
+
+    return result
+
+
+def pid_by_token(token: str) -> Callable[[], int | None]:
+    def find() -> int | None:
+        for process in psutil.process_iter(["cmdline"]):
+            cmdline = process.info["cmdline"] or []
+            if token in cmdline and "sglang.launch_server" in cmdline:
+                return int(process.pid)
+        return None
+
+    return find
+
+
+# -- 1. time to verdict -------------------------------------------------------------------------
+
+
+def time_to_verdict(
+    lab: Lab, host: str, runs: int, human_sleep: float, die_after: float
+) -> Section:
+    orch_delays, human_delays = [], []
+    for run in range(runs):
+        dying = {"ORCH_STANDIN_FAIL": f"die-after:{die_after}", "ORCH_STANDIN_LOAD_S": "30"}
+        name = lab.profile(f"dies-{run}", host, env=dying)
+        port = str(yaml.safe_load((lab.profiles / f"{name}.yaml").read_text())["port"])
+        died = watch_death(pid_by_token(port), timeout=120)
+        up = lab.orch_process("up", name, "--no-plan")
+        up.communicate(timeout=180)
+        verdict_at = time.time()
+        death = died()
+        if death is not None:
+            orch_delays.append(verdict_at - death)
+
+        # the incident's way: nohup over ssh, sleep, cat the log
+        port = str(free_port())
+        workdir = Path(lab.hosts[host]["workdir"]) / f"by-hand-{run}"
+        launch = (
+            f"mkdir -p {workdir} && cd {workdir} && PYTHONPATH={STANDIN} "
+            f"ORCH_STANDIN_FAIL=die-after:{die_after} ORCH_STANDIN_LOAD_S=30 nohup "
+            f"{sys.executable} -m sglang.launch_server --model-path {MODEL} --port {port} "
+            "> server.log 2>&1 &"
+        )
+        died = watch_death(pid_by_token(port), timeout=120)
+        subprocess.run([*lab.ssh_argv(host), launch], check=True, timeout=60)
+        time.sleep(human_sleep)
+        subprocess.run([*lab.ssh_argv(host), f"cat {workdir}/server.log"],
+                       check=True, timeout=60, capture_output=True)  # fmt: skip
+        seen_at = time.time()
+        death = died()
+        if death is not None:
+            human_delays.append(seen_at - death)
+        kill_by_token(port)
+    orch_median = median(orch_delays) if orch_delays else float("nan")
+    human_median = median(human_delays) if human_delays else float("nan")
+    return Section(
+        "Time to verdict",
+        f"The stand-in dies {die_after:g} s after start (`ORCH_STANDIN_FAIL=die-after:"
+        f"{die_after:g}`, during weight loading). Measured from the moment the process ended "
+        "(polled every 1 ms with psutil) to `orch up` having printed the classified verdict and "
+        "exited; beside the incident's way: `ssh host 'nohup ... > log 2>&1 &'`, "
+        f"`sleep {human_sleep:g}`, `ssh host cat log`. {len(orch_delays)} runs each.",
+        [
+            Row(
+                "time to verdict", "orch up: death -> verdict printed", ms(orch_median), "< 500 ms"
+            ),
+            Row(
+                "time to verdict",
+                f"hand-written (sleep {human_sleep:g}; cat log)",
+                f"{human_median:.1f} s",
+            ),
+            Row(
+                "time to verdict", "ratio hand-written / orch", f"{human_median / orch_median:.0f}x"
+            ),
+        ],
+    )
+
+
+# -- 2. up overhead -----------------------------------------------------------------------------
+
+
+def up_overhead(lab: Lab, host: str, runs: int) -> Section:
+    overheads, walls, connections, commands, files = [], [], [], [], []
+    for run in range(runs):
+        name = lab.profile(f"ready-{run}", host)
+        ctx = pipeline.Context(
+            store=ProfileStore(lab.profiles), environ=os.environ, local_python=sys.executable
+        )
+        started = time.monotonic()
+        events = list(pipeline.up(ctx, name))
+        wall = time.monotonic() - started
+        verdict = events[-1]
+        assert isinstance(verdict, pipeline.Verdict), verdict
+        assert verdict.ok, verdict.summary
+        state = verdict.state
+        own = (state.ready_at or 0) - (state.started_at or 0)
+        transport = ctx._transports[host]
+        assert isinstance(transport, SSHTransport)
+        connections.append(transport.connections_opened)
+        commands.append(transport.commands_run)
+        files.append(transport.file_operations)
+        ctx.close()
+        walls.append(wall)
+        overheads.append(wall - own)
+        lab.orch("down", name)
+
+    # by hand: ssh mkdir, scp the launcher, ssh nohup, then poll the log every second until ready
+    hand_walls, hand_connections = [], []
+    for run in range(runs):
+        port = str(free_port())
+        workdir = Path(lab.hosts[host]["workdir"]) / f"hand-up-{run}"
+        script = lab.root / f"launch-{run}.sh"
+        script.write_text(
+            textwrap.dedent(f"""\
+            cd {workdir}
+            PYTHONPATH={STANDIN} nohup {sys.executable} -m sglang.launch_server \\
+                --model-path {MODEL} --port {port} --host 127.0.0.1 --skip-server-warmup \\
+                > server.log 2>&1 &
+        """)
+        )
+        entry = lab.hosts[host]
+        started = time.monotonic()
+        count = 0
+        subprocess.run([*lab.ssh_argv(host), f"mkdir -p {workdir}"], check=True)
+        count += 1
+        subprocess.run(["scp", "-q", "-F", "/dev/null", "-o", "BatchMode=yes",
+                        "-o", f"UserKnownHostsFile={entry['known_hosts']}",
+                        "-i", entry["identity_file"], "-P", str(entry["port"]), str(script),
+                        f"{entry['user']}@127.0.0.1:{workdir}/launch.sh"], check=True)  # fmt: skip
+        count += 1
+        subprocess.run([*lab.ssh_argv(host), f"bash {workdir}/launch.sh"], check=True)
+        count += 1
+        while True:
+            count += 1
+            done = subprocess.run([*lab.ssh_argv(host), f"cat {workdir}/server.log"],
+                                  capture_output=True, text=True, check=True)  # fmt: skip
+            if "fired up and ready" in done.stdout:
+                break
+            time.sleep(1.0)
+        hand_walls.append(time.monotonic() - started)
+        hand_connections.append(count)
+        kill_by_token(port)
+    return Section(
+        "`up` overhead",
+        "`orch up` (in-process, the plan preflight included) of a stand-in profile to READY, "
+        "minus the stand-in's own start-to-ready time as the agent recorded it; SSH "
+        "connections and round trips counted by the transport. Beside the hand-written sequence "
+        f"(ssh mkdir, scp, ssh nohup, poll the log every second over ssh). {runs} runs each.",
+        [
+            Row("up overhead", "orch up wall time", ms(median(walls))),
+            Row(
+                "up overhead", "orch up minus the server's own time to ready", ms(median(overheads))
+            ),
+            Row(
+                "up overhead",
+                "SSH connections / commands / SFTP operations",
+                f"{median(connections):.0f} / {median(commands):.0f} / {median(files):.0f}",
+            ),
+            Row("up overhead", "hand-written wall time (poll every 1 s)", ms(median(hand_walls))),
+            Row("up overhead", "hand-written SSH connections", f"{median(hand_connections):.0f}"),
+        ],
+    )
+
+
+# -- 3. many hosts ------------------------------------------------------------------------------
+
+
+def many_hosts(lab: Lab, hosts: list[str], sizes: Sequence[int], runs: int) -> Section:
+    rows, orch_times, loop_times = [], {}, {}
+    for size in sizes:
+        directory = lab.root / f"profiles-{size}"
+        directory.mkdir()
+        (directory / "hosts.yaml").write_text((lab.profiles / "hosts.yaml").read_text())
+        for index, host in enumerate(hosts[:size]):
+            lab.profile(f"svc{index:02d}", host, directory=directory)
+        lab.orch("status", "--all", profiles=directory)  # the agent is pushed once per host
+        times = []
+        for _ in range(runs):
+            started = time.monotonic()
+            process = lab.orch_process("status", "--all", "--json", profiles=directory)
+            process.communicate(timeout=120)
+            times.append(time.monotonic() - started)
+        orch_times[size] = median(times)
+        times = []
+        for _ in range(runs):
+            started = time.monotonic()
+            for index, host in enumerate(hosts[:size]):
+                state = Path(lab.hosts[host]["workdir"]) / f"svc{index:02d}" / "state.json"
+                subprocess.run([*lab.ssh_argv(host), f"cat {state} 2>/dev/null || true"],
+                               capture_output=True, check=True)  # fmt: skip
+            times.append(time.monotonic() - started)
+        loop_times[size] = median(times)
+        rows.append(Row("many hosts", f"orch status --all, {size} host(s)", ms(orch_times[size])))
+        rows.append(Row("many hosts", f"bash loop of ssh, {size} host(s)", ms(loop_times[size])))
+    big, small = max(sizes), min(sizes)
+    rows.append(Row("many hosts", f"orch {big}/{small} ratio",
+                    f"{orch_times[big] / orch_times[small]:.2f}", "<= 2"))  # fmt: skip
+    rows.append(Row("many hosts", f"bash loop {big}/{small} ratio",
+                    f"{loop_times[big] / loop_times[small]:.2f}"))  # fmt: skip
+    return Section(
+        "Many hosts",
+        "`orch status --all --json` (a process, as a user runs it) over "
+        f"{', '.join(map(str, sizes))} hosts, each its own sshd on loopback; beside a "
+        f"sequential bash loop of `ssh host cat state.json`. Median of {runs} runs.",
+        rows,
+    )
+
+
+# -- 4. CLI start-up ----------------------------------------------------------------------------
+
+
+def cli_startup(runs: int) -> Section:
+    rows = []
+    for argv in (["--help"], ["render", "qwen36-mtp-b200"], ["validate"]):
+        times = []
+        for _ in range(runs):
+            started = time.monotonic()
+            subprocess.run([sys.executable, "-m", "orchestrator", *argv], cwd=REPO,
+                           capture_output=True, check=True)  # fmt: skip
+            times.append(time.monotonic() - started)
+        rows.append(Row("CLI start-up", f"orch {' '.join(argv)}", ms(median(times)), "< 150 ms"))
+    probe = (
+        "import sys, io\nfrom orchestrator.cli import main\n"
+        "main(['render', 'qwen36-mtp-b200'], out=io.StringIO())\n"
+        "print('paramiko' in sys.modules, 'jinja2' in sys.modules)"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True,
+                          text=True, check=True)  # fmt: skip
+    paramiko_loaded, jinja_loaded = done.stdout.split()
+    rows.append(Row("CLI start-up", "paramiko / jinja2 imported by render",
+                    f"{paramiko_loaded} / {jinja_loaded}", "False / False"))  # fmt: skip
+    return Section(
+        "CLI start-up",
+        f"Wall time of `python -m orchestrator ...` processes, shipped profiles; median of {runs}.",
+        rows,
+    )
+
+
+# -- 5. following a large log -------------------------------------------------------------------
+
+
+def large_log(lab: Lab, host: str, sizes_mb: Sequence[int], runs: int) -> Section:
+    name = lab.profile("logs", host)
+    code, output = lab.orch("up", name, "--no-plan")
+    assert code == 0, output
+    state = lab.state(host, name)
+    assert state is not None
+    run_id, log = str(state["run_id"]), Path(str(state["log"]))
+    lab.orch("down", name)
+    block = "".join(
+        f"[2026-11-30 12:00:00] Decode batch. #running-req: 48, #token: {i}, gen throughput "
+        "(token/s): 1234.56, #queue-req: 0\n"
+        for i in range(8000)
+    ).encode()
+    rows = []
+    for size in sizes_mb:
+        with log.open("ab") as handle:
+            while handle.tell() < size * (1 << 20):
+                handle.write(block)
+        actual = log.stat().st_size
+        times = []
+        for _ in range(runs):
+            started = time.monotonic()
+            process = lab.orch_process("logs", name, "--run", run_id, "-n", "100")
+            out, _ = process.communicate(timeout=120)
+            times.append(time.monotonic() - started)
+            assert out.count("\n") >= 100
+        rows.append(Row("large log", f"orch logs -n 100, {actual / (1 << 20):,.0f} MiB log",
+                        ms(median(times))))  # fmt: skip
+    return Section(
+        "Following a large log",
+        "`orch logs PROFILE -n 100` over SSH (a process) on one run's log grown to each size: it "
+        f"reads a window from the end (SFTP ranged read), never the whole file. Median of {runs}.",
+        rows,
+    )
+
+
+# -- report -------------------------------------------------------------------------------------
+
+
+def machine() -> str:
+    sshd = subprocess.run(["ssh", "-V"], capture_output=True, text=True, check=False)
+    cpu = platform.processor() or platform.machine()
+    return (
+        f"{platform.node()}: {platform.system()} {platform.release()}, {cpu}, "
+        f"{os.cpu_count()} CPUs, {psutil.virtual_memory().total / (1 << 30):.0f} GiB RAM; "
+        f"Python {platform.python_version()}; {(sshd.stderr or sshd.stdout).strip()}"
+    )
+
+
+def render_table(sections: Sequence[Section]) -> str:
+    rows = [("BENCHMARK", "FIGURE", "VALUE", "GOAL")]
+    rows += [(r.benchmark, r.figure, r.value, r.goal) for s in sections for r in s.rows]
+    widths = [max(len(row[i]) for row in rows) for i in range(4)]
+    return "\n".join(
+        "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
+        for row in rows
+    )
+
+
+def render_markdown(sections: Sequence[Section], command: str, took: float) -> str:
+    out = [
+        "# orch benchmarks",
+        "",
+        f"- command: `{command}`",
+        f"- date: {time.strftime('%Y-%m-%d %H:%M:%S %Z')}",
+        f"- machine: {machine()}",
+        f"- took: {took:.0f} s",
+        "",
+        "Loopback only (real OpenSSH sshd, orch's SGLang stand-in, NOT SGLang). Medians; ratios "
+        "are measured in the same run. Figures, not assertions.",
+    ]
+    for section in sections:
+        out += ["", f"## {section.title}", "", section.text, "", "| figure | value | goal |",
+                "|---|---|---|"]  # fmt: skip
+        out += [f"| {r.figure} | {r.value} | {r.goal} |" for r in section.rows]
+    return "\n".join(out) + "\n"
+
+
+BENCHMARKS = ("verdict", "up", "hosts", "cli", "logs")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="fewer runs, smaller sizes (smoke)")
+    parser.add_argument("--out", type=Path, default=REPO / "bench" / "results.md")
+    parser.add_argument("--only", nargs="*", choices=BENCHMARKS, default=list(BENCHMARKS))
+    args = parser.parse_args(argv)
+    quick = args.quick
+    started = time.monotonic()
+    sections: list[Section] = []
+    with tempfile.TemporaryDirectory(prefix="orch-bench-") as scratch, lab_in(Path(scratch)) as lab:
+        hosts = lab.add_hosts(4 if quick else 16)
+        if "verdict" in args.only:
+            human_sleep = 3 if quick else 60
+            runs = 1 if quick else 3
+            sections.append(time_to_verdict(lab, hosts[0], runs, human_sleep, die_after=2))
+        if "up" in args.only:
+            sections.append(up_overhead(lab, hosts[0], runs=1 if quick else 5))
+        if "hosts" in args.only:
+            sizes = (1, 4) if quick else (1, 4, 16)
+            sections.append(many_hosts(lab, hosts, sizes, runs=1 if quick else 5))
+        if "cli" in args.only:
+            sections.append(cli_startup(runs=3 if quick else 15))
+        if "logs" in args.only:
+            sizes_mb = (1, 16) if quick else (1, 100, 1024)
+            sections.append(large_log(lab, hosts[0], sizes_mb, runs=1 if quick else 5))
+    took = time.monotonic() - started
+    print(render_table(sections))
+    command = "python -m bench " + shlex.join(argv if argv is not None else sys.argv[1:])
+    args.out.write_text(render_markdown(sections, command.strip(), took))
+    print(f"\nwritten {args.out} ({took:.0f} s)")
+    return 0
+
+
+@contextlib.contextmanager
+def lab_in(root: Path) -> Iterator[Lab]:
+    lab = Lab(root)
+    try:
+        yield lab
+    finally:
+        lab.close()
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
