@@ -77,9 +77,13 @@ class Agent:
         self._pushed = True
 
     def call(self, *args: str, timeout: float = 60.0) -> dict[str, Any]:
-        self.ensure_pushed()
+        # Optimistic: run the agent, and push it only when the host does not have this version
+        # yet (python's "can't open file", exit 2). Saves an SFTP session per host and command.
         argv = (self.deployment.python, self.deployment.agent_path, *args)
         result = self.transport.run(argv, timeout=timeout)
+        if result.returncode == 2 and b"can't open file" in result.stderr and not self._pushed:
+            self.ensure_pushed()
+            result = self.transport.run(argv, timeout=timeout)
         if result.returncode == 127:
             raise PreflightError(
                 f"{self.deployment.python}: not found on {self.deployment.host.name}",

@@ -16,6 +16,7 @@ CORE = [
     "orchestrator.argtable",
     "orchestrator.model",
     "orchestrator.verify",
+    "orchestrator.plan",
 ]
 FORBIDDEN_IN_CORE = {"paramiko", "psutil", "subprocess", "socket", "jinja2", "pynvml"}
 
