@@ -351,6 +351,7 @@ def many_hosts(lab: Lab, hosts: list[str], sizes: Sequence[int], runs: int) -> S
     orch_times: dict[int, float] = {}
     orch_cpu: dict[int, float] = {}
     loop_times: dict[int, float] = {}
+    parallel_times: dict[int, float] = {}
     for size in sizes:
         directory = lab.root / f"profiles-{size}"
         directory.mkdir()
@@ -378,14 +379,36 @@ def many_hosts(lab: Lab, hosts: list[str], sizes: Sequence[int], runs: int) -> S
                                capture_output=True, check=True)  # fmt: skip
             times.append(time.monotonic() - started)
         loop_times[size] = median(times)
+        # the same remote work as orch (the agent's status) through parallel OpenSSH clients:
+        # the floor this machine sets when every "host" shares its CPUs
+        agent_file = REPO / "orchestrator" / "agent.py"
+        times = []
+        for _ in range(runs):
+            started = time.monotonic()
+            clients = []
+            for host in hosts[:size]:
+                remote = (
+                    f"{sys.executable} {agent_file} status --dir {lab.hosts[host]['workdir']}/x"
+                )
+                clients.append(
+                    subprocess.Popen([*lab.ssh_argv(host), remote], stdout=subprocess.DEVNULL)
+                )
+            for client in clients:
+                client.wait(timeout=120)
+            times.append(time.monotonic() - started)
+        parallel_times[size] = median(times)
         rows.append(Row("many hosts", f"orch status --all, {size} host(s)", ms(orch_times[size])))
         rows.append(Row("many hosts", f"orch process CPU time, {size} host(s)", ms(orch_cpu[size])))
         rows.append(Row("many hosts", f"bash loop of ssh, {size} host(s)", ms(loop_times[size])))
+        rows.append(Row("many hosts", f"parallel ssh running the agent, {size} host(s)",
+                        ms(parallel_times[size])))  # fmt: skip
     big, small = max(sizes), min(sizes)
     rows.append(Row("many hosts", f"orch {big}/{small} ratio",
                     f"{orch_times[big] / orch_times[small]:.2f}", "<= 2"))  # fmt: skip
     rows.append(Row("many hosts", f"orch CPU {big}/{small} ratio",
                     f"{orch_cpu[big] / orch_cpu[small]:.2f}"))  # fmt: skip
+    rows.append(Row("many hosts", f"parallel ssh {big}/{small} ratio",
+                    f"{parallel_times[big] / parallel_times[small]:.2f}"))  # fmt: skip
     rows.append(Row("many hosts", f"bash loop {big}/{small} ratio",
                     f"{loop_times[big] / loop_times[small]:.2f}"))  # fmt: skip
     return Section(
@@ -395,7 +418,9 @@ def many_hosts(lab: Lab, hosts: list[str], sizes: Sequence[int], runs: int) -> S
         f"sequential bash loop of `ssh host cat state.json`. Median of {runs} runs. On "
         "loopback every host's sshd session and agent process runs on this machine's "
         f"{os.cpu_count()} CPUs, beside orch: the wall-time ratio includes that shared work; "
-        "the orch process's own CPU time (getrusage) shows what orch adds per host.",
+        "the orch process's own CPU time (getrusage) shows what orch adds per host, and "
+        "parallel OpenSSH clients doing the same remote work (the agent's status) show the "
+        "floor this machine sets.",
         rows,
     )
 
