@@ -35,7 +35,9 @@ demo: $(STAMP)
 	$(BIN)/orch validate
 	$(BIN)/orch render demo
 	mkdir -p $(DEMO_MODEL) && cp standin/models/Qwen3.6-27B/config.json $(DEMO_MODEL)/
-	$(BIN)/orch up demo
+	@# --replace: a demo still running from another checkout (another venv, so another plan) is
+	@# stopped first; the same plan already running is followed, not restarted.
+	$(BIN)/orch up demo --replace
 	$(BIN)/orch status demo
 	@echo
 	@echo "The demo server (orch's SGLang stand-in) runs under orch's agent on this machine:"
