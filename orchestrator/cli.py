@@ -330,6 +330,7 @@ def _show_up(events: Iterator[UpEvent], output: _Output) -> int:
     from orchestrator import pipeline
 
     progress = _Progress(output)
+    code: int = ExitCode.INTERNAL  # up always ends with a Verdict
     for event in events:
         if isinstance(event, pipeline.Step):
             progress.line(f"  {event.message}")
@@ -354,19 +355,25 @@ def _show_up(events: Iterator[UpEvent], output: _Output) -> int:
             _show_effective_in_up(event, output)
         else:
             progress.end()
-            if event.ok:
-                output.print(event.summary)
-                return ExitCode.OK
-            if event.exit_code == ExitCode.DRIFT:
-                output.error(OrchError(event.summary, event.hint))
-                return event.exit_code
-            if event.last_lines:
-                output.err.write("  last lines of the log:\n")
-                for line in event.last_lines[-15:]:
-                    output.err.write(f"  | {line}\n")
-            output.error(OrchError(f"server failed: {event.summary}", event.hint))
-            return event.exit_code
-    return ExitCode.INTERNAL  # pragma: no cover - up always ends with a Verdict
+            code = _show_verdict(event, output)
+            output.err.flush()
+            output.out.flush()
+    return code
+
+
+def _show_verdict(event: pipeline.Verdict, output: _Output) -> int:
+    """Print the verdict as soon as it comes (more may follow: what the log recorded)."""
+    if event.ok:
+        output.print(event.summary)
+    elif event.exit_code == ExitCode.DRIFT:
+        output.error(OrchError(event.summary, event.hint))
+    else:
+        if event.last_lines:
+            output.err.write("  last lines of the log:\n")
+            for line in event.last_lines[-15:]:
+                output.err.write(f"  | {line}\n")
+        output.error(OrchError(f"server failed: {event.summary}", event.hint))
+    return event.exit_code
 
 
 def _show_plan_in_up(report: plan.PlanReport, output: _Output) -> None:

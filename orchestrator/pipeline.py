@@ -315,16 +315,23 @@ def _follow_and_verify(
     redact: Callable[[str], str],
 ) -> Iterator[UpEvent]:
     """Follow the startup; then compare what the server got with the profile. Drift in a
-    pinned field fails ``up``; other drift is a warning (``diff-effective`` fails on it)."""
+    pinned field fails ``up``; other drift is a warning (``diff-effective`` fails on it).
+    After a crash the verdict comes first, then what the followed log recorded."""
     profile = loaded.profile
-    for event in follow(ctx, agent.transport, agent.deployment, state, profile, redact):
+    startup = StartupLog()
+    for event in follow(ctx, agent.transport, agent.deployment, state, profile, redact, startup):
         if not isinstance(event, Verdict):
             yield event
             continue
+        if not event.ok:
+            yield event  # within a fraction of a second of the death: compare afterwards
+            if startup.config_line is not None:
+                yield from _compare_logged(ctx, loaded, startup)
+            return
         try:
             report = diff_effective(ctx, profile.name, loaded=loaded)
         except (NotDeployed, NotResolved):
-            yield event  # it died before SGLang resolved anything: the verdict says it all
+            yield event
             return
         except OrchError as exc:
             yield Warn(f"could not compare the effective configuration: {exc.message}", exc.hint)
@@ -332,7 +339,7 @@ def _follow_and_verify(
             return
         pinned = report.pinned_drift(profile.pin, loaded.table)
         yield Effective(report, pinned)
-        if event.ok and pinned:
+        if pinned:
             names = ", ".join(row.field for row in pinned)
             yield Verdict(
                 ok=False,
@@ -346,6 +353,48 @@ def _follow_and_verify(
             return
         yield event
         return
+
+
+@dataclass
+class StartupLog:
+    """What ``follow`` saw up to SGLang's ``server_args=`` line: the line and those before it."""
+
+    config_line: str | None = None
+    before: list[str] = field(default_factory=list)
+
+    def add(self, line: str) -> None:
+        if self.config_line is not None:
+            return
+        if verify.parse_server_args_line(line) is not None:
+            self.config_line = line
+        elif len(self.before) < EXPLAINING_LINES:
+            self.before.append(line)
+
+
+EXPLAINING_LINES = 400
+
+
+def _compare_logged(ctx: Context, loaded: LoadedProfile, startup: StartupLog) -> Iterator[UpEvent]:
+    """The dead server's configuration, as its log recorded it (no process left to read)."""
+    profile = loaded.profile
+    try:
+        resolved = verify.parse_server_args_line(startup.config_line or "")
+    except verify.UnreadableConfig as exc:
+        yield Warn(f"could not read the server_args line: {exc}")
+        return
+    launch = render.render(profile, loaded.table)
+    _, env, _ = render.resolve_secrets(launch, ctx.environ)
+    observed = verify.Observation(
+        pid=None, found_by="orch", alive=False, argv=None, env=None, resolved=resolved,
+        resolved_source="server_args line", launch_command=None,
+        log_lines=tuple(startup.before),
+        notes=("the server is not running: compared with what its log recorded",),
+    )  # fmt: skip
+    secrets = {secret: ctx.environ[secret] for secret in launch.secret_names()}
+    report = verify.compare(
+        profile, loaded.table, observed, env=env, secret_env=frozenset(), secrets=secrets
+    )
+    yield Effective(report, report.pinned_drift(profile.pin, loaded.table))
 
 
 def diff_effective(
@@ -567,6 +616,7 @@ def follow(
     state: RunState,
     profile: Profile,
     redact: Callable[[str], str],
+    startup: StartupLog | None = None,
 ) -> Iterator[UpEvent]:
     """Stream a run's startup from its log and state until ready, dead or timed out."""
     run_id = state.run_id
@@ -580,14 +630,16 @@ def follow(
     deadline = ctx.clock() + profile.health.startup_timeout_s
     while True:
         if log is not None:
-            offset = yield from _read_new(transport, log, offset, splitter, tail, redact)
+            offset = yield from _read_new(transport, log, offset, splitter, tail, redact, startup)
         current = read_state(transport, deployment) or state
         ended = (
             current.last_exit if current.last_exit and current.last_exit.run_id == run_id else None
         )
         if ended is not None:
             if log is not None:
-                offset = yield from _read_new(transport, log, offset, splitter, tail, redact)
+                offset = yield from _read_new(
+                    transport, log, offset, splitter, tail, redact, startup
+                )
             for line in splitter.flush():
                 tail.append(redact(line))
             yield _failure_verdict(current, ended.cls, redact(ended.message), tuple(tail))
@@ -615,6 +667,7 @@ def _read_new(
     splitter: LineSplitter,
     tail: deque[str],
     redact: Callable[[str], str],
+    startup: StartupLog | None = None,
 ) -> Generator[UpEvent, None, int]:
     """Yield the events of the log's new lines; returns the new offset."""
     try:
@@ -624,6 +677,8 @@ def _read_new(
     for line in splitter.feed(data):
         line = redact(line)
         tail.append(line)
+        if startup is not None:
+            startup.add(line)
         event = parse_line(line)
         if event is not None:
             yield LogLine(event)

@@ -7,7 +7,6 @@ import io
 import json
 import re
 import textwrap
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -16,19 +15,10 @@ import pytest
 from orchestrator.cli import main
 from orchestrator.errors import ExitCode
 from tests.conftest import CAPTURES, REPO
+from tests.e2e.conftest import Outcome
 
 FIXTURE = {"0.5.11": "sglang_0511", "0.5.23": "sglang_0523"}
 MODEL_CONFIG = REPO / "standin" / "models" / "Qwen3.6-27B" / "config.json"  # the real one's copy
-
-
-@dataclass(frozen=True)
-class Outcome:
-    code: int
-    out: str
-    err: str
-
-    def json(self) -> Any:
-        return json.loads(self.out)
 
 
 def incident_profile(root: Path, name: str, *, version: str = "0.5.11", gpu: str = "H200",
