@@ -196,6 +196,45 @@ class _Output:
             self.err.write(f"orch: hint: {finding.hint}\n")
 
 
+class _RedactingStream:
+    """A text stream that replaces the profile's secret values before writing (server logs and
+    SGLang's own lines may echo what they were given)."""
+
+    def __init__(self, stream: TextIO, redact: Callable[[str], str]) -> None:
+        self._stream = stream
+        self._redact = redact
+
+    def write(self, text: str) -> int:
+        return self._stream.write(self._redact(text))
+
+    def flush(self) -> None:
+        self._stream.flush()
+
+    def isatty(self) -> bool:
+        return self._stream.isatty()
+
+
+def _guarded(output: _Output, args: argparse.Namespace) -> _Output:
+    """``output``, redacting the values of the profile's ``from_env`` secrets that are set."""
+    from orchestrator import render
+
+    try:
+        loaded = _store(args).load(args.profile)
+        if loaded.profile.abstract:
+            return output
+        launch = render.render(loaded.profile, loaded.table)
+    except OrchError:
+        return output  # the command itself reports it
+    secrets = {name: os.environ[name] for name in launch.secret_names() if os.environ.get(name)}
+    if not secrets:
+        return output
+    redact = render.Redactor(secrets)
+    return _Output(
+        _RedactingStream(output.out, redact),  # type: ignore[arg-type]
+        _RedactingStream(output.err, redact),  # type: ignore[arg-type]
+    )
+
+
 def _store(args: argparse.Namespace) -> ProfileStore:
     from orchestrator.profile import ProfileStore
 
@@ -315,6 +354,7 @@ def _cmd_profiles(args: argparse.Namespace, output: _Output) -> int:
 def _cmd_up(args: argparse.Namespace, output: _Output) -> int:
     from orchestrator import pipeline
 
+    output = _guarded(output, args)
     ctx = _context(args)
     try:
         events = pipeline.up(
@@ -600,6 +640,7 @@ def _duration(seconds: float | None) -> str:
 def _cmd_logs(args: argparse.Namespace, output: _Output) -> int:
     from orchestrator import pipeline
 
+    output = _guarded(output, args)
     ctx = _context(args)
     try:
         for chunk in pipeline.logs(
@@ -644,6 +685,7 @@ def _cmd_plan(args: argparse.Namespace, output: _Output) -> int:
 
     from orchestrator import pipeline
 
+    output = _guarded(output, args)
     ctx = _context(args)
     try:
         loaded = ctx.store.load(args.profile)
@@ -777,6 +819,7 @@ def _cmd_diff_effective(args: argparse.Namespace, output: _Output) -> int:
 
     from orchestrator import pipeline, verify
 
+    output = _guarded(output, args)
     ctx = _context(args)
     try:
         report = pipeline.diff_effective(
