@@ -698,21 +698,11 @@ def _cmd_plan(args: argparse.Namespace, output: _Output) -> int:
         output.print(_plan_text(report, args.all))
     if report.error is not None:
         if not args.json:
-            output.error(OrchError(_plan_error_line(report), report.error.hint))
+            output.error(OrchError(report.refusal(), report.error.hint))
         return ExitCode.PLAN_REFUSED
     if report.pinned_changes(loaded.profile.pin, loaded.table):
         return ExitCode.DRIFT
     return ExitCode.OK
-
-
-def _plan_error_line(report: plan.PlanReport) -> str:
-    error = report.error
-    assert error is not None  # noqa: S101 - callers check
-    raised = f" (raised in {error.raised_in})" if error.raised_in else ""
-    return (
-        f"SGLang {report.sglang_version or '?'} rejects the plan at {error.stage}: "
-        f"{error.kind}: {error.message}{raised}"
-    )
 
 
 def _plan_text(report: plan.PlanReport, include_defaulted: bool) -> str:

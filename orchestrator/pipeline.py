@@ -362,10 +362,10 @@ class StartupLog:
     config_line: str | None = None
     before: list[str] = field(default_factory=list)
 
-    def add(self, line: str) -> None:
+    def add(self, line: str, event: LogEvent | None) -> None:
         if self.config_line is not None:
             return
-        if verify.parse_server_args_line(line) is not None:
+        if event is not None and event.kind == "config":
             self.config_line = line
         elif len(self.before) < EXPLAINING_LINES:
             self.before.append(line)
@@ -485,13 +485,8 @@ def _plan_gate(
     yield Planned(report)
     problem: str | None = None
     if report.error is not None:
-        error = report.error
-        raised = f", raised in {error.raised_in}" if error.raised_in else ""
-        problem = (
-            f"SGLang {report.sglang_version or '?'} rejects the plan at {error.stage}: "
-            f"{error.kind}: {error.message}{raised}"
-        )
-        hint = error.hint or "the server would fail the same way at startup"
+        problem = report.refusal()
+        hint = report.error.hint or "the server would fail the same way at startup"
     else:
         pinned = report.pinned_changes(profile.pin, table)
         if pinned:
@@ -677,9 +672,9 @@ def _read_new(
     for line in splitter.feed(data):
         line = redact(line)
         tail.append(line)
-        if startup is not None:
-            startup.add(line)
         event = parse_line(line)
+        if startup is not None:
+            startup.add(line, event)
         if event is not None:
             yield LogLine(event)
     return offset + len(data)

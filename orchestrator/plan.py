@@ -108,6 +108,17 @@ class PlanReport:
     def ok(self) -> bool:
         return self.error is None
 
+    def refusal(self) -> str:
+        """The one-line account of why SGLang rejects the plan ("" when it does not)."""
+        error = self.error
+        if error is None:
+            return ""
+        raised = f" (raised in {error.raised_in})" if error.raised_in else ""
+        return (
+            f"SGLang {self.sglang_version or '?'} rejects the plan at {error.stage}: "
+            f"{error.kind}: {error.message}{raised}"
+        )
+
     @property
     def changed(self) -> tuple[PlannedField, ...]:
         return tuple(f for f in self.fields if f.changed)

@@ -36,6 +36,7 @@ from typing import Any
 
 from orchestrator.argtable import RENAMES, ArgTable, arg_tokens, spell
 from orchestrator.model import Profile, SecretRef
+from orchestrator.observe import LINE_RE
 from orchestrator.profile import requested_fields
 
 OK = "ok"
@@ -76,7 +77,6 @@ ABSENT: Any = _Absent()
 # -- reading SGLang's outputs -----------------------------------------------------------------
 
 _CONFIG_LINE = re.compile(r"server_args=(ServerArgs\(.*\)|\{.*\})\s*$")
-_LOG_PREFIX = re.compile(r"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d{3})?[^\]]*\] ")
 
 
 class UnreadableConfig(ValueError):
@@ -125,10 +125,6 @@ def resolved_from_server_info(payload: Mapping[str, Any]) -> dict[str, Any]:
     if isinstance(states, list) and states and isinstance(states[0], dict):
         merged.update(states[0])
     return merged
-
-
-def strip_log_prefix(line: str) -> str:
-    return _LOG_PREFIX.sub("", line, count=1)
 
 
 # -- reading a command line back --------------------------------------------------------------
@@ -519,7 +515,7 @@ def compare(
 
     rows: list[FieldRow] = []
     for want in expected:
-        got = _received_value(received, table, want.field)
+        got = received.values.get(want.field, ABSENT) if received is not None else ABSENT
         effective = resolved_value(resolved, want.field) if resolved is not None else ABSENT
         said = launched.values.get(want.field, ABSENT) if launched is not None else ABSENT
         verdict, why = _field_verdict(want, got, effective, received is not None, observation)
@@ -602,12 +598,6 @@ def compare_lock(report: Report, locked: Mapping[str, Any], resolved: Mapping[st
     return dataclasses.replace(report, fields=(*kept, *rows))
 
 
-def _received_value(received: ParsedArgs | None, table: ArgTable, name: str) -> Any:
-    if received is None:
-        return ABSENT
-    return received.values.get(name, ABSENT)
-
-
 def _field_verdict(
     want: _Expected, got: Any, effective: Any, have_received: bool, observation: Observation
 ) -> tuple[str, str | None]:
@@ -682,9 +672,10 @@ def explain(name: str, log_lines: Sequence[str]) -> str | None:
             words = words[len(prefix) :]
     needles = (name, "--" + name.replace("_", "-"), words.replace("_", " "))
     for line in reversed(log_lines):
-        if not _LOG_PREFIX.match(line):  # SGLang explains through its logger, nothing else
+        logged = LINE_RE.match(line)
+        if logged is None:  # SGLang explains through its logger, nothing else
             continue
-        text = strip_log_prefix(line)
+        text = logged.group(3)
         lowered = text.lower()
         if any(needle.lower() in lowered for needle in needles):
             return text
