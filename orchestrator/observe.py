@@ -11,7 +11,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from orchestrator.agent import (
+from orchestrator.remote.agent import (
     CONFIG_LINE_MARK,
     READY_LINE,
     ExitVerdict,

@@ -23,7 +23,7 @@ from typing import Any
 
 from orchestrator import __version__, argtable, render, verify
 from orchestrator import plan as plan_module
-from orchestrator.agent import CONFIG_ERROR, DETERMINISTIC
+from orchestrator.remote.agent import CONFIG_ERROR, DETERMINISTIC
 from orchestrator.errors import (
     Conflict,
     ExitCode,

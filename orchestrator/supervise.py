@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from orchestrator import agent as agent_module
+from orchestrator.remote import agent as agent_module
 from orchestrator.errors import PreflightError, RemoteCommandError, SupervisorError
 from orchestrator.model import ExitInfo, Host, RunState
 from orchestrator.transport import Transport, expand_home

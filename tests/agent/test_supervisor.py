@@ -17,7 +17,7 @@ from typing import Any
 import psutil
 import pytest
 
-from orchestrator import agent
+from orchestrator.remote import agent
 from orchestrator.supervise import run_state
 
 AGENT = Path(agent.__file__)

@@ -6,7 +6,7 @@ import signal
 
 import pytest
 
-from orchestrator.agent import (
+from orchestrator.remote.agent import (
     CONFIG_ERROR,
     CRASHED,
     CUDA_OOM,

@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from orchestrator import agent, render, verify
+from orchestrator import render, verify
+from orchestrator.remote import agent
 from orchestrator.argtable import load_table
 from orchestrator.model import Profile
 from orchestrator.profile import ProfileStore
