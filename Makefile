@@ -4,7 +4,8 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup test lint type check demo bench argtables clean
+
+.PHONY: setup test test-fast lint type check demo bench argtables clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -19,6 +20,10 @@ setup: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q
+
+# The unit tier: pure stages, the CLI in-process, the supervisor's logic on an injected clock.
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -q -m unit
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

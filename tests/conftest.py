@@ -29,6 +29,23 @@ def capture_lines(name: str) -> list[str]:
     return [line for line in path.read_text().splitlines() if not line.startswith("exit=")]
 
 
+# Each directory is one tier (pyproject.toml's markers); `make test-fast` runs the unit tier.
+_TIERS = {
+    "unit": "unit", "golden": "unit", "property": "unit", "agent": "agent", "e2e": "e2e",
+    "ssh": "e2e", "transport": "e2e", "standin": "e2e", "sglang_real": "sglang_real",
+    "bench": "bench",
+}  # fmt: skip
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        parts = item.path.relative_to(REPO / "tests").parts
+        tier = _TIERS.get(parts[0]) if len(parts) > 1 else None
+        if tier is None:
+            raise pytest.UsageError(f"{item.nodeid}: tests/{parts[0]}/ belongs to no tier")
+        item.add_marker(getattr(pytest.mark, tier))
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption(
         "--update-goldens",
