@@ -29,8 +29,10 @@ import yaml
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from orchestrator import pipeline  # noqa: E402
 from orchestrator.cli import main as orch_main  # noqa: E402
+from orchestrator.commands.context import Context  # noqa: E402
+from orchestrator.commands.events import Outcome  # noqa: E402
+from orchestrator.commands.up import up  # noqa: E402
 from orchestrator.profile import ProfileStore  # noqa: E402
 from orchestrator.transport.ssh import SSHTransport  # noqa: E402
 from tests.ssh.sshd import SshServer, free_port, start_sshd, stop_sshd  # noqa: E402
@@ -264,14 +266,14 @@ def up_overhead(lab: Lab, host: str, runs: int) -> Section:
     overheads, walls, connections, commands, files = [], [], [], [], []
     for run in range(runs):
         name = lab.profile(f"ready-{run}", host)
-        ctx = pipeline.Context(
+        ctx = Context(
             store=ProfileStore(lab.profiles), environ=os.environ, local_python=sys.executable
         )
         started = time.monotonic()
-        events = list(pipeline.up(ctx, name))
+        events = list(up(ctx, ctx.launch(name)))
         wall = time.monotonic() - started
         verdict = events[-1]
-        assert isinstance(verdict, pipeline.Verdict), verdict
+        assert isinstance(verdict, Outcome), verdict
         assert verdict.ok, verdict.summary
         state = verdict.state
         own = (state.ready_at or 0) - (state.started_at or 0)

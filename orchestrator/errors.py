@@ -97,7 +97,7 @@ class RenderError(OrchError):
     exit_code = ExitCode.RENDER
 
 
-class ProfileErrors(OrchError):
+class InvalidProfile(OrchError):
     """Several profile errors found in one pass (``orch validate`` reports them all)."""
 
     exit_code = ExitCode.CONFIG
@@ -161,6 +161,27 @@ class RemoteCommandError(TransportError):
         self.stderr_tail = stderr[-2000:]
         last = stderr.strip().splitlines()[-1] if stderr.strip() else "no output on stderr"
         super().__init__(f"{argv[0]} exited with {returncode} on the host: {last}", hint)
+
+
+class ProgramNotFound(TransportError):
+    """The program an argv names could not be started on the host: ``reason`` is "not found" or
+    "not executable". Raised alike by every transport's ``run``. A missing interpreter is a host
+    not ready for the profile, hence PREFLIGHT; the caller, which knows which setting names the
+    program, adds the hint (``with_hint``)."""
+
+    exit_code = ExitCode.PREFLIGHT
+
+    def __init__(
+        self, program: str, host: str, reason: str = "not found", hint: str | None = None
+    ) -> None:
+        self.program = program
+        self.host = host
+        self.reason = reason
+        super().__init__(f"{program}: {reason} on {host}", hint)
+
+    def with_hint(self, hint: str) -> ProgramNotFound:
+        """The same error with the caller's hint: ``raise exc.with_hint(...) from exc``."""
+        return ProgramNotFound(self.program, self.host, self.reason, hint)
 
 
 class PreflightError(OrchError):

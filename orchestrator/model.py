@@ -26,7 +26,8 @@ class SecretRef:
     """A value taken from the local environment when orch launches, never stored in git.
 
     Written in a profile as ``{from_env: NAME}``. Renders for display as ``$NAME`` and is
-    resolved only at the moment a launch needs it, so that no plan, golden file or log holds it.
+    resolved only at the moment a launch needs it, so that no rendered command, golden file or
+    log holds it.
     """
 
     env_var: str
@@ -161,11 +162,11 @@ class Finding:
 
 
 @dataclass(frozen=True)
-class LaunchPlan:
+class ServerCommand:
     """Exactly what the server will be started with: no shell is ever involved.
 
     ``argv[0]`` is the program. ``env`` is added on top of the host's environment. Secret values
-    are ``SecretRef`` placeholders until the moment of launch, so a plan can be printed, hashed
+    are ``SecretRef`` placeholders until the moment of launch, so a command can be printed, hashed
     and stored without leaking anything.
     """
 
@@ -219,7 +220,7 @@ class RunState:
     agent_alive: bool = False
     stale: bool = False  # the agent died without recording an end
     next_start_at: float | None = None
-    plan_hash: str | None = None
+    launch_digest: str | None = None  # of the ServerCommand it runs (render.launch_digest)
     git_commit: str | None = None
     git_dirty: bool | None = None
     launched_by: str | None = None

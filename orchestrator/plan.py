@@ -10,13 +10,12 @@ successful plan into the reviewable ``profiles/<name>.lock.json``.
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from orchestrator import verify
+from orchestrator import sglang_config, verify
 from orchestrator.argtable import RENAMES, ArgTable, format_version, spell
 from orchestrator.model import GpuType, Profile
 
@@ -128,27 +127,48 @@ class PlanReport:
         for name in pins:
             spelled = spell(table, name)
             if spelled is not None:
-                wanted.add(verify.field_name(table, spelled.dest))
+                wanted.add(sglang_config.field_name(table, spelled.dest))
         return tuple(
             f for f in self.changed if f.field in wanted or (f.requested_as or "") in wanted
         )
 
 
+@dataclass(frozen=True)
+class PlanAnswer:
+    """``sglang_probe.py``'s answer, decoded (``supervise.decode_plan_answer``). The values of
+    ``raw``/``effective``/``defaults`` are SGLang's own, as JSON: any type a field may hold."""
+
+    ok: bool
+    sglang_version: str | None
+    standin: bool  # the host's ``sglang`` is orch's stand-in, NOT SGLang
+    mode: str
+    simulated_gpu: str | None
+    error_stage: str | None  # import, parse, resolve; None when SGLang accepted it
+    error_type: str | None
+    error_message: str | None
+    error_raised_in: str | None  # "function (file:line)"
+    raw: Mapping[str, Any]  # what argparse made of the command line
+    effective: Mapping[str, Any]  # after SGLang's resolution
+    defaults: Mapping[str, Any]
+    provenance: Mapping[str, tuple[Provenance, ...]]
+    logs: tuple[str, ...]
+    plugins: tuple[str, ...] = ()  # SGLang plugins the probe loaded, as the entrypoints do
+
+
 def report(
     profile: Profile,
     table: ArgTable,
-    answer: Mapping[str, Any],
+    answer: PlanAnswer,
     *,
     where: str,
     secrets: Mapping[str, str],
 ) -> PlanReport:
     """Read the probe's answer against the profile."""
-    error = _error(answer, table, _provenance(answer.get("provenance") or {}), answer.get("raw"))
-    effective: dict[str, Any] = dict(answer.get("effective") or {})
-    raw: dict[str, Any] = dict(answer.get("raw") or {})
-    provenance = _provenance(answer.get("provenance") or {})
-    logs = tuple(str(line) for line in answer.get("logs") or ())
-    simulated = answer.get("simulated_gpu")
+    error = _error(answer, table)
+    effective = answer.effective
+    raw = answer.raw
+    provenance = answer.provenance
+    logs = answer.logs
     fields: list[PlannedField] = []
     asked: set[str] = set()
     if error is None:
@@ -185,66 +205,39 @@ def report(
                 secret=name in verify.SECRET_FIELDS,
             )
         )  # fmt: skip
+    notes = tuple(f"SGLang plugin loaded: {plugin}" for plugin in answer.plugins)
     return PlanReport(
         profile=profile.name,
-        sglang_version=answer.get("sglang_version"),
+        sglang_version=answer.sglang_version,
         where=where,
-        simulated_gpu=str(simulated["name"]) if isinstance(simulated, dict) else None,
-        standin=bool(answer.get("standin")),
-        mode=str(answer.get("mode") or ""),
+        simulated_gpu=answer.simulated_gpu,
+        standin=answer.standin,
+        mode=answer.mode,
         error=error,
         fields=tuple(fields),
         defaulted=tuple(defaulted),
         logs=logs,
         effective=effective,
-        defaults=dict(answer.get("defaults") or {}),
+        defaults=answer.defaults,
+        notes=notes,
     )
 
 
-def _provenance(document: Mapping[str, Any]) -> dict[str, tuple[Provenance, ...]]:
-    out = {}
-    for name, entries in document.items():
-        if not isinstance(entries, list):
-            continue
-        out[str(name)] = tuple(
-            Provenance(
-                source=str(entry.get("source", "?")),
-                value=entry.get("value"),
-                file=entry.get("file"),
-                line=entry.get("line"),
-            )
-            for entry in entries
-            if isinstance(entry, dict)
-        )
-    return out
-
-
-def _error(
-    answer: Mapping[str, Any],
-    table: ArgTable,
-    provenance: Mapping[str, tuple[Provenance, ...]],
-    raw: Any,
-) -> PlanError | None:
-    raw_values = raw
-    raw = answer.get("error")
-    if not isinstance(raw, dict):
-        return None if answer.get("ok") else PlanError("probe", "?", "no answer", None, None)
-    raised = raw.get("raised_in")
-    raised_in = None
-    if isinstance(raised, dict):
-        raised_in = f"{raised.get('function')} ({raised.get('file')}:{raised.get('line')})"
-    message = str(raw.get("message", ""))
-    stage = str(raw.get("stage", "?"))
+def _error(answer: PlanAnswer, table: ArgTable) -> PlanError | None:
+    if answer.error_stage is None:
+        return None if answer.ok else PlanError("probe", "?", "no answer", None, None)
+    message = answer.error_message or ""
+    stage = answer.error_stage
     hint = _hint(message, table)
     if stage == "resolve" and hint is None:
-        hint = _resolved_before(message, provenance, raw_values) or (
+        hint = _resolved_before(message, answer.provenance, answer.raw) or (
             "SGLang's own check: the server would fail the same way at startup"
         )
     return PlanError(
         stage=stage,
-        kind=str(raw.get("type", "?")),
+        kind=answer.error_type or "?",
         message=message,
-        raised_in=raised_in,
+        raised_in=answer.error_raised_in,
         hint=hint,
     )
 
@@ -288,7 +281,7 @@ def _hint(message: str, table: ArgTable) -> str | None:
 
 
 def lock_document(
-    profile: Profile, report: PlanReport, plan_hash: str, gpu: GpuType | None
+    profile: Profile, report: PlanReport, launch_digest: str, gpu: GpuType | None
 ) -> dict[str, Any]:
     """The predicted effective values that differ from SGLang's defaults, sorted, stable."""
     locked = {}
@@ -305,7 +298,7 @@ def lock_document(
         "profile": profile.name,
         "sglang": report.sglang_version,
         "gpu_type": gpu.name if gpu is not None else None,
-        "plan_hash": plan_hash,
+        "launch_digest": launch_digest,
         "effective": locked,
     }
 
@@ -314,21 +307,17 @@ def lock_text(document: Mapping[str, Any]) -> str:
     return json.dumps(document, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
 
 
-def lock_digest(document: Mapping[str, Any]) -> str:
-    return hashlib.sha256(lock_text(document).encode()).hexdigest()[:12]
-
-
 def lock_problems(
-    profile: Profile, plan_hash: str, document: Any, sglang_version: str | None
+    profile: Profile, launch_digest: str, document: Any, sglang_version: str | None
 ) -> list[str]:
     """Why a lock file no longer matches its profile (empty when it does)."""
     if not isinstance(document, dict) or document.get("format") != LOCK_FORMAT:
         return [f"not an {LOCK_FORMAT} document"]
     problems = []
-    if document.get("plan_hash") != plan_hash:
+    locked = document.get("launch_digest", document.get("plan_hash"))  # older locks: plan_hash
+    if locked != launch_digest:
         problems.append(
-            f"the profile's rendered plan changed (locked {document.get('plan_hash')}, now "
-            f"{plan_hash})"
+            f"the profile's rendered command changed (locked {locked}, now {launch_digest})"
         )
     if sglang_version is not None and document.get("sglang") != sglang_version:
         problems.append(f"locked for SGLang {document.get('sglang')}, the profile targets "

@@ -1,8 +1,8 @@
-"""Profile -> LaunchPlan: one argv tuple and one env map, never a shell string.
+"""Profile -> ServerCommand: one argv tuple and one env map, never a shell string.
 
 The only shell text built here is for people: ``format_command`` (a copy-pasteable command,
 every token quoted) and ``launcher_script`` (a bash script from ``templates/`` for reproducing
-a launch by hand). Both are checked by tests to give back exactly the plan's argv when a real
+a launch by hand). Both are checked by tests to give back exactly the command's argv when a real
 shell reads them.
 """
 
@@ -18,7 +18,7 @@ from pathlib import Path
 from orchestrator import argtable
 from orchestrator.argtable import ArgTable, BadValue
 from orchestrator.errors import RenderError
-from orchestrator.model import ArgvToken, EnvValue, Launcher, LaunchPlan, Profile, SecretRef
+from orchestrator.model import ArgvToken, EnvValue, Launcher, Profile, SecretRef, ServerCommand
 from orchestrator.profile import requested_fields
 
 MODULE = "sglang.launch_server"
@@ -26,8 +26,8 @@ TEMPLATES_DIR = Path(__file__).resolve().parent.parent / "templates"
 LAUNCHER_TEMPLATE = "launch.sh.j2"
 
 
-def render(profile: Profile, table: ArgTable) -> LaunchPlan:
-    """The launch plan for ``profile``, with flags spelled for ``table``'s SGLang version."""
+def render(profile: Profile, table: ArgTable) -> ServerCommand:
+    """The server command for ``profile``, with flags spelled for ``table``'s SGLang version."""
     if profile.abstract:
         raise RenderError(
             f"profile {profile.name!r} is abstract (a base for others) and cannot be launched",
@@ -46,7 +46,7 @@ def render(profile: Profile, table: ArgTable) -> LaunchPlan:
         except BadValue as exc:
             raise RenderError(f"{field.key_path}: {exc.expected}", exc.hint) from exc
         argv.extend(token if isinstance(token, SecretRef) else str(token) for token in tokens)
-    return LaunchPlan(
+    return ServerCommand(
         profile=profile.name,
         sglang_version=profile.sglang_version,
         argtable_version=table.version,
@@ -77,17 +77,17 @@ def shell_token(token: ArgvToken) -> str:
     return shlex.quote(token)
 
 
-def format_command(plan: LaunchPlan, *, multiline: bool = True) -> str:
+def format_command(command: ServerCommand, *, multiline: bool = True) -> str:
     """A command to paste into bash: ``NAME=value ... program args``, every token quoted.
 
     Multi-line output continues lines with `` \\`` and starts each ``--flag`` on its own line.
     """
-    words = [f"{name}={shell_token(value)}" for name, value in plan.env.items()]
-    words += [shell_token(token) for token in plan.argv]
+    words = [f"{name}={shell_token(value)}" for name, value in command.env.items()]
+    words += [shell_token(token) for token in command.argv]
     if not multiline:
         return " ".join(words)
     lines: list[list[str]] = [[]]
-    for word, token in zip(words, [*plan.env, *plan.argv], strict=True):
+    for word, token in zip(words, [*command.env, *command.argv], strict=True):
         if isinstance(token, str) and token.startswith("--") and lines[-1]:
             lines.append([])
         lines[-1].append(word)
@@ -98,17 +98,17 @@ def redacted(value: EnvValue | ArgvToken) -> str:
     return value.display() if isinstance(value, SecretRef) else value
 
 
-def plan_json(plan: LaunchPlan) -> str:
+def command_json(command: ServerCommand) -> str:
     """``{"argv": [...], "env": {...}}`` with secrets redacted: a stable format for scripts."""
     document = {
-        "argv": [redacted(token) for token in plan.argv],
-        "env": {name: redacted(value) for name, value in plan.env.items()},
+        "argv": [redacted(token) for token in command.argv],
+        "env": {name: redacted(value) for name, value in command.env.items()},
     }
     return json.dumps(document, indent=2, ensure_ascii=False)
 
 
-def launcher_script(plan: LaunchPlan, templates: Path = TEMPLATES_DIR) -> str:
-    """A bash script that starts exactly ``plan`` (jinja2, StrictUndefined, every token quoted).
+def launcher_script(command: ServerCommand, templates: Path = TEMPLATES_DIR) -> str:
+    """A bash script that starts exactly ``command`` (jinja2, StrictUndefined, every token quoted).
 
     jinja2 is imported here, not at module level: ``orch render`` without ``--script`` and
     ``orch validate`` do not pay for it.
@@ -133,12 +133,12 @@ def launcher_script(plan: LaunchPlan, templates: Path = TEMPLATES_DIR) -> str:
             "orch's templates/ directory ships beside the orchestrator package",
         ) from exc
     return template.render(
-        profile=plan.profile,
-        sglang_version=plan.sglang_version
-        or f"unpinned (flags spelled for {plan.argtable_version})",
-        cwd=plan.cwd,
-        env=list(plan.env.items()),
-        argv=list(plan.argv),
+        profile=command.profile,
+        sglang_version=command.sglang_version
+        or f"unpinned (flags spelled for {command.argtable_version})",
+        cwd=command.cwd,
+        env=list(command.env.items()),
+        argv=list(command.argv),
     )
 
 
@@ -146,14 +146,14 @@ def launcher_script(plan: LaunchPlan, templates: Path = TEMPLATES_DIR) -> str:
 
 
 def resolve_secrets(
-    plan: LaunchPlan, environ: Mapping[str, str]
-) -> tuple[tuple[str, ...], dict[str, str], Redactor]:
+    command: ServerCommand, environ: Mapping[str, str]
+) -> tuple[tuple[str, ...], dict[str, str], dict[str, str]]:
     """The concrete argv and env for a launch, with each ``{from_env: NAME}`` read from
-    ``environ`` (the local environment), and a redactor that hides those values in output."""
-    missing = [name for name in plan.secret_names() if not environ.get(name)]
+    ``environ`` (the local environment), and the secrets read (name -> value) for redaction."""
+    missing = [name for name in command.secret_names() if not environ.get(name)]
     if missing:
         raise RenderError(
-            f"profile {plan.profile!r} takes {', '.join(missing)} from your environment, "
+            f"profile {command.profile!r} takes {', '.join(missing)} from your environment, "
             "but it is not set",
             f"export {missing[0]}=... in the shell that runs orch (it is never stored)",
         )
@@ -161,19 +161,31 @@ def resolve_secrets(
     def concrete(token: ArgvToken) -> str:
         return environ[token.env_var] if isinstance(token, SecretRef) else token
 
-    argv = tuple(concrete(token) for token in plan.argv)
-    env = {name: concrete(value) for name, value in plan.env.items()}
-    secrets = {name: environ[name] for name in plan.secret_names()}
-    return argv, env, Redactor(secrets)
+    argv = tuple(concrete(token) for token in command.argv)
+    env = {name: concrete(value) for name, value in command.env.items()}
+    secrets = {name: environ[name] for name in command.secret_names()}
+    return argv, env, secrets
 
 
 class Redactor:
-    """Replaces secret values in any text orch shows (server logs echo arguments, for one)."""
+    """Replaces secret values in any text orch shows (server logs echo arguments, for one).
 
-    def __init__(self, secrets: Mapping[str, str]) -> None:
+    A command adds the secrets it reads (``add``); the CLI writes every byte of its output,
+    errors included, through one Redactor: one place, so that no command can forget it."""
+
+    def __init__(self, secrets: Mapping[str, str] | None = None) -> None:
+        self._secrets: dict[str, str] = {}
+        self._pairs: list[tuple[str, str]] = []
+        self.add(secrets or {})
+
+    def add(self, secrets: Mapping[str, str]) -> None:
+        fresh = {name: value for name, value in secrets.items() if value}
+        if fresh.items() <= self._secrets.items():
+            return
+        self._secrets.update(fresh)
         # longest first, so a secret that contains another is replaced whole
         self._pairs = sorted(
-            ((value, f"<redacted: from_env {name}>") for name, value in secrets.items() if value),
+            ((value, f"<redacted: from_env {name}>") for name, value in self._secrets.items()),
             key=lambda pair: -len(pair[0]),
         )
 
@@ -183,6 +195,6 @@ class Redactor:
         return text
 
 
-def plan_hash(plan: LaunchPlan) -> str:
+def launch_digest(command: ServerCommand) -> str:
     """A short digest of what the server receives (secrets as references, not values)."""
-    return hashlib.sha256(plan_json(plan).encode()).hexdigest()[:12]
+    return hashlib.sha256(command_json(command).encode()).hexdigest()[:12]

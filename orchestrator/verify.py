@@ -1,15 +1,14 @@
 """What the server received and what SGLang resolved, compared with the profile field by field.
 
-Pure: the agent gathers the facts on the host (``agent.py inspect``); this module only reads them.
-Three layers are set against the rendered plan:
+Pure: the agent gathers the facts on the host (``agent.py inspect``) and
+:mod:`orchestrator.sglang_config` reads SGLang's text back; this module sets the readings against
+the rendered plan. Three layers:
 
-- **received**: the server's ``/proc/PID/cmdline``, parsed back into SGLang fields with an
-  argparse parser built from the version's argument table (so abbreviations, ``--flag=value``,
-  ``nargs`` and aliases read exactly as SGLang read them), and the environment variables the
-  profile sets, from ``/proc/PID/environ``;
+- **received**: the server's ``/proc/PID/cmdline``, parsed back into SGLang fields as this
+  version's parser reads it, and the environment variables the profile sets, from
+  ``/proc/PID/environ``;
 - **resolved**: ``/server_info`` (``internal_states[0]`` wins for scheduler-side values) while the
-  server answers, else the ``server_args=`` startup line in either format (``ServerArgs(...)``
-  up to 0.5.18, a dict from 0.5.19), parsed with :mod:`ast`, never evaluated;
+  server answers, else the ``server_args=`` startup line in either format;
 - **launch_command** (``/server_info``, SGLang 0.5.20+): the arguments SGLang says it got.
 
 Verdicts per field: ``ok``; ``not-received`` (the profile asked, the process never got it);
@@ -23,21 +22,26 @@ another value). Every verdict but ``ok`` and ``defaulted`` is drift.
 
 from __future__ import annotations
 
-import argparse
-import ast
 import dataclasses
 import json
 import math
 import posixpath
-import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from orchestrator.argtable import RENAMES, ArgTable, arg_tokens, spell
+from orchestrator.argtable import ArgTable, arg_tokens, spell
 from orchestrator.model import Profile, SecretRef
 from orchestrator.observe import LINE_RE
 from orchestrator.profile import requested_fields
+from orchestrator.sglang_config import (
+    ArgvUnreadable,
+    ParsedArgs,
+    field_name,
+    json_or_text,
+    parse_arguments,
+    sglang_arguments,
+)
 
 OK = "ok"
 NOT_RECEIVED = "not-received"
@@ -72,180 +76,6 @@ class _Absent:
 
 
 ABSENT: Any = _Absent()
-
-
-# -- reading SGLang's outputs -----------------------------------------------------------------
-
-_CONFIG_LINE = re.compile(r"server_args=(ServerArgs\(.*\)|\{.*\})\s*$")
-
-
-class UnreadableConfig(ValueError):
-    """A ``server_args=`` line that is not a literal ServerArgs repr or dict."""
-
-
-def parse_server_args_line(line: str) -> dict[str, Any] | None:
-    """The fields of SGLang's ``server_args=`` startup line, or None when ``line`` is not one.
-
-    ``ServerArgs(a=1, ...)`` (<= 0.5.18) and ``{'a': 1, ...}`` (>= 0.5.19) both parse with
-    ``ast``; values are literals only (``ast.literal_eval``), so nothing in a log is executed.
-    """
-    match = _CONFIG_LINE.search(line.rstrip("\r\n"))
-    if match is None:
-        return None
-    body = match.group(1)
-    try:
-        tree = ast.parse(body, mode="eval").body
-        if isinstance(tree, ast.Call):
-            fields: dict[str, Any] = {}
-            for keyword in tree.keywords:
-                if keyword.arg is None:
-                    raise UnreadableConfig("**kwargs in a ServerArgs repr")
-                fields[keyword.arg] = _literal(keyword.value)
-            return fields
-        value = ast.literal_eval(tree)
-    except (SyntaxError, ValueError) as exc:
-        raise UnreadableConfig(f"server_args= line is not a literal: {exc}") from exc
-    if not isinstance(value, dict):
-        raise UnreadableConfig("server_args= line is neither ServerArgs(...) nor a dict")
-    return {str(key): item for key, item in value.items()}
-
-
-def _literal(node: ast.expr) -> Any:
-    """A keyword's value; nested reprs of dataclasses (``CudaGraphConfig(...)``) become dicts."""
-    if isinstance(node, ast.Call) and not node.args:
-        return {str(k.arg): _literal(k.value) for k in node.keywords}
-    return ast.literal_eval(node)
-
-
-def resolved_from_server_info(payload: Mapping[str, Any]) -> dict[str, Any]:
-    """``/server_info``'s ServerArgs fields; ``internal_states[0]`` (the scheduler's copy, which
-    can differ from the top level after launch) wins where it has the field."""
-    merged = dict(payload)
-    states = payload.get("internal_states")
-    if isinstance(states, list) and states and isinstance(states[0], dict):
-        merged.update(states[0])
-    return merged
-
-
-# -- reading a command line back --------------------------------------------------------------
-
-
-class ArgvUnreadable(ValueError):
-    """A command line SGLang's parser would reject (so the server cannot have started with it)."""
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> Any:  # argparse would print and exit
-        raise ArgvUnreadable(message)
-
-
-def _nullable_str(text: str) -> str | None:
-    return None if text.lower() in ("none", "null") else text
-
-
-def _human_int(text: str) -> int:
-    units = {"k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12}
-    units.update({"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40})
-    for suffix in sorted(units, key=len, reverse=True):
-        if text.endswith(suffix):
-            return int(float(text[: -len(suffix)]) * units[suffix])
-    return int(text)
-
-
-def _json_or_text(text: str) -> Any:
-    try:
-        return json.loads(text)
-    except ValueError:
-        return text
-
-
-_TYPES: dict[str | None, Any] = {
-    None: str,
-    "str": str,
-    "int": int,
-    "float": float,
-    "callable:human_readable_int": _human_int,
-    "callable:nullable_str": _nullable_str,
-    "callable:loads": _json_or_text,
-    "callable:json_list_type": _json_or_text,
-}
-
-
-def build_parser(table: ArgTable) -> argparse.ArgumentParser:
-    """An argparse parser that reads SGLang's command line as this version's parser does, with
-    every default suppressed: the namespace holds what the command line gave and nothing else."""
-    parser = _Parser(prog="sglang", add_help=False, allow_abbrev=True)
-    for option in table.options:
-        common: dict[str, Any] = {"dest": option.dest, "default": argparse.SUPPRESS}
-        flags = list(option.flags)
-        if option.action == "custom:BooleanOptionalAction":
-            positive = [f for f in flags if not f.startswith("--no-")]
-            parser.add_argument(*positive, action=argparse.BooleanOptionalAction, **common)
-        elif option.action in ("store_true", "store_false"):
-            parser.add_argument(*flags, action=option.action, **common)
-        elif option.action == "store_const" or option.nargs == 0:
-            const = True if option.const is None else option.const
-            parser.add_argument(*flags, action="store_const", const=const, **common)
-        elif option.action == "count":
-            parser.add_argument(*flags, action="count", **common)
-        else:
-            kind = _TYPES.get(option.type, str)
-            action = "append" if option.action == "append" else "store"
-            extra: dict[str, Any] = {"type": kind}
-            if option.nargs is not None:
-                extra["nargs"] = option.nargs
-            if option.nargs == "?":
-                extra["const"] = option.const
-            parser.add_argument(*flags, action=action, **common, **extra)
-    return parser
-
-
-def sglang_arguments(argv: Sequence[str]) -> tuple[str, ...] | None:
-    """The arguments after ``-m sglang.launch_server`` or ``sglang serve``; None when ``argv``
-    is not an SGLang server's command line."""
-    for index, word in enumerate(argv):
-        token = str(word)
-        if token in ("sglang.launch_server", "-msglang.launch_server") and (
-            token.startswith("-m") or (index > 0 and argv[index - 1] == "-m")
-        ):
-            return tuple(argv[index + 1 :])
-        if token != "serve" or index == 0:  # noqa: S105 - a subcommand
-            continue
-        if posixpath.basename(argv[index - 1]) == "sglang" or argv[index - 1] == "sglang.cli.main":
-            return tuple(argv[index + 1 :])
-    return None
-
-
-@dataclass(frozen=True)
-class ParsedArgs:
-    values: dict[str, Any]  # ServerArgs field -> value, only what the command line gave
-    unknown: tuple[str, ...]  # tokens SGLang's parser would not recognise
-
-
-def parse_arguments(table: ArgTable, arguments: Sequence[str]) -> ParsedArgs:
-    parser = build_parser(table)
-    try:
-        namespace, unknown = parser.parse_known_args(list(arguments))
-    except argparse.ArgumentError as exc:
-        raise ArgvUnreadable(str(exc)) from exc
-    values = {field_name(table, dest): value for dest, value in vars(namespace).items()}
-    return ParsedArgs(values, tuple(unknown))
-
-
-def field_name(table: ArgTable, dest: str) -> str:
-    """The ServerArgs field an argparse dest sets (``tensor_parallel_size`` -> ``tp_size`` in
-    0.5.11; an old alias's dest -> the renamed field)."""
-    if dest in table.fields:
-        return dest
-    for rename in RENAMES:
-        if dest == rename.old and rename.new in table.fields:
-            return rename.new
-    option = table.by_dest.get(dest)
-    for flag in option.flags if option else ():
-        name = flag.lstrip("-").replace("-", "_")
-        if name in table.fields:
-            return name
-    return dest
 
 
 # -- comparing --------------------------------------------------------------------------------
@@ -287,7 +117,7 @@ def same(want: Any, got: Any) -> bool:
         except (TypeError, ValueError):
             return False
     if isinstance(want, str) and isinstance(got, dict | list):
-        return same(_json_or_text(want), got) if want.strip()[:1] in "{[" else False
+        return same(json_or_text(want), got) if want.strip()[:1] in "{[" else False
     if isinstance(got, str) and isinstance(want, dict | list):
         return same(got, want)
     if isinstance(want, list | tuple) and isinstance(got, list | tuple):
@@ -321,56 +151,6 @@ class Observation:
     log: str | None = None
     notes: tuple[str, ...] = ()
     server_version: str | None = None  # what /server_info says
-
-
-def observation(document: Mapping[str, Any]) -> Observation:
-    """The agent's ``inspect`` answer -> Observation (the protocol's contract)."""
-    notes: list[str] = []
-    resolved: dict[str, Any] | None = None
-    source = ""
-    launch_command = None
-    info = document.get("server_info")
-    if isinstance(info, dict):
-        resolved = resolved_from_server_info(info)
-        source = str(document.get("server_info_endpoint") or "/server_info")
-        command = info.get("launch_command")
-        launch_command = command if isinstance(command, str) else None
-    else:
-        if document.get("server_info_error"):
-            notes.append(f"server_info unavailable: {document['server_info_error']}")
-        line = document.get("server_args_line")
-        if isinstance(line, str):
-            try:
-                resolved = parse_server_args_line(line)
-                source = "server_args line"
-            except UnreadableConfig as exc:
-                notes.append(str(exc))
-    if not document.get("alive") and resolved is not None:
-        notes.append("the server is not running: compared with what its log recorded")
-    if document.get("proc_error"):
-        notes.append(str(document["proc_error"]))
-    if document.get("log_error"):
-        notes.append(str(document["log_error"]))
-    argv = document.get("argv")
-    env = document.get("env")
-    raw_lines = document.get("log_lines")
-    pid = document.get("pid")
-    return Observation(
-        pid=int(pid) if isinstance(pid, int) else None,
-        found_by=str(document.get("found_by") or ""),
-        alive=bool(document.get("alive")),
-        argv=tuple(str(a) for a in argv) if isinstance(argv, list) else None,
-        env={str(k): str(v) for k, v in env.items()} if isinstance(env, dict) else None,
-        resolved=resolved,
-        resolved_source=source,
-        launch_command=launch_command,
-        log_lines=tuple(str(x) for x in raw_lines) if isinstance(raw_lines, list) else (),
-        log=str(document["log"]) if document.get("log") else None,
-        notes=tuple(notes),
-        server_version=str(info["version"])
-        if isinstance(info, dict) and info.get("version")
-        else None,
-    )
 
 
 @dataclass(frozen=True)
@@ -685,7 +465,8 @@ def explain(name: str, log_lines: Sequence[str]) -> str | None:
 # -- showing ----------------------------------------------------------------------------------
 
 
-def show(value: Any, secret: bool = False, limit: int = 48) -> str:
+def display(value: Any, secret: bool = False, limit: int = 48) -> str:
+    """A value in one line of text, masked when secret, cut at ``limit``."""
     if value is ABSENT:
         return "-"
     if secret:
@@ -693,46 +474,3 @@ def show(value: Any, secret: bool = False, limit: int = 48) -> str:
     text = value if isinstance(value, str) else json.dumps(value, default=str)
     text = text.replace("\n", "\\n")
     return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-def jsonable(value: Any, secret: bool = False) -> Any:
-    if value is ABSENT:
-        return None
-    if secret:
-        return SECRET_SHOWN
-    return value
-
-
-def report_json(report: Report) -> dict[str, Any]:
-    """The stable ``--json`` format (documented in README.md)."""
-    return {
-        "format": "orch.diff-effective/1",
-        "profile": report.profile,
-        "sglang_version": report.sglang_version,
-        "pid": report.pid,
-        "found_by": report.found_by,
-        "resolved_source": report.resolved_source or None,
-        "drift": bool(report.drift),
-        "fields": [
-            {
-                "field": row.field,
-                "requested_as": row.requested_as,
-                "key_path": row.key_path,
-                "profile": jsonable(row.profile, row.secret),
-                "received": jsonable(row.received, row.secret),
-                "received_present": row.received is not ABSENT,
-                "resolved": jsonable(row.resolved, row.secret),
-                "resolved_present": row.resolved is not ABSENT,
-                "launch_command": jsonable(row.launch_command, row.secret),
-                "verdict": row.verdict,
-                "why": row.why,
-            }
-            for row in report.fields
-        ],
-        "env": [
-            {"name": r.name, "profile": r.profile, "received": r.received, "verdict": r.verdict}
-            for r in report.env
-        ],
-        "unknown_received": list(report.unknown_received),
-        "notes": list(report.notes),
-    }

@@ -8,7 +8,7 @@ about SSH itself runs against both.
 
 from __future__ import annotations
 
-from collections.abc import Generator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -40,13 +40,9 @@ class Transport(Protocol):
     def run(
         self, argv: Sequence[str], *, stdin: bytes | None = None, timeout: float = 60.0
     ) -> CommandResult:
-        """Run ``argv`` (no shell on our side) and wait for it."""
-        ...
-
-    def stream(
-        self, argv: Sequence[str], *, timeout: float | None = None
-    ) -> Generator[bytes, None, None]:
-        """Run ``argv`` and yield its stdout as it arrives, line by line (b"...\\n")."""
+        """Run ``argv`` (no shell on our side) and wait for it. Raises ProgramNotFound when
+        ``argv[0]`` cannot be started (missing, or not executable), RemoteCommandError 124 on
+        timeout; any other exit status is the result's ``returncode``."""
         ...
 
     def put(self, data: bytes, path: str, mode: int) -> None:

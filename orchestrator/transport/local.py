@@ -2,15 +2,26 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import subprocess
 import tempfile
-from collections.abc import Generator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
-from orchestrator.errors import RemoteCommandError
+from orchestrator.errors import ProgramNotFound, RemoteCommandError
 from orchestrator.model import Host
 from orchestrator.transport import CommandResult
+
+# exec's errors that mean "this program cannot be started", in the words SSHTransport reports
+# the remote shell's refusal with: a missing file (or a path through a file), or one that is
+# there but not executable (mode, a directory, not a binary or script this kernel runs).
+_CANNOT_START = {
+    errno.ENOENT: "not found",
+    errno.ENOTDIR: "not found",
+    errno.EACCES: "not executable",
+    errno.ENOEXEC: "not executable",
+}
 
 
 class LocalTransport:
@@ -33,32 +44,14 @@ class LocalTransport:
                 timeout=timeout,
                 check=False,
             )
-        except FileNotFoundError as exc:
-            raise RemoteCommandError(argv, 127, f"{argv[0]}: command not found") from exc
         except subprocess.TimeoutExpired as exc:
             raise RemoteCommandError(argv, 124, f"timed out after {timeout:g} s") from exc
+        except OSError as exc:
+            reason = _CANNOT_START.get(exc.errno) if exc.errno is not None else None
+            if reason is None:
+                raise
+            raise ProgramNotFound(argv[0], self._host.name, reason) from exc
         return CommandResult(argv, done.returncode, done.stdout, done.stderr)
-
-    def stream(
-        self, argv: Sequence[str], *, timeout: float | None = None
-    ) -> Generator[bytes, None, None]:
-        argv = tuple(argv)
-        try:
-            process = subprocess.Popen(
-                argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE
-            )
-        except FileNotFoundError as exc:
-            raise RemoteCommandError(argv, 127, f"{argv[0]}: command not found") from exc
-        assert process.stdout is not None  # noqa: S101 - PIPE was asked for
-        try:
-            yield from process.stdout
-        finally:
-            if process.poll() is None:
-                process.terminate()
-            process.wait(timeout=timeout)
-            process.stdout.close()
-            if process.stderr is not None:
-                process.stderr.close()
 
     def put(self, data: bytes, path: str, mode: int) -> None:
         target = Path(path).expanduser()

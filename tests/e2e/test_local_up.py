@@ -55,7 +55,7 @@ def test_up_twice_attaches_to_the_same_plan(local_workspace: Workspace) -> None:
     assert local_workspace.orch("up", name).code == ExitCode.OK
     again = local_workspace.orch("up", name)
     assert again.code == ExitCode.OK
-    assert "the same plan already runs" in again.out
+    assert "the same launch already runs" in again.out
     (row,) = local_workspace.orch("status", name, "--json").json()
     assert row["starts"] == 1
 

@@ -56,7 +56,7 @@ def test_up_ready_status_logs_down_over_ssh(ssh_workspace: Workspace) -> None:
 
     row = status_row(ssh_workspace, name)
     assert (row["host"], row["state"], row["ready"], row["restarts"]) == ("box", "READY", True, 0)
-    assert row["plan_hash"]
+    assert row["launch_digest"]
     assert row["run_id"]
     server = psutil.Process(row["pid"])
     children = {child.name() for child in server.children(recursive=True)}
@@ -143,7 +143,7 @@ def test_ssh_dropped_during_up_leaves_the_server_running_and_up_reattaches(
 
     second_up = ssh_workspace.orch("up", name)
     assert second_up.code == ExitCode.OK, second_up.err
-    assert "the same plan already runs" in second_up.out
+    assert "the same launch already runs" in second_up.out
     assert "READY" in second_up.out
     row = status_row(ssh_workspace, name)
     assert (row["pid"], row["starts"], row["restarts"]) == (starting["pid"], 1, 0)

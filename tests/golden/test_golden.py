@@ -31,7 +31,7 @@ def _render(tmp_path: Path, profile: str, version: str | None) -> str:
         (root / "variant.yaml").write_text(f'extends: {profile}\nsglang: "{version}"\n')
         profile = "variant"
     loaded = ProfileStore(root).load(profile)
-    return render.plan_json(render.render(loaded.profile, loaded.table)) + "\n"
+    return render.command_json(render.render(loaded.profile, loaded.table)) + "\n"
 
 
 @pytest.mark.parametrize(("golden", "profile", "version"), CASES, ids=[c[0] for c in CASES])

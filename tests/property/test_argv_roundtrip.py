@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from orchestrator import render
-from orchestrator.model import LaunchPlan
+from orchestrator.model import ServerCommand
 from orchestrator.profile import ProfileStore
 
 # Every character a YAML file and a POSIX argv can hold: no NUL, no lone surrogates.
@@ -48,7 +48,7 @@ def workspace(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
-def _plan(workspace: Path, arg_value: str, env_value: str) -> LaunchPlan:
+def _plan(workspace: Path, arg_value: str, env_value: str) -> ServerCommand:
     document = {
         "sglang": "0.5.23",
         "host": "local",
@@ -93,8 +93,8 @@ def test_launcher_script_run_by_bash_gives_the_child_the_exact_argv(
     workspace: Path, arg_value: str, env_value: str
 ) -> None:
     plan = _plan(workspace, arg_value, env_value)
-    # The same plan, with a program that reports what it received in place of SGLang.
-    probe = LaunchPlan(
+    # The same command, with a program that reports what it received in place of SGLang.
+    probe = ServerCommand(
         profile=plan.profile,
         sglang_version=plan.sglang_version,
         argtable_version=plan.argtable_version,

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import getpass
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from orchestrator.errors import ConnectError
 from orchestrator.model import Host
-from orchestrator.transport.ssh import Endpoint, resolve
+from orchestrator.transport.ssh_route import Endpoint, resolve
+from tests.conftest import REPO
 
 
 def config(tmp_path: Path, text: str) -> Path:
@@ -97,3 +100,15 @@ def test_unparsable_config_is_connect_error(tmp_path: Path) -> None:
 def test_local_host_is_not_for_ssh() -> None:
     with pytest.raises(ValueError, match="local"):
         resolve(Host(name="here"), None)
+
+
+def test_importing_the_route_module_does_not_import_paramiko() -> None:
+    """Only working a route out needs paramiko's ssh_config parser; importing it must not."""
+    probe = (
+        "import sys, orchestrator.transport.ssh_route\n"
+        "assert 'paramiko' not in sys.modules, 'imported paramiko'\n"
+        "from orchestrator.model import Host\n"
+        "orchestrator.transport.ssh_route.resolve(Host(name='h', address='gpu'), None)\n"
+        "assert 'paramiko' in sys.modules\n"
+    )
+    subprocess.run([sys.executable, "-c", probe], check=True, cwd=REPO, capture_output=True)

@@ -4,6 +4,7 @@ one connection per transport, errors translated at the edge. All against the rea
 from __future__ import annotations
 
 import base64
+import shutil
 import socket
 import stat
 import subprocess
@@ -24,6 +25,7 @@ from orchestrator.transport.ssh import (
     SSHTransport,
     fetch_host_key,
     pin_host_key,
+    program_not_started,
     remote_command,
 )
 from tests.ssh.sshd import SshConfigFile, SshServer, free_port, public_b64
@@ -76,6 +78,61 @@ def test_remote_command_is_shlex_join() -> None:
     assert remote_command(["echo", "a b", "$HOME", "it's"]) == "echo 'a b' '$HOME' 'it'\"'\"'s'"
     with pytest.raises(ValueError, match="empty argv"):
         remote_command([])
+
+
+# What the login shell says when it cannot start argv[0]: read from every POSIX shell on this
+# machine (the sshd's login shell is one of them), plus zsh and mksh as their manuals word it.
+SHELLS = [shell for shell in ("dash", "bash", "zsh", "mksh", "ksh") if shutil.which(shell)]
+
+
+@pytest.mark.parametrize("shell", SHELLS)
+@pytest.mark.parametrize(
+    ("program", "reason"),
+    [
+        ("/nonexistent/python3", "not found"),
+        ("orch-no-such-command-4f1d", "not found"),
+        ("/etc/passwd/python3", "not found"),
+        ("/tmp/with space/$HOME/python3", "not found"),
+        ("/etc/passwd", "not executable"),
+        ("/", "not executable"),
+    ],
+)
+def test_program_not_started_reads_the_shells_own_words(
+    shell: str, program: str, reason: str
+) -> None:
+    done = subprocess.run(
+        [shell, "-c", remote_command([program, "-c", "pass"])], capture_output=True, check=False
+    )
+    assert done.returncode in (126, 127)
+    assert program_not_started(program, done.returncode, done.stderr) == reason
+
+
+@pytest.mark.parametrize(
+    "stderr",
+    [
+        b"zsh:1: command not found: python9\n",
+        b"zsh:1: no such file or directory: python9\n",
+        b"mksh: python9: inaccessible or not found\n",
+        b"noise from .bashrc\nbash: line 1: python9: command not found\n",
+    ],
+)
+def test_program_not_started_other_shells(stderr: bytes) -> None:
+    assert program_not_started("python9", 127, stderr) == "not found"
+
+
+@pytest.mark.parametrize(
+    ("returncode", "stderr"),
+    [
+        (127, b"env: 'python9': No such file or directory\n"),  # env ran; its command is missing
+        (127, b"timeout: failed to run command 'python9': No such file or directory\n"),
+        (127, b"/opt/python9: not found\n"),  # another program with the same name
+        (127, b"sh: 1: python9: not found\ntraceback of something that ran after\n"),
+        (127, b""),
+        (1, b"sh: 1: python9: not found\n"),
+    ],
+)
+def test_program_not_started_is_none_when_the_program_ran(returncode: int, stderr: bytes) -> None:
+    assert program_not_started("python9", returncode, stderr) is None
 
 
 # ---------------------------------------------------------------------------- host keys
@@ -362,7 +419,6 @@ def test_one_connection_serves_every_call(sshd: SshServer, tmp_path: Path) -> No
         assert transport.read(str(tmp_path / "f")) == b"data"
         assert transport.size(str(tmp_path / "f")) == 4
         assert transport.home()
-        assert list(transport.stream(["echo", "streamed"])) == [b"streamed\n"]
         assert established_to(sshd.port) == before + 1
         assert transport.connections_opened == 1
     assert established_to(sshd.port) == before

@@ -19,8 +19,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from orchestrator.errors import RemoteCommandError
-from orchestrator.transport import CommandResult, Transport
+from orchestrator.errors import ExitCode, ProgramNotFound, RemoteCommandError
+from orchestrator.transport import CommandResult
 from tests.transport.conftest import TransportCase
 
 PY = sys.executable
@@ -29,15 +29,6 @@ MB = 1 << 20
 
 def py(code: str, *args: str) -> list[str]:
     return [PY, "-c", code, *args]
-
-
-def returncode_of(transport: Transport, argv: list[str]) -> int:
-    """The exit code, whether the transport returns it or raises it (a missing executable is
-    RemoteCommandError 127 locally, a plain result of 127 from the remote shell)."""
-    try:
-        return transport.run(argv, timeout=30).returncode
-    except RemoteCommandError as exc:
-        return exc.returncode
 
 
 # ---------------------------------------------------------------------------- run
@@ -112,8 +103,69 @@ def test_run_timeout_is_remote_command_error_124(transport_case: TransportCase) 
     assert time.monotonic() - started < 4
 
 
-def test_run_missing_command_is_127(transport_case: TransportCase) -> None:
-    assert returncode_of(transport_case.transport, ["orch-no-such-command-4f1d"]) == 127
+def test_run_missing_program_is_program_not_found(transport_case: TransportCase) -> None:
+    """The same error, word for word, whether exec failed here or the remote shell said so."""
+    transport = transport_case.transport
+    with pytest.raises(ProgramNotFound) as raised:
+        transport.run(["/nonexistent/python3", "-c", "pass"])
+    error = raised.value
+    assert error.message == f"/nonexistent/python3: not found on {transport.host.name}"
+    assert (error.program, error.host, error.reason) == (
+        "/nonexistent/python3",
+        transport.host.name,
+        "not found",
+    )
+    assert error.exit_code == ExitCode.PREFLIGHT
+    assert error.hint is None  # the caller knows which setting names the program
+
+
+def test_run_program_not_on_path_is_program_not_found(transport_case: TransportCase) -> None:
+    with pytest.raises(ProgramNotFound) as raised:
+        transport_case.transport.run(["orch-no-such-command-4f1d"])
+    assert raised.value.message == (
+        f"orch-no-such-command-4f1d: not found on {transport_case.transport.host.name}"
+    )
+
+
+def test_run_program_under_a_file_is_program_not_found(
+    transport_case: TransportCase, tmp_path: Path
+) -> None:
+    """A path through a plain file: ENOTDIR here, bash says "Not a directory" (exit 126)."""
+    (tmp_path / "plain-file").write_text("")
+    program = str(tmp_path / "plain-file" / "python3")
+    with pytest.raises(ProgramNotFound) as raised:
+        transport_case.transport.run([program])
+    assert raised.value.reason == "not found"
+
+
+@pytest.mark.parametrize("kind", ["file", "directory"])
+def test_run_non_executable_program_is_program_not_found(
+    transport_case: TransportCase, tmp_path: Path, kind: str
+) -> None:
+    program = tmp_path / "python3"
+    if kind == "file":
+        program.write_text("#!/bin/sh\n")
+        program.chmod(0o644)
+    else:
+        program.mkdir()
+    with pytest.raises(ProgramNotFound) as raised:
+        transport_case.transport.run([str(program)])
+    assert raised.value.message == (
+        f"{program}: not executable on {transport_case.transport.host.name}"
+    )
+
+
+def test_run_wrapper_whose_command_is_missing_is_a_result(transport_case: TransportCase) -> None:
+    """``env`` started, then did not find *its* command: exit 127, but env is not missing."""
+    result = transport_case.transport.run(["env", "orch-no-such-command-4f1d"])
+    assert result.returncode == 127
+    assert b"orch-no-such-command-4f1d" in result.stderr
+
+
+def test_run_program_exiting_127_itself_is_a_result(transport_case: TransportCase) -> None:
+    code = "import sys; sys.stderr.write('libfoo.so: No such file or directory\\n'); sys.exit(127)"
+    result = transport_case.transport.run(py(code))
+    assert (result.returncode, result.stderr) == (127, b"libfoo.so: No such file or directory\n")
 
 
 def test_run_argv_metacharacters_arrive_unchanged(transport_case: TransportCase) -> None:
@@ -155,35 +207,6 @@ def test_run_concurrent_calls_share_the_transport(transport_case: TransportCase)
     for thread in threads:
         thread.join(timeout=30)
     assert sorted(results) == sorted(f"{i}\n".encode() for i in range(8))
-
-
-# ---------------------------------------------------------------------------- stream
-
-
-def test_stream_yields_lines_before_the_child_ends(
-    transport_case: TransportCase, tmp_path: Path
-) -> None:
-    gate = tmp_path / "gate"
-    code = (
-        "import os, sys, time\n"
-        "print('first', flush=True)\n"
-        "deadline = time.monotonic() + 20\n"
-        "while not os.path.exists(sys.argv[1]) and time.monotonic() < deadline:\n"
-        "    time.sleep(0.01)\n"
-        "print('second'); print('no newline at end', end='')\n"
-    )
-    lines = transport_case.transport.stream(py(code, str(gate)))
-    assert next(lines) == b"first\n"  # the child is still waiting for the gate
-    gate.touch()
-    assert list(lines) == [b"second\n", b"no newline at end"]
-
-
-def test_stream_close_early_stops_reading(transport_case: TransportCase) -> None:
-    code = "import itertools\nfor i in itertools.count():\n    print(i, flush=True)\n"
-    lines = transport_case.transport.stream(py(code))
-    assert next(lines) == b"0\n"
-    lines.close()
-    assert transport_case.transport.run(py("print('still usable')")).stdout == b"still usable\n"
 
 
 # ---------------------------------------------------------------------------- files

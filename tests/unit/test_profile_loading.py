@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from orchestrator.errors import ExitCode, ProfileError, ProfileErrors, ProfileNotFound
+from orchestrator.errors import ExitCode, InvalidProfile, ProfileError, ProfileNotFound
 from orchestrator.model import SecretRef
 from tests.conftest import ProfileDir
 
@@ -67,7 +67,7 @@ def test_profile_null_removes_inherited_keys(profile_dir: ProfileDir) -> None:
 def test_profile_abstract_is_not_inherited(profile_dir: ProfileDir) -> None:
     profile_dir.write("base", BASE)
     profile_dir.write("child", "extends: base\n")
-    with pytest.raises(ProfileErrors) as caught:
+    with pytest.raises(InvalidProfile) as caught:
         profile_dir.store().load("child")
     assert [e.problem for e in caught.value.errors] == ["missing `host`"]
 
@@ -131,7 +131,7 @@ def test_profile_secret_from_env_is_a_reference_not_a_value(profile_dir: Profile
 def test_profile_positions_come_from_the_file_that_set_the_key(profile_dir: ProfileDir) -> None:
     profile_dir.write("base", BASE + "bind: [oops]\n")
     profile_dir.write("child", "extends: base\nhost: gpu-1\n")
-    with pytest.raises(ProfileErrors) as caught:
+    with pytest.raises(InvalidProfile) as caught:
         profile_dir.store().load("child")
     assert caught.value.errors[0].message.startswith(
         "profiles/base.yaml:12:1: bind: expected a string"

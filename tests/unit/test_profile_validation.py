@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from orchestrator.errors import ExitCode, ProfileError, ProfileErrors
+from orchestrator.errors import ExitCode, InvalidProfile, ProfileError
 from orchestrator.model import RestartMode, Severity
 from orchestrator.profile import LoadedProfile
 from tests.conftest import ProfileDir
@@ -14,7 +14,7 @@ HEAD = 'sglang: "0.5.11"\nhost: gpu-1\nmodel: {path: /models/m}\n'
 
 def _errors(profile_dir: ProfileDir, body: str, head: str = HEAD) -> list[ProfileError]:
     profile_dir.write("p", head + body)
-    with pytest.raises(ProfileErrors) as caught:
+    with pytest.raises(InvalidProfile) as caught:
         profile_dir.store().load("p")
     assert caught.value.exit_code == ExitCode.CONFIG
     return caught.value.errors
@@ -253,7 +253,7 @@ def test_inventory_errors_are_located(profile_dir: ProfileDir) -> None:
         """,
     )
     profile_dir.write("p", "host: box\nmodel: {path: /m}\n")
-    with pytest.raises(ProfileErrors) as caught:
+    with pytest.raises(InvalidProfile) as caught:
         profile_dir.store().load("p")
     assert [(e.key_path, e.problem, e.line) for e in caught.value.errors] == [
         ("hosts.box", "missing `python`: the interpreter of the venv that holds sglang", 2),
@@ -267,7 +267,7 @@ def test_inventory_errors_are_located(profile_dir: ProfileDir) -> None:
 def test_inventory_python_must_be_absolute_or_a_command(profile_dir: ProfileDir) -> None:
     profile_dir.write("hosts.yaml", "hosts:\n  box: {address: b, python: ~/venv/bin/python}\n")
     profile_dir.write("p", "host: box\nmodel: {path: /m}\n")
-    with pytest.raises(ProfileErrors) as caught:
+    with pytest.raises(InvalidProfile) as caught:
         profile_dir.store().load("p")
     assert caught.value.errors[0].key_path == "hosts.box.python"
     assert "no shell expands" in caught.value.errors[0].problem

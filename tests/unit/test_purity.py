@@ -16,6 +16,9 @@ CORE = [
     "orchestrator.argtable",
     "orchestrator.model",
     "orchestrator.verify",
+    "orchestrator.sglang_config",
+    "orchestrator.profile_checks",
+    "orchestrator.doccheck",
     "orchestrator.plan",
 ]
 FORBIDDEN_IN_CORE = {"paramiko", "psutil", "subprocess", "socket", "jinja2", "pynvml"}

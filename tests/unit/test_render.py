@@ -8,19 +8,19 @@ import pytest
 
 from orchestrator import render
 from orchestrator.errors import RenderError
-from orchestrator.model import LaunchPlan, SecretRef
+from orchestrator.model import SecretRef, ServerCommand
 from tests.conftest import ProfileDir
 
 HEAD = "host: gpu-1\nmodel: {path: /models/m}\n"
 
 
-def _plan(profile_dir: ProfileDir, body: str, version: str = "0.5.11") -> LaunchPlan:
+def _plan(profile_dir: ProfileDir, body: str, version: str = "0.5.11") -> ServerCommand:
     profile_dir.write("p", f'sglang: "{version}"\n' + HEAD + body)
     loaded = profile_dir.store().load("p")
     return render.render(loaded.profile, loaded.table)
 
 
-def _flags(plan: LaunchPlan) -> list[object]:
+def _flags(plan: ServerCommand) -> list[object]:
     return list(plan.argv[3:])
 
 
@@ -91,10 +91,10 @@ def test_render_secret_stays_a_reference_and_display_never_holds_it(
     monkeypatch.setenv("MY_TOKEN", "hf_supersecret")
     plan = _plan(profile_dir, "env: {HF_TOKEN: {from_env: MY_TOKEN}}\n")
     assert plan.env["HF_TOKEN"] == SecretRef("MY_TOKEN")
-    shown = render.format_command(plan) + render.plan_json(plan) + render.launcher_script(plan)
+    shown = render.format_command(plan) + render.command_json(plan) + render.launcher_script(plan)
     assert "hf_supersecret" not in shown
     assert 'HF_TOKEN="${MY_TOKEN:?MY_TOKEN is not set}"' in render.format_command(plan)
-    assert '"HF_TOKEN": "<redacted: from_env MY_TOKEN>"' in render.plan_json(plan)
+    assert '"HF_TOKEN": "<redacted: from_env MY_TOKEN>"' in render.command_json(plan)
 
 
 def test_render_abstract_profile_is_refused(profile_dir: ProfileDir) -> None:

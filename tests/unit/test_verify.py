@@ -9,15 +9,21 @@ from typing import Any
 
 import pytest
 
-from orchestrator import render, verify
-from orchestrator.remote import agent
+from orchestrator import render, sglang_config, show, verify
 from orchestrator.argtable import load_table
 from orchestrator.model import Profile
 from orchestrator.profile import ProfileStore
+from orchestrator.protocol import decode_inspect
+from orchestrator.remote import agent
 from tests.conftest import CAPTURES, SHIPPED_PROFILES, capture_lines
 
 T0511 = load_table("0.5.11")
 T0523 = load_table("0.5.23")
+
+
+def observe_answer(document: dict[str, object]) -> verify.Observation:
+    """An ``inspect`` answer as orch decodes it."""
+    return decode_inspect(document)[0]
 
 
 def config_line(name: str) -> str:
@@ -66,7 +72,9 @@ def compare(profile: Profile, table: Any, observation: verify.Observation, **kw:
 
 
 def test_config_line_up_to_0_5_18_is_a_serverargs_repr() -> None:
-    fields = verify.parse_server_args_line(config_line("server_args-logline-0511-simcuda.txt"))
+    fields = sglang_config.parse_server_args_line(
+        config_line("server_args-logline-0511-simcuda.txt")
+    )
     assert fields is not None
     assert len(fields) == 368  # every ServerArgs field of 0.5.11 (FACTS.md §2)
     assert fields["mamba_scheduler_strategy"] == "extra_buffer"
@@ -76,7 +84,9 @@ def test_config_line_up_to_0_5_18_is_a_serverargs_repr() -> None:
 
 
 def test_config_line_from_0_5_19_is_a_dict_with_nested_cuda_graph_config() -> None:
-    fields = verify.parse_server_args_line(config_line("server_args-logline-0523-simcuda.txt"))
+    fields = sglang_config.parse_server_args_line(
+        config_line("server_args-logline-0523-simcuda.txt")
+    )
     assert fields is not None
     assert len(fields) == 546
     assert fields["mamba_radix_cache_strategy"] == "extra_buffer"
@@ -96,7 +106,7 @@ def test_config_line_from_0_5_19_is_a_dict_with_nested_cuda_graph_config() -> No
 )
 def test_tracebacks_hold_no_config_line(capture: str, tmp_path: Path) -> None:
     lines = capture_lines(capture)
-    assert all(verify.parse_server_args_line(line) is None for line in lines)
+    assert all(sglang_config.parse_server_args_line(line) is None for line in lines)
     log = tmp_path / "server.log"
     log.write_text("\n".join(lines) + "\n")
     found = agent._config_from_log(str(log))  # what the agent finds in such a log
@@ -107,10 +117,10 @@ def test_tracebacks_hold_no_config_line(capture: str, tmp_path: Path) -> None:
 def test_config_line_is_read_never_evaluated(tmp_path: Path) -> None:
     marker = tmp_path / "pwned"
     line = f"[2026-11-29 07:42:47] server_args=ServerArgs(port=__import__('os').system('touch {marker}'))"  # fmt: skip
-    with pytest.raises(verify.UnreadableConfig):
-        verify.parse_server_args_line(line)
+    with pytest.raises(sglang_config.UnreadableConfig):
+        sglang_config.parse_server_args_line(line)
     assert not marker.exists()
-    assert verify.parse_server_args_line("[2026-11-29 07:42:47] Load weight begin.") is None
+    assert sglang_config.parse_server_args_line("[2026-11-29 07:42:47] Load weight begin.") is None
 
 
 def test_a_config_line_in_a_real_log_is_found_with_what_was_logged_before(tmp_path: Path) -> None:
@@ -129,7 +139,7 @@ def test_a_config_line_in_a_real_log_is_found_with_what_was_logged_before(tmp_pa
 
 def test_server_info_0_5_11_has_every_field_at_top_level() -> None:
     info = payload("server_info-payload-0511-offline.json")
-    observed = verify.observation({"pid": 1, "alive": True, "server_info": info})
+    observed = observe_answer({"pid": 1, "alive": True, "server_info": info})
     assert observed.resolved is not None
     assert set(T0511.fields) <= set(observed.resolved)
     assert observed.server_version == "0.5.11"
@@ -139,7 +149,7 @@ def test_server_info_0_5_11_has_every_field_at_top_level() -> None:
 def test_server_info_internal_states_win_for_scheduler_side_values() -> None:
     info = payload("server_info-payload-0523-offline.json")
     info = {**info, "internal_states": [{"max_running_requests": 31}]}
-    observed = verify.observation({"pid": 1, "alive": True, "server_info": info})
+    observed = observe_answer({"pid": 1, "alive": True, "server_info": info})
     assert observed.resolved is not None
     assert observed.resolved["max_running_requests"] == 31
     assert observed.resolved["mamba_radix_cache_strategy"] == "extra_buffer"
@@ -147,7 +157,7 @@ def test_server_info_internal_states_win_for_scheduler_side_values() -> None:
 
 def test_launch_command_0_5_23_reads_back_into_fields() -> None:
     info = payload("server_info-payload-0523-offline.json")
-    parsed = verify.parse_arguments(T0523, info["launch_command"].split())
+    parsed = sglang_config.parse_arguments(T0523, info["launch_command"].split())
     assert parsed.unknown == ()
     assert parsed.values["mamba_radix_cache_strategy"] == "extra_buffer"
     assert parsed.values["speculative_num_draft_tokens"] == 4
@@ -158,7 +168,7 @@ def test_launch_command_0_5_23_reads_back_into_fields() -> None:
 def test_shipped_incident_profile_matches_the_0_5_11_server_info_capture() -> None:
     profile = shipped("qwen36-mtp-b200")
     info = payload("server_info-payload-0511-offline.json")
-    observed = verify.observation(
+    observed = observe_answer(
         {"pid": 1, "alive": True, "argv": list(argv_of(profile, T0511)), "server_info": info}
     )
     report = compare(profile, T0511, observed)
@@ -169,7 +179,7 @@ def test_shipped_incident_profile_matches_the_0_5_11_server_info_capture() -> No
 def test_shipped_profile_on_0_5_23_against_its_capture_and_launch_command() -> None:
     profile = shipped("qwen36-mtp-b200")
     info = payload("server_info-payload-0523-offline.json")
-    observed = verify.observation(
+    observed = observe_answer(
         {"pid": 1, "alive": True, "argv": list(argv_of(profile, T0523)), "server_info": info}
     )
     report = compare(profile, T0523, observed)
@@ -183,7 +193,7 @@ def test_shipped_profile_on_0_5_23_against_its_capture_and_launch_command() -> N
 
 
 def test_argv_reads_like_sglangs_parser_aliases_abbreviations_equals() -> None:
-    parsed = verify.parse_arguments(
+    parsed = sglang_config.parse_arguments(
         T0511, ["--tp-size", "4", "--mamba-sched", "extra_buffer", "--context-length=8192",
                 "--trust-remote-code", "--mem-fraction-static", "0.9"],
     )  # fmt: skip
@@ -197,7 +207,7 @@ def test_argv_reads_like_sglangs_parser_aliases_abbreviations_equals() -> None:
 
 
 def test_argv_with_a_removed_flag_leaves_it_unknown() -> None:
-    parsed = verify.parse_arguments(T0523, ["--mamba-scheduler-strategy", "extra_buffer"])
+    parsed = sglang_config.parse_arguments(T0523, ["--mamba-scheduler-strategy", "extra_buffer"])
     assert "mamba_radix_cache_strategy" not in parsed.values
     assert parsed.unknown == ("--mamba-scheduler-strategy", "extra_buffer")
 
@@ -212,7 +222,7 @@ def test_argv_with_a_removed_flag_leaves_it_unknown() -> None:
     ],
 )
 def test_sglang_arguments_after_the_program(argv: list[str], expected: Any) -> None:
-    assert verify.sglang_arguments(argv) == expected
+    assert sglang_config.sglang_arguments(argv) == expected
 
 
 @pytest.mark.parametrize(
@@ -245,7 +255,9 @@ def test_dropped_flag_is_not_received_and_the_rest_ok() -> None:
     argv = argv_of(profile, T0511)
     index = argv.index("--mamba-scheduler-strategy")
     dropped = argv[:index] + argv[index + 2 :]
-    resolved = verify.parse_server_args_line(config_line("server_args-logline-0511-simcuda.txt"))
+    resolved = sglang_config.parse_server_args_line(
+        config_line("server_args-logline-0511-simcuda.txt")
+    )
     assert resolved is not None
     resolved = {**resolved, "mamba_scheduler_strategy": "no_buffer"}
     report = compare(profile, T0511, observe(dropped, resolved))
@@ -261,7 +273,9 @@ def test_override_carries_the_line_that_explains_it() -> None:
     profile = dataclasses.replace(
         base, spec_decode=dataclasses.replace(base.spec_decode, num_draft_tokens=8)
     )
-    resolved = verify.parse_server_args_line(config_line("server_args-logline-0511-simcuda.txt"))
+    resolved = sglang_config.parse_server_args_line(
+        config_line("server_args-logline-0511-simcuda.txt")
+    )
     explaining = capture_lines("resolve-0511-G_spec_draft8_topk1.txt")
     report = compare(
         profile, T0511, observe(argv_of(profile, T0511), resolved, log_lines=explaining)
@@ -304,7 +318,9 @@ def test_explain_finds_sglangs_own_line(field: str, line: str) -> None:
 def test_overridden_extra_env_and_secrets() -> None:
     profile = shipped("qwen36-mtp-b200")
     argv = (*argv_of(profile, T0511), "--page-size", "16")
-    resolved = verify.parse_server_args_line(config_line("server_args-logline-0511-simcuda.txt"))
+    resolved = sglang_config.parse_server_args_line(
+        config_line("server_args-logline-0511-simcuda.txt")
+    )
     assert resolved is not None
     resolved = {**resolved, "context_length": 4096}
     report = compare(
@@ -321,7 +337,7 @@ def test_overridden_extra_env_and_secrets() -> None:
     assert env["CUDA_HOME"].verdict == verify.ENV_MISSING
     assert env["HF_TOKEN"].verdict == verify.ENV_OTHER
     assert (env["HF_TOKEN"].profile, env["HF_TOKEN"].received) == ("<secret>", "<secret>")
-    shown = json.dumps(verify.report_json(report))
+    shown = json.dumps(show.diff_json(report))
     assert "hf_real" not in shown
     assert "leaked?" not in shown
     assert {r.field for r in report.pinned_drift(["context_length"], T0511)} == {"context_length"}
@@ -330,7 +346,9 @@ def test_overridden_extra_env_and_secrets() -> None:
 
 def test_defaulted_lists_what_sglang_filled_in() -> None:
     profile = shipped("qwen36-mtp-b200")
-    resolved = verify.parse_server_args_line(config_line("server_args-logline-0511-simcuda.txt"))
+    resolved = sglang_config.parse_server_args_line(
+        config_line("server_args-logline-0511-simcuda.txt")
+    )
     report = compare(
         profile, T0511, observe(argv_of(profile, T0511), resolved), include_defaulted=True
     )

@@ -1,0 +1,180 @@
+"""``Context``: what every command shares (the profiles, the local environment, open connections,
+the redaction of the output stream). ``Launch``: one profile made concrete, built ONCE per
+command and handed down; each stage's signature says what of it it consumes.
+
+A launch is a tuple of members, one server each. Today every profile has one member; a group of
+N ranks on N hosts is the same value with N members, each with its own host and command.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import getpass
+import socket
+import subprocess
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from orchestrator import __version__, render
+from orchestrator.argtable import ArgTable
+from orchestrator.model import Host, Profile, ServerCommand
+from orchestrator.profile import LoadedProfile, ProfileStore
+from orchestrator.supervise import Agent, Deployment, locate
+from orchestrator.transport import Transport
+
+KNOWN_HOSTS_FILE = "known_hosts"  # the team's pinned host keys, beside the profiles
+
+
+@dataclass(frozen=True)
+class Member:
+    """One server of a launch, on one host."""
+
+    rank: int
+    host: Host
+    command: ServerCommand  # secrets as references: printed, hashed, stored
+    argv: tuple[str, ...]  # concrete: secrets resolved, what the process receives
+    env: Mapping[str, str]
+
+
+@dataclass(frozen=True)
+class Launch:
+    """A profile, validated, rendered and with its secrets resolved: what every stage needs."""
+
+    loaded: LoadedProfile
+    members: tuple[Member, ...]
+    secrets: Mapping[str, str]  # from_env name -> value, for the ones that are set
+    digest: str  # render.launch_digest of the command: identifies what runs on the host
+
+    @property
+    def profile(self) -> Profile:
+        return self.loaded.profile
+
+    @property
+    def table(self) -> ArgTable:
+        """The argument table the command is spelled for."""
+        return self.loaded.table
+
+    @property
+    def primary(self) -> Member:
+        return self.members[0]
+
+    def spelled_for(self, table: ArgTable, environ: Mapping[str, str]) -> Launch:
+        """The same launch with the flags spelled for another SGLang version (an unpinned
+        profile meets the host's version at preflight)."""
+        loaded = dataclasses.replace(self.loaded, table=table)
+        return _make_launch(loaded, environ, require_secrets=True)
+
+    def meta(self, store_root: Path) -> dict[str, object]:
+        """What the agent keeps beside the run and echoes in its state: who launched what."""
+        commit, dirty = git_info(store_root)
+        return {
+            "launch_digest": self.digest,
+            "git_commit": commit,
+            "git_dirty": dirty,
+            "profile_source": self.profile.source,
+            "orch_version": __version__,
+            "launched_by": f"{getpass.getuser()}@{socket.gethostname()}",
+        }
+
+
+def _make_launch(
+    loaded: LoadedProfile, environ: Mapping[str, str], *, require_secrets: bool
+) -> Launch:
+    command = render.render(loaded.profile, loaded.table)
+    if require_secrets:
+        argv, env, secrets = render.resolve_secrets(command, environ)
+    else:
+        available = {name: environ[name] for name in command.secret_names() if environ.get(name)}
+        argv, env, secrets = _partial_secrets(command, available)
+    member = Member(0, loaded.profile.host, command, argv, env)
+    return Launch(loaded, (member,), secrets, render.launch_digest(command))
+
+
+def _partial_secrets(
+    command: ServerCommand, available: Mapping[str, str]
+) -> tuple[tuple[str, ...], dict[str, str], dict[str, str]]:
+    """For commands that only look (status, logs, down): the secrets that are set, so that
+    their output is redacted; the concrete argv/env are never used by them."""
+    argv = tuple(token if isinstance(token, str) else "" for token in command.argv)
+    env = {name: value if isinstance(value, str) else "" for name, value in command.env.items()}
+    return argv, env, dict(available)
+
+
+def git_info(directory: Path) -> tuple[str | None, bool | None]:
+    """The commit the profiles were launched from, and whether they had local changes."""
+    try:
+        head = subprocess.run(
+            ["git", "-C", str(directory), "rev-parse", "HEAD"],
+            capture_output=True, text=True, timeout=10, check=False,
+        )  # fmt: skip
+        if head.returncode != 0:
+            return None, None
+        dirty = subprocess.run(
+            ["git", "-C", str(directory), "status", "--porcelain", "--", "."],
+            capture_output=True, text=True, timeout=10, check=False,
+        )  # fmt: skip
+    except (OSError, subprocess.TimeoutExpired):
+        return None, None
+    return head.stdout.strip(), bool(dirty.stdout.strip())
+
+
+@dataclass
+class Context:
+    """What every command needs: the profiles, the local environment, open connections."""
+
+    store: ProfileStore
+    environ: Mapping[str, str]
+    local_python: str
+    clock: Callable[[], float] = time.monotonic
+    sleep: Callable[[float], None] = time.sleep
+    redactor: render.Redactor = field(default_factory=render.Redactor)  # of the output
+    _transports: dict[str, Transport] = field(default_factory=dict)
+    _agents: dict[tuple[str, str], Agent] = field(default_factory=dict)
+
+    def launch(self, name: str, *, require_secrets: bool = True) -> Launch:
+        """Load, render and resolve ``name`` once; its secrets join the output's redactor.
+        ``require_secrets=False`` for commands that only look (status, logs, down)."""
+        loaded = self.store.load(name)
+        launch = _make_launch(loaded, self.environ, require_secrets=require_secrets)
+        self.redactor.add(launch.secrets)
+        return launch
+
+    def known_hosts_files(self, host: Host) -> list[Path]:
+        files = [Path("~/.ssh/known_hosts").expanduser(), self.store.root / KNOWN_HOSTS_FILE]
+        if host.known_hosts:
+            files.append((self.store.root / Path(host.known_hosts).expanduser()).resolve())
+        return files
+
+    def transport(self, host: Host) -> Transport:
+        if host.name not in self._transports:
+            self._transports[host.name] = self._open(host)
+        return self._transports[host.name]
+
+    def _open(self, host: Host) -> Transport:
+        if host.is_local:
+            from orchestrator.transport.local import LocalTransport
+
+            return LocalTransport(host)
+        from orchestrator.transport.ssh import SSHTransport  # paramiko: only when needed
+
+        return SSHTransport(host, known_hosts_files=self.known_hosts_files(host))
+
+    def agent(self, profile: Profile) -> Agent:
+        """The agent of ``profile``'s deployment on its host (one per command)."""
+        key = (profile.host.name, profile.name)
+        if key not in self._agents:
+            transport = self.transport(profile.host)
+            python = profile.host.python or self.local_python
+            self._agents[key] = Agent(transport, locate(transport, profile.name, python))
+        return self._agents[key]
+
+    def deployment(self, profile: Profile) -> Deployment:
+        return self.agent(profile).deployment
+
+    def close(self) -> None:
+        for transport in self._transports.values():
+            transport.close()
+        self._transports.clear()
+        self._agents.clear()

@@ -1,0 +1,123 @@
+"""diff-effective: the launch compared with what its server received (``/proc``) and what SGLang
+resolved (``/server_info``, else the ``server_args=`` line), and with the profile's lock."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from typing import Any
+
+from orchestrator import argtable, sglang_config, verify
+from orchestrator.commands.context import Context, Launch
+from orchestrator.commands.follow import StartupLog
+from orchestrator.errors import NotDeployed, NotResolved, ProfileError
+from orchestrator.model import SecretRef
+from orchestrator.protocol import health_host
+
+
+def diff_effective(
+    ctx: Context,
+    launch: Launch,
+    *,
+    include_defaulted: bool = False,
+    pid: int | None = None,
+    log: str | None = None,
+) -> verify.Report:
+    """Compare the launch with what its server received and what SGLang resolved."""
+    profile = launch.profile
+    member = launch.primary
+    observed, last_run = ctx.agent(profile).inspect(
+        port=profile.port,
+        host=health_host(profile.bind),
+        env_names=sorted(member.env),
+        pid=pid,
+        log=log,
+    )
+    where = f"{profile.name} on {profile.host.name}"
+    if observed.pid is None and observed.resolved is None and last_run is not None:
+        raise NotResolved(
+            f"{where}: no server runs; its last run ({last_run.run_id}, {last_run.state}) "
+            "logged no server_args= line",
+            f"orch logs {profile.name} shows how it ended",
+        )
+    if observed.pid is None and observed.resolved is None:
+        raise NotDeployed(
+            f"no server for {where}: none started by orch, nothing listens on port {profile.port}",
+            f"orch up {profile.name}; for a server started another way: --pid PID",
+        )
+    if observed.argv is None and observed.resolved is None:
+        raise NotResolved(
+            f"{where}: server pid {observed.pid} is gone and logged no server_args= line",
+            f"orch logs {profile.name} shows how it ended",
+        )
+    table = launch.table
+    if observed.server_version and observed.server_version != table.version:
+        if profile.sglang_version is None:  # launched with the host's version's spelling
+            table = argtable.table_for(observed.server_version).table
+        else:
+            observed = dataclasses.replace(
+                observed,
+                notes=(
+                    *observed.notes,
+                    f"the server runs SGLang {observed.server_version}, the profile targets "
+                    f"{profile.sglang_version}",
+                ),
+            )
+    secret_env = frozenset(
+        key for key, value in member.command.env.items() if isinstance(value, SecretRef)
+    )
+    report = verify.compare(
+        profile,
+        table,
+        observed,
+        env=member.env,
+        secret_env=secret_env,
+        secrets=launch.secrets,
+        include_defaulted=include_defaulted,
+    )
+    lock = read_lock(ctx, profile.name)
+    if lock is not None and observed.resolved is not None:
+        locked = lock.get("effective")
+        if lock.get("sglang") != table.version or not isinstance(locked, dict):
+            name_of_lock = lock_path(ctx, profile.name).name
+            note = f"{name_of_lock} is for SGLang {lock.get('sglang')}: not compared"
+            report = dataclasses.replace(report, notes=(*report.notes, note))
+        else:
+            report = verify.compare_lock(report, locked, observed.resolved)
+    return report
+
+
+def compare_logged(launch: Launch, startup: StartupLog) -> verify.Report:
+    """The dead server's configuration as its log recorded it (no process left to read).
+    Raises ``sglang_config.UnreadableConfig`` when the line cannot be read."""
+    resolved = sglang_config.parse_server_args_line(startup.config_line or "")
+    observed = verify.Observation(
+        pid=None, found_by="orch", alive=False, argv=None, env=None, resolved=resolved,
+        resolved_source="server_args line", launch_command=None,
+        log_lines=tuple(startup.before),
+        notes=("the server is not running: compared with what its log recorded",),
+    )  # fmt: skip
+    return verify.compare(
+        launch.profile,
+        launch.table,
+        observed,
+        env=launch.primary.env,
+        secret_env=frozenset(),
+        secrets=launch.secrets,
+    )
+
+
+def lock_path(ctx: Context, name: str) -> Path:
+    return ctx.store.root / f"{name}.lock.json"
+
+
+def read_lock(ctx: Context, name: str) -> dict[str, Any] | None:
+    target = lock_path(ctx, name)
+    try:
+        document = json.loads(target.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return None
+    except ValueError as exc:
+        raise ProfileError(f"{target}: not JSON: {exc}", f"orch lock {name} rewrites it") from exc
+    return document if isinstance(document, dict) else None

@@ -1,0 +1,71 @@
+"""What ``up`` reports as it goes: values, never text (``show.py`` words them)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from orchestrator import verify
+from orchestrator.errors import ExitCode
+from orchestrator.model import RunState
+from orchestrator.observe import LogEvent
+from orchestrator.plan import PlanReport
+
+
+@dataclass(frozen=True)
+class Step:
+    message: str
+
+
+@dataclass(frozen=True)
+class Warn:
+    message: str
+    hint: str | None = None
+
+
+@dataclass(frozen=True)
+class Planned:
+    """The plan ``up`` ran before launching (SGLang's own parsing and resolution)."""
+
+    report: PlanReport
+
+
+@dataclass(frozen=True)
+class Started:
+    run_id: str
+    pid: int | None
+    log: str
+
+
+@dataclass(frozen=True)
+class Attached:
+    """The same launch already runs there: ``up`` follows it instead of starting another."""
+
+    state: RunState
+
+
+@dataclass(frozen=True)
+class LogLine:
+    event: LogEvent
+
+
+@dataclass(frozen=True)
+class Effective:
+    """diff-effective, run by ``up`` once the server is ready (or has died after resolving)."""
+
+    report: verify.Report
+    pinned: tuple[verify.FieldRow, ...]
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How ``up`` ends: READY, or the server's failure with its class, or pinned drift."""
+
+    ok: bool
+    exit_code: ExitCode
+    state: RunState
+    summary: str
+    last_lines: tuple[str, ...] = ()
+    hint: str | None = None
+
+
+UpEvent = Step | Warn | Planned | Started | Attached | LogLine | Effective | Outcome

@@ -1,0 +1,179 @@
+"""Follow a run's startup from its log and its state, until READY, dead or timed out.
+
+The log is read over the transport from an offset (only the new bytes), the state from
+``state.json`` directly (one read, no process started on the host): every ``POLL_S``.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Generator, Iterator
+from dataclasses import dataclass, field
+
+from orchestrator.commands.events import LogLine, Outcome, UpEvent
+from orchestrator.errors import ExitCode, StartupTimeout
+from orchestrator.model import Profile, RunState
+from orchestrator.observe import LineSplitter, LogEvent, parse_line
+from orchestrator.remote.agent import (
+    BACKOFF,
+    CONFIG_ERROR,
+    CRASHED,
+    CUDA_OOM,
+    DETERMINISTIC,
+    IMPORT_ERROR,
+    KILLED,
+    MODEL_NOT_FOUND,
+    NCCL,
+    PORT_IN_USE,
+    READY,
+    TERMINAL_STATES,
+)
+from orchestrator.supervise import Agent
+
+POLL_S = 0.1
+TAIL_LINES = 30
+EXPLAINING_LINES = 400  # kept from before the config line: SGLang explains its changes there
+
+EXIT_CODES = {
+    CONFIG_ERROR: ExitCode.CONFIG_ERROR,
+    CUDA_OOM: ExitCode.CUDA_OOM,
+    KILLED: ExitCode.KILLED,
+    PORT_IN_USE: ExitCode.PORT_IN_USE,
+    IMPORT_ERROR: ExitCode.IMPORT_ERROR,
+    MODEL_NOT_FOUND: ExitCode.MODEL_NOT_FOUND,
+    NCCL: ExitCode.NCCL,
+    CRASHED: ExitCode.CRASHED,
+}
+
+
+@dataclass
+class StartupLog:
+    """What ``follow`` saw up to SGLang's ``server_args=`` line: the line and those before it
+    (so that a crash right after it can be compared without another round trip)."""
+
+    config_line: str | None = None
+    before: list[str] = field(default_factory=list)
+
+    def add(self, line: str, event: LogEvent | None) -> None:
+        if self.config_line is not None:
+            return
+        if event is not None and event.kind == "config":
+            self.config_line = line
+        elif len(self.before) < EXPLAINING_LINES:
+            self.before.append(line)
+
+
+@dataclass(frozen=True)
+class Clock:
+    now: Callable[[], float]
+    sleep: Callable[[float], None]
+
+
+def follow(
+    agent: Agent,
+    state: RunState,
+    profile: Profile,
+    clock: Clock,
+    startup: StartupLog,
+) -> Iterator[UpEvent]:
+    """Stream a run's startup; the last event is its Outcome (or StartupTimeout is raised)."""
+    run_id = state.run_id
+    if state.ready and state.state == READY:
+        yield ready_outcome(state, profile)
+        return
+    log = agent.deployment.run_log(run_id) if run_id else None
+    reader = _LogReader(agent, log, startup)
+    deadline = clock.now() + profile.health.startup_timeout_s
+    while True:
+        yield from reader.read_new()
+        current = agent.read_state() or state
+        ended = (
+            current.last_exit if current.last_exit and current.last_exit.run_id == run_id else None
+        )
+        if ended is not None:
+            yield from reader.read_new()
+            reader.flush()
+            yield failure_outcome(current, ended.cls, ended.message, tuple(reader.tail))
+            return
+        if current.run_id == run_id and current.state == READY:
+            yield ready_outcome(current, profile)
+            return
+        if current.state in TERMINAL_STATES and current.run_id != run_id:
+            yield failure_outcome(current, CRASHED, current.message, tuple(reader.tail))
+            return
+        if clock.now() > deadline:
+            raise StartupTimeout(
+                f"{profile.name} not ready after {profile.health.startup_timeout_s:g} s "
+                f"(state {current.state}); it keeps running",
+                tuple(reader.tail),
+                f"orch logs {profile.name} -f to watch it, orch down {profile.name} to stop it",
+            )
+        clock.sleep(POLL_S)
+
+
+class _LogReader:
+    """The run's log from an offset: new complete lines become events."""
+
+    def __init__(self, agent: Agent, log: str | None, startup: StartupLog) -> None:
+        self.agent = agent
+        self.log = log
+        self.startup = startup
+        self.offset = 0
+        self.splitter = LineSplitter()
+        self.tail: deque[str] = deque(maxlen=TAIL_LINES)
+
+    def read_new(self) -> Generator[UpEvent, None, None]:
+        if self.log is None:
+            return
+        try:
+            data = self.agent.transport.read(self.log, self.offset, 1 << 20)
+        except FileNotFoundError:
+            return
+        self.offset += len(data)
+        for line in self.splitter.feed(data):
+            self.tail.append(line)
+            event = parse_line(line)
+            self.startup.add(line, event)
+            if event is not None:
+                yield LogLine(event)
+
+    def flush(self) -> None:
+        self.tail.extend(self.splitter.flush())
+
+
+def ready_outcome(state: RunState, profile: Profile) -> Outcome:
+    took = ""
+    if state.ready_at is not None and state.started_at is not None:
+        took = f" in {state.ready_at - state.started_at:.1f} s"
+    return Outcome(
+        ok=True,
+        exit_code=ExitCode.OK,
+        state=state,
+        summary=f"READY{took}  {profile.name}  http://{profile.bind}:{profile.port}"
+        f"  run {state.run_id}",
+    )
+
+
+def failure_outcome(
+    state: RunState, cls: str, message: str, last_lines: tuple[str, ...]
+) -> Outcome:
+    hint: str | None
+    if cls in DETERMINISTIC:
+        hint = (
+            "a configuration error is deterministic: not restarted"
+            if cls == CONFIG_ERROR
+            else f"{cls} is deterministic: not restarted"
+        )
+    elif state.state == BACKOFF:
+        hint = f"the agent restarts it ({state.message}); orch status / orch down"
+    else:
+        hint = state.message or None
+    run = state.last_exit.run_id if state.last_exit else state.run_id
+    return Outcome(
+        ok=False,
+        exit_code=EXIT_CODES.get(cls, ExitCode.CRASHED),
+        state=state,
+        summary=f"{cls}: {message} (run {run}, {state.state})",
+        last_lines=last_lines,
+        hint=hint,
+    )

@@ -1,0 +1,178 @@
+"""plan and lock: what SGLang will make of a launch, by SGLang's own parsing and resolution
+(``remote/sglang_probe.py``), on the host or in a local venv of the same version; the gate
+``up`` passes before launching; the reviewable lock file."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import posixpath
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from orchestrator import argtable, plan, sglang_config, verify
+from orchestrator.commands.context import Context, Launch
+from orchestrator.commands.effective import lock_path
+from orchestrator.commands.events import Planned, UpEvent, Warn
+from orchestrator.errors import PlanRefused, PreflightError, ProfileError
+from orchestrator.protocol import decode_plan_answer, last_json_line
+from orchestrator.supervise import PROBE_FILE
+
+
+@dataclass(frozen=True)
+class LocalSGLang:
+    """Plan in a local venv of the same SGLang version, the GPU simulated from ``gpu.type``."""
+
+    python: str
+    model_config: Path | None = None  # the model's config.json when its path is not local
+
+
+def predict(ctx: Context, launch: Launch, *, local: LocalSGLang | None = None) -> plan.PlanReport:
+    """What SGLang will make of the launch: its own parsing and resolution, no server."""
+    profile = launch.profile
+    member = launch.primary
+    table = launch.table
+    arguments = sglang_config.sglang_arguments(member.argv) or ()
+    if local is None:
+        request = plan.probe_request(arguments, member.env)
+        answer = ctx.agent(profile).plan(request)
+        where = f"host {profile.host.name}"
+    else:
+        gpu = profile.gpu.type
+        if gpu is None:
+            raise ProfileError(
+                f"{profile.name}: planning with a local SGLang simulates the profile's GPU, "
+                "and it names none",
+                "set gpu.type (B200, H200, ...), or plan on the host without --local-sglang",
+            )
+        model_config = _model_config_for(ctx, launch, local)
+        request = plan.probe_request(arguments, member.env, simulate=gpu, model_config=model_config)
+        answer = _run_local_probe(local.python, request)
+        where = f"local {local.python}"
+    answered = answer.sglang_version or ""
+    if answered and answered != table.version and not answer.standin:
+        table = argtable.table_for(answered).table  # read the answer in the answering version
+    report = plan.report(profile, table, answer, where=where, secrets=launch.secrets)
+    if answered and answered != member.command.argtable_version and not report.standin:
+        report = dataclasses.replace(
+            report,
+            notes=(
+                *report.notes,
+                f"planned with SGLang {answered}; the command line is spelled for "
+                f"{member.command.argtable_version}",
+            ),
+        )
+    return report
+
+
+def gate(ctx: Context, launch: Launch, *, force: bool) -> Iterator[UpEvent]:
+    """Refuse to launch what SGLang itself rejects, or what would change a pinned field."""
+    profile = launch.profile
+    report = predict(ctx, launch)
+    yield Planned(report)
+    problem: str | None = None
+    hint = ""
+    if report.error is not None:
+        problem = report.refusal()
+        hint = report.error.hint or "the server would fail the same way at startup"
+    else:
+        pinned = report.pinned_changes(profile.pin, launch.table)
+        if pinned:
+            names = ", ".join(
+                f"{f.field} {verify.display(f.profile)} -> {verify.display(f.effective)}"
+                for f in pinned
+            )
+            problem = f"SGLang would change pinned field(s): {names}"
+            hint = f"orch plan {profile.name} shows which SGLang step changes them"
+    if problem is None:
+        return
+    if not force:
+        raise PlanRefused(f"{profile.name}: {problem}", f"{hint}; --force launches anyway")
+    yield Warn(f"{problem} (--force: launching anyway)")
+
+
+def write_lock(
+    ctx: Context, launch: Launch, *, local: LocalSGLang | None = None
+) -> tuple[Path, dict[str, Any], plan.PlanReport]:
+    name = launch.profile.name
+    report = predict(ctx, launch, local=local)
+    if report.error is not None:
+        raise PlanRefused(
+            f"{name}: cannot lock a plan SGLang rejects: {report.error.kind}: "
+            f"{report.error.message}",
+            report.error.hint or f"orch plan {name} shows the details",
+        )
+    document = plan.lock_document(launch.profile, report, launch.digest, launch.profile.gpu.type)
+    target = lock_path(ctx, name)
+    target.write_text(plan.lock_text(document), encoding="utf-8")
+    return target, document, report
+
+
+def _model_config_for(
+    ctx: Context, launch: Launch, local: LocalSGLang
+) -> tuple[str, dict[str, Any]] | None:
+    """SGLang reads the model's config.json during resolution: find one for a local plan."""
+    profile = launch.profile
+    path = profile.model.path
+    if local.model_config is not None:
+        source = local.model_config
+    elif Path(path).is_dir():
+        return None  # SGLang reads it where it is
+    elif not path.startswith(("/", "~", ".")):
+        return None  # a Hub id: SGLang asks the Hub (needs network where it runs)
+    elif profile.host.is_local:
+        raise PreflightError(
+            f"model path {path} does not exist on this machine",
+            "give its config.json with --model-config FILE",
+        )
+    else:
+        transport = ctx.transport(profile.host)
+        try:
+            data = transport.read(posixpath.join(path, "config.json"))
+        except FileNotFoundError as exc:
+            raise PreflightError(
+                f"{path}/config.json not found on {profile.host.name}",
+                "give the model's config.json with --model-config FILE",
+            ) from exc
+        return path, _json_object(data.decode("utf-8", "replace"), f"{path}/config.json")
+    try:
+        text = source.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ProfileError(f"--model-config {source}: {exc.strerror or exc}") from exc
+    return path, _json_object(text, str(source))
+
+
+def _json_object(text: str, where: str) -> dict[str, Any]:
+    try:
+        document = json.loads(text)
+    except ValueError as exc:
+        raise ProfileError(f"{where}: not JSON: {exc}") from exc
+    if not isinstance(document, dict):
+        raise ProfileError(f"{where}: expected a JSON object")
+    return document
+
+
+def _run_local_probe(python: str, request: dict[str, Any]) -> plan.PlanAnswer:
+    descriptor, path = tempfile.mkstemp(prefix="orch-plan-", suffix=".json")
+    with os.fdopen(descriptor, "w", encoding="utf-8") as handle:  # 0600: may hold tokens
+        json.dump(request, handle)
+    try:
+        done = subprocess.run(
+            [python, str(PROBE_FILE), path], capture_output=True, timeout=600, check=False
+        )
+    except FileNotFoundError as exc:
+        raise PreflightError(
+            f"--local-sglang {python}: no such interpreter",
+            "scripts/build-sglang-venv.sh VERSION builds one (prints its path)",
+        ) from exc
+    except subprocess.TimeoutExpired as exc:
+        raise PreflightError(f"planning with {python} took over 600 s") from exc
+    finally:
+        Path(path).unlink(missing_ok=True)
+    answer = last_json_line(done.stdout, done.stderr, done.returncode, f"{python} sglang_probe.py")
+    return decode_plan_answer(answer)

@@ -1,0 +1,156 @@
+"""``up``: one launch walked through the stages once: the deployment's state, preflight, the plan
+gate, start under the agent, follow the startup, then the effective configuration."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from orchestrator import render, sglang_config
+from orchestrator.commands import effective, planning, preflight
+from orchestrator.commands.context import Context, Launch
+from orchestrator.commands.events import (
+    Attached,
+    Effective,
+    Outcome,
+    Started,
+    Step,
+    UpEvent,
+    Warn,
+)
+from orchestrator.commands.follow import Clock, StartupLog, follow
+from orchestrator.errors import Conflict, ExitCode, NotDeployed, NotResolved, OrchError
+from orchestrator.model import RunState
+from orchestrator.protocol import build_spec
+from orchestrator.supervise import Agent
+
+SAME_LAUNCH_WAIT_S = 5.0  # how long a loser of the start lock waits for the winner's state
+
+
+def up(
+    ctx: Context,
+    launch: Launch,
+    *,
+    replace_running: bool = False,
+    check_plan: bool = True,
+    force: bool = False,
+) -> Iterator[UpEvent]:
+    """Preflight, push, start, follow the startup; the last event is an Outcome."""
+    profile = launch.profile
+    agent = ctx.agent(profile)
+    where = "this machine" if profile.host.is_local else f"ssh {profile.host.address}"
+    yield Step(f"{profile.name} on {profile.host.name} ({where}), workdir {agent.deployment.dir}")
+
+    current = agent.status()
+    if current.alive:
+        if current.launch_digest == launch.digest:
+            yield Attached(current)
+            yield from _follow_and_verify(ctx, launch, agent, current)
+            return
+        if not replace_running:
+            raise Conflict(
+                f"{profile.name} already runs on {profile.host.name} with another launch "
+                f"(digest {current.launch_digest}, run {current.run_id}, {current.state})",
+                "orch up --replace stops it first; orch status shows what runs",
+            )
+        yield Step(f"stopping the running launch {current.launch_digest} (--replace)")
+        agent.stop(profile.stop_timeout_s)
+    elif current.stale:
+        yield Warn("the previous supervisor died without an end; sweeping its run")
+        agent.stop(profile.stop_timeout_s)
+
+    member = launch.primary
+    facts = agent.probe(profile.port, profile.model.path or None, profile.bind, member.env)
+    launch = yield from preflight.check(launch, facts, ctx.environ)
+    member = launch.primary
+    if check_plan:
+        yield from planning.gate(ctx, launch, force=force)
+
+    spec = build_spec(profile, member.argv, member.env, launch.meta(ctx.store.root))
+    reply = agent.start(spec, render.launcher_script(member.command))
+    if not reply.ok or reply.state is None:
+        winner = _same_launch_winner(ctx, agent, launch.digest)
+        if winner is not None:
+            yield Step("a concurrent orch up started this same launch first; following it")
+            yield Attached(winner)
+            yield from _follow_and_verify(ctx, launch, agent, winner)
+            return
+        holder = reply.holder
+        raise Conflict(
+            f"{profile.name}: {reply.reason}"
+            + (f" (run {holder.run_id}, {holder.state})" if holder else ""),
+            "another orch up got there first: orch status " + profile.name,
+        )
+    state = reply.state
+    yield Started(state.run_id or "?", state.pid, state.log or "")
+    yield from _follow_and_verify(ctx, launch, agent, state)
+
+
+def _follow_and_verify(
+    ctx: Context, launch: Launch, agent: Agent, state: RunState
+) -> Iterator[UpEvent]:
+    """Follow the startup; then compare what the server got with the profile. Drift in a
+    pinned field fails ``up``; other drift is a warning (``diff-effective`` fails on it).
+    After a crash the outcome comes first, then what the followed log recorded."""
+    profile = launch.profile
+    startup = StartupLog()
+    clock = Clock(ctx.clock, ctx.sleep)
+    for event in follow(agent, state, profile, clock, startup):
+        if not isinstance(event, Outcome):
+            yield event
+            continue
+        if not event.ok:
+            yield event  # within a fraction of a second of the death: compare afterwards
+            if startup.config_line is not None:
+                yield from _compare_logged(launch, startup)
+            return
+        yield from _verify_ready(ctx, launch, event)
+        return
+
+
+def _compare_logged(launch: Launch, startup: StartupLog) -> Iterator[UpEvent]:
+    try:
+        report = effective.compare_logged(launch, startup)
+    except sglang_config.UnreadableConfig as exc:
+        yield Warn(f"could not read the server_args line: {exc}")
+        return
+    yield Effective(report, report.pinned_drift(launch.profile.pin, launch.table))
+
+
+def _verify_ready(ctx: Context, launch: Launch, ready: Outcome) -> Iterator[UpEvent]:
+    profile = launch.profile
+    try:
+        report = effective.diff_effective(ctx, launch)
+    except (NotDeployed, NotResolved):
+        yield ready
+        return
+    except OrchError as exc:
+        yield Warn(f"could not compare the effective configuration: {exc.message}", exc.hint)
+        yield ready
+        return
+    pinned = report.pinned_drift(profile.pin, launch.table)
+    yield Effective(report, pinned)
+    if not pinned:
+        yield ready
+        return
+    names = ", ".join(row.field for row in pinned)
+    yield Outcome(
+        ok=False,
+        exit_code=ExitCode.DRIFT,
+        state=ready.state,
+        summary=f"pinned field{'s' if len(pinned) > 1 else ''} drifted: {names} "
+        f"(run {ready.state.run_id} is READY and keeps running)",
+        hint=f"orch diff-effective {profile.name} shows why; orch down {profile.name} to stop it",
+    )
+
+
+def _same_launch_winner(ctx: Context, agent: Agent, digest: str) -> RunState | None:
+    """After losing the start lock: the winner's state once it has written it, when it runs the
+    same launch. The winner holds the lock before its first state write, so wait a moment."""
+    deadline = ctx.clock() + SAME_LAUNCH_WAIT_S
+    while True:
+        current = agent.status()
+        if current.alive and current.launch_digest is not None:
+            return current if current.launch_digest == digest else None
+        if ctx.clock() >= deadline:
+            return None
+        ctx.sleep(0.1)

@@ -1,0 +1,416 @@
+"""The sections of a merged profile document, each checked and read into its model value.
+
+:class:`ProfileChecker` reads the keys a profile may have (``sglang``, ``host``, ``model``,
+``gpu``, ``spec_decode``, ``env``, ``args``, ``restart``, ``health``, ``pin`` ...) into a
+``Profile``, recording every problem with its position rather than stopping at the first.
+Checking the built profile's SGLang fields against the argument table of its version is
+:mod:`orchestrator.profile`'s last step.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from orchestrator import argtable, gpus
+from orchestrator.argtable import ArgTable
+from orchestrator.doccheck import MISSING, DocChecker, kind
+from orchestrator.model import (
+    ArgValue,
+    EnvValue,
+    GpuSpec,
+    HealthPolicy,
+    Host,
+    Launcher,
+    ModelSpec,
+    Profile,
+    RestartMode,
+    RestartPolicy,
+    SecretRef,
+    Severity,
+    SpecDecode,
+    frozen_map,
+)
+from orchestrator.yamldoc import KeyPath, format_path
+
+INVENTORY_FILE = "hosts.yaml"
+LOCAL_HOST = "local"
+
+_ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_FIELD_NAME_RE = re.compile(r"^[a-z][a-z0-9_]*$")
+_DEVICE_UUID_RE = re.compile(r"^(GPU|MIG)-[0-9A-Za-z-]+$")
+
+_TOP_KEYS = (
+    "extends", "abstract", "description", "sglang", "host", "launcher", "model", "gpu",
+    "spec_decode", "port", "bind", "env", "args", "restart", "health", "stop_timeout_s", "pin",
+)  # fmt: skip
+_SECTION_KEYS: dict[str, tuple[str, ...]] = {
+    "model": ("path", "served_model_name"),
+    "gpu": ("type", "devices"),
+    "spec_decode": ("algorithm", "num_steps", "eagle_topk", "num_draft_tokens", "draft_model_path"),
+    "restart": (
+        "mode",
+        "delay_s",
+        "multiplier",
+        "max_delay_s",
+        "start_limit",
+        "start_limit_interval_s",
+    ),
+    "health": ("startup_timeout_s", "interval_s", "endpoint"),
+}
+
+# SGLang fields a profile sets through its own structured keys, in render order.
+STRUCTURED_FIELDS: dict[str, KeyPath] = {
+    "model_path": ("model", "path"),
+    "served_model_name": ("model", "served_model_name"),
+    "host": ("bind",),
+    "port": ("port",),
+    "speculative_algorithm": ("spec_decode", "algorithm"),
+    "speculative_num_steps": ("spec_decode", "num_steps"),
+    "speculative_eagle_topk": ("spec_decode", "eagle_topk"),
+    "speculative_num_draft_tokens": ("spec_decode", "num_draft_tokens"),
+    "speculative_draft_model_path": ("spec_decode", "draft_model_path"),
+}
+
+
+class ProfileChecker(DocChecker):
+    """Reads a merged profile document, section by section, into a ``Profile``."""
+
+    def profile(
+        self, name: str, chain: tuple[str, ...], inventory: Mapping[str, Host]
+    ) -> tuple[Profile | None, ArgTable]:
+        """The profile (None when a section has errors) and the argument table of its version;
+        the caller checks the profile's SGLang fields against that table."""
+        self.keys((), _TOP_KEYS)
+        for section, allowed in _SECTION_KEYS.items():
+            if self.mapping((section,)) is not None:
+                self.keys((section,), allowed)
+        abstract = self.get(("abstract",))
+        if abstract is not MISSING and not isinstance(abstract, bool):
+            self.error(("abstract",), "expected true or false")
+        is_abstract = abstract is True
+
+        version = self._sglang_version()
+        choice = argtable.table_for(version)
+        table = choice.table
+        if version is None and not is_abstract:
+            self.note(
+                Severity.NOTICE, (),
+                f"no `sglang:` version; arguments checked against SGLang {table.version}",
+                "the host's version is detected at launch; pin one for reproducible renders",
+            )  # fmt: skip
+        elif version is not None and not choice.exact:
+            self.note(
+                Severity.WARNING, ("sglang",),
+                f"no argument table for SGLang {version}; checked against {table.version}",
+                f"tables ship for {', '.join(argtable.available_versions())}; "
+                "add one with `make argtables`",
+            )  # fmt: skip
+
+        host = self._host(inventory, required=not is_abstract)
+        model_path = self.text(("model", "path"))
+        if model_path is None and not is_abstract and self.get(("model", "path")) is MISSING:
+            self.error(("model",), "missing `model.path`", "the model directory on the host")
+        model = ModelSpec(
+            path=model_path or "", served_model_name=self.text(("model", "served_model_name"))
+        )
+        launcher = self._launcher()
+        gpu = self._gpu()
+        spec = self._spec_decode()
+        port = self.integer(("port",), 1, 65535)
+        bind = self.text(("bind",))
+        if bind is not None and (not bind or any(c.isspace() for c in bind)):
+            self.error(("bind",), f"expected an address such as 0.0.0.0, got {bind!r}")
+        env = self._env(gpu)
+        args = self._args()
+        restart = self._restart()
+        health = self._health()
+        stop_timeout = self.number(("stop_timeout_s",), 0.0)
+        pin = self._pin()
+        description = self.text(("description",), one_line=False) or ""
+
+        if self.errors:
+            return None, table
+        if host is None:  # only an abstract profile gets here without one
+            host = Host(name=LOCAL_HOST)
+        profile = Profile(
+            name=name,
+            abstract=is_abstract,
+            source=self.source,
+            chain=chain,
+            host=host,
+            model=model,
+            sglang_version=version,
+            description=description,
+            launcher=launcher,
+            gpu=gpu,
+            spec_decode=spec,
+            port=port if port is not None else Profile.port,
+            bind=bind if bind is not None else Profile.bind,
+            env=frozen_map(env),
+            args=frozen_map(args),
+            restart=restart,
+            health=health,
+            stop_timeout_s=stop_timeout if stop_timeout is not None else Profile.stop_timeout_s,
+            pin=pin,
+        )
+        return profile, table
+
+    def _sglang_version(self) -> str | None:
+        value = self.get(("sglang",))
+        if value is MISSING:
+            return None
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            self.error(
+                ("sglang",), f"expected a version string, got the number {value!r}",
+                'quote it: sglang: "0.5.11"',
+            )  # fmt: skip
+            return None
+        text = self.text(("sglang",))
+        if text is not None and argtable.parse_version(text) is None:
+            self.error(
+                ("sglang",), f"expected a version like 0.5.11, got {text!r}",
+                "the `sglang.__version__` of the target venv",
+            )  # fmt: skip
+            return None
+        return text
+
+    def _host(self, inventory: Mapping[str, Host], *, required: bool) -> Host | None:
+        name = self.text(("host",))
+        if name is None:
+            if required and self.get(("host",)) is MISSING:
+                self.error(
+                    (), "missing `host`",
+                    f"name a host from {INVENTORY_FILE}, or `local` for this machine",
+                )  # fmt: skip
+            return None
+        if name not in inventory:
+            close = difflib.get_close_matches(name, list(inventory), n=1)
+            known = ", ".join(sorted(inventory))
+            self.error(
+                ("host",), f"unknown host {name!r}",
+                (f"did you mean {close[0]}? " if close else "")
+                + f"hosts in {INVENTORY_FILE}: {known}",
+            )  # fmt: skip
+            return None
+        return inventory[name]
+
+    def _launcher(self) -> Launcher:
+        text = self.text(("launcher",))
+        if text is None:
+            return Launcher.MODULE
+        try:
+            return Launcher(text)
+        except ValueError:
+            self.error(
+                ("launcher",), f"expected module or serve, got {text!r}",
+                "module: python -m sglang.launch_server; serve: sglang serve",
+            )  # fmt: skip
+            return Launcher.MODULE
+
+    def _gpu(self) -> GpuSpec:
+        if self.mapping(("gpu",)) is None:
+            return GpuSpec()
+        gpu_type = None
+        type_name = self.text(("gpu", "type"))
+        if type_name is not None:
+            gpu_type = gpus.gpu_type(type_name)
+            if gpu_type is None:
+                close = difflib.get_close_matches(type_name, gpus.known_gpu_names(), n=1)
+                self.error(
+                    ("gpu", "type"), f"unknown GPU type {type_name!r}",
+                    (f"did you mean {close[0]}? " if close else "")
+                    + f"known: {', '.join(gpus.known_gpu_names())}",
+                )  # fmt: skip
+        devices: list[str] = []
+        raw = self.get(("gpu", "devices"))
+        if raw is not MISSING:
+            if not isinstance(raw, list):
+                self.error(("gpu", "devices"), f"expected a list such as [0, 1], got {kind(raw)}")
+                raw = []
+            for index, item in enumerate(raw):
+                path: KeyPath = ("gpu", "devices", index)
+                if isinstance(item, int) and not isinstance(item, bool) and item >= 0:
+                    device = str(item)
+                elif isinstance(item, str) and _DEVICE_UUID_RE.match(item):
+                    device = item
+                else:
+                    self.error(path, f"expected a GPU index or GPU-/MIG- UUID, got {item!r}")
+                    continue
+                if device in devices:
+                    self.error(path, f"GPU {device} is listed twice")
+                devices.append(device)
+        return GpuSpec(type=gpu_type, devices=tuple(devices))
+
+    def _spec_decode(self) -> SpecDecode | None:
+        if self.mapping(("spec_decode",)) is None:
+            return None
+        algorithm = self.text(("spec_decode", "algorithm"))
+        if algorithm is None:
+            if self.get(("spec_decode", "algorithm")) is MISSING:
+                self.error(
+                    ("spec_decode",), "missing `algorithm`",
+                    "e.g. EAGLE (MTP heads of Qwen3.6 load through EAGLE), EAGLE3, NGRAM",
+                )  # fmt: skip
+            return None
+        return SpecDecode(
+            algorithm=algorithm,
+            num_steps=self.integer(("spec_decode", "num_steps"), 1),
+            eagle_topk=self.integer(("spec_decode", "eagle_topk"), 1),
+            num_draft_tokens=self.integer(("spec_decode", "num_draft_tokens"), 1),
+            draft_model_path=self.text(("spec_decode", "draft_model_path")),
+        )
+
+    def _env(self, gpu: GpuSpec) -> dict[str, EnvValue]:
+        raw = self.mapping(("env",)) or {}
+        env: dict[str, EnvValue] = {}
+        if gpu.devices:
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(gpu.devices)
+        for name, value in raw.items():
+            path: KeyPath = ("env", name)
+            if not _ENV_NAME_RE.match(name):
+                self.error(
+                    path, f"bad environment variable name {name!r}", "use [A-Za-z_][A-Za-z0-9_]*"
+                )
+                continue
+            if name == "CUDA_VISIBLE_DEVICES" and gpu.devices:
+                self.error(path, "set twice: also derived from gpu.devices", "keep gpu.devices")
+                continue
+            secret = self._secret(path, value)
+            if secret is not None:
+                env[name] = secret
+            elif isinstance(value, bool):
+                self.error(
+                    path, f"expected a string, got {str(value).lower()}",
+                    'quote it: "1", "0", "true" — the server reads text',
+                )  # fmt: skip
+            elif isinstance(value, str | int | float):
+                text = str(value)
+                if "\0" in text:
+                    self.error(path, "NUL bytes cannot be in an environment variable")
+                else:
+                    env[name] = text
+            elif not isinstance(value, dict):
+                self.error(path, f"expected a string or {{from_env: NAME}}, got {kind(value)}")
+        return env
+
+    def _secret(self, path: KeyPath, value: Any) -> SecretRef | None:
+        """``{from_env: NAME}``: a value read from the local environment at launch."""
+        if not isinstance(value, dict):
+            return None
+        if set(value) != {"from_env"} or not isinstance(value["from_env"], str):
+            self.error(
+                path, "expected {from_env: NAME}",
+                "secrets come from your local environment and are never written in a profile",
+            )  # fmt: skip
+            return None
+        source_name = value["from_env"]
+        if not _ENV_NAME_RE.match(source_name):
+            self.error((*path, "from_env"), f"bad environment variable name {source_name!r}")
+            return None
+        return SecretRef(source_name)
+
+    def _args(self) -> dict[str, ArgValue]:
+        raw = self.mapping(("args",)) or {}
+        args: dict[str, ArgValue] = {}
+        for key, value in raw.items():
+            path: KeyPath = ("args", key)
+            name = key.replace("-", "_")
+            if not _FIELD_NAME_RE.match(name):
+                self.error(
+                    path, f"bad SGLang argument name {key!r}",
+                    "write the ServerArgs field name, e.g. mem_fraction_static",
+                )  # fmt: skip
+                continue
+            if name in STRUCTURED_FIELDS:
+                self.error(
+                    path, f"{name} is set by `{format_path(STRUCTURED_FIELDS[name])}`",
+                    f"move it to `{format_path(STRUCTURED_FIELDS[name])}`",
+                )  # fmt: skip
+                continue
+            if name in args:
+                self.error(path, f"{name} is given twice (as {key!r} and its other spelling)")
+                continue
+            secret = self._secret(path, value) if _looks_secret(value) else None
+            if secret is not None:
+                args[name] = secret
+            elif _looks_secret(value):
+                continue  # _secret reported it
+            elif isinstance(value, list):
+                if any(isinstance(item, dict | list) for item in value):
+                    self.error(path, "expected a list of plain values")
+                    continue
+                args[name] = tuple(value)
+            elif isinstance(value, dict):
+                # SGLang's JSON-valued options (json_model_override_args ...) take a JSON string
+                args[name] = json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+            else:
+                args[name] = value
+        return args
+
+    def _pin(self) -> tuple[str, ...]:
+        raw = self.get(("pin",))
+        if raw is MISSING:
+            return ()
+        if not isinstance(raw, list) or not all(isinstance(item, str) for item in raw):
+            self.error(("pin",), "expected a list of SGLang field names")
+            return ()
+        return tuple(item.replace("-", "_") for item in raw)
+
+    def _restart(self) -> RestartPolicy:
+        if self.mapping(("restart",)) is None:
+            return RestartPolicy()
+        defaults = RestartPolicy()
+        mode = defaults.mode
+        raw_mode = self.get(("restart", "mode"))
+        if raw_mode is False:  # YAML 1.1 reads a bare `no` as false
+            mode = RestartMode.NO
+        elif raw_mode is not MISSING:
+            try:
+                mode = RestartMode(raw_mode)
+            except ValueError:
+                self.error(
+                    ("restart", "mode"), f"expected no, on-failure or always, got {raw_mode!r}"
+                )
+        multiplier = self.number(("restart", "multiplier"), 1.0)
+        delay = self.number(("restart", "delay_s"), 0.0)
+        max_delay = self.number(("restart", "max_delay_s"), 0.0)
+        limit = self.integer(("restart", "start_limit"), 1)
+        interval = self.number(("restart", "start_limit_interval_s"), 0.0)
+        policy = RestartPolicy(
+            mode=mode,
+            delay_s=delay if delay is not None else defaults.delay_s,
+            multiplier=multiplier if multiplier is not None else defaults.multiplier,
+            max_delay_s=max_delay if max_delay is not None else defaults.max_delay_s,
+            start_limit=limit if limit is not None else defaults.start_limit,
+            start_limit_interval_s=interval
+            if interval is not None
+            else defaults.start_limit_interval_s,
+        )
+        if policy.max_delay_s < policy.delay_s:
+            self.error(("restart", "max_delay_s"), "must be >= restart.delay_s")
+        return policy
+
+    def _health(self) -> HealthPolicy:
+        if self.mapping(("health",)) is None:
+            return HealthPolicy()
+        defaults = HealthPolicy()
+        timeout = self.number(("health", "startup_timeout_s"), 1.0)
+        interval = self.number(("health", "interval_s"), 0.1)
+        endpoint = self.text(("health", "endpoint"))
+        if endpoint is not None and not endpoint.startswith("/"):
+            self.error(("health", "endpoint"), f"expected a path such as /health, got {endpoint!r}")
+            endpoint = None
+        return HealthPolicy(
+            startup_timeout_s=timeout if timeout is not None else defaults.startup_timeout_s,
+            interval_s=interval if interval is not None else defaults.interval_s,
+            endpoint=endpoint or defaults.endpoint,
+        )
+
+
+def _looks_secret(value: object) -> bool:
+    """In ``args`` a mapping is JSON for SGLang unless it is written as a secret reference."""
+    return isinstance(value, dict) and "from_env" in value

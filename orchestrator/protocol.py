@@ -1,0 +1,482 @@
+"""The agent protocol on orch's side: the run spec orch sends (``build_spec``, read by the agent's
+``Spec.from_json``) and every answer decoded into a frozen value (no JSON dictionary travels
+further up than this module). A wrong shape is a SupervisorError naming the answer and the key.
+
+``tests/unit/test_protocol.py`` checks both directions against the agent's own code, and the
+decoders against answers of the previous agent version: a host may still run a supervisor
+started by an older orch, and its ``state.json`` must decode.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from orchestrator import sglang_config
+from orchestrator.errors import SupervisorError
+from orchestrator.model import ExitInfo, Profile, RunState, frozen_map
+from orchestrator.plan import PlanAnswer, Provenance
+from orchestrator.remote.agent import PROTOCOL
+from orchestrator.verify import Observation
+
+# -- the run spec: what orch sends ----------------------------------------------------------------
+
+
+def health_host(bind: str) -> str:
+    """Where the agent asks ``/health``: on the host itself for the wildcard or loopback."""
+    local = bind in ("0.0.0.0", "::", "localhost") or bind.startswith("127.")  # noqa: S104
+    return "127.0.0.1" if local else bind
+
+
+def build_spec(
+    profile: Profile, argv: Sequence[str], env: Mapping[str, str], meta: Mapping[str, Any]
+) -> dict[str, Any]:
+    """The run spec for ``agent.py start`` (read there by ``Spec.from_json``)."""
+    return {
+        "protocol": PROTOCOL,
+        "deployment": profile.name,
+        "argv": list(argv),
+        "env": dict(env),
+        "port": profile.port,
+        "health_host": health_host(profile.bind),
+        "health": {
+            "endpoint": profile.health.endpoint,
+            "interval_s": profile.health.interval_s,
+            "startup_timeout_s": profile.health.startup_timeout_s,
+        },
+        "restart": {
+            "mode": str(profile.restart.mode),
+            "delay_s": profile.restart.delay_s,
+            "multiplier": profile.restart.multiplier,
+            "max_delay_s": profile.restart.max_delay_s,
+            "start_limit": profile.restart.start_limit,
+            "start_limit_interval_s": profile.restart.start_limit_interval_s,
+        },
+        "stop_timeout_s": profile.stop_timeout_s,
+        "meta": dict(meta),
+    }
+
+
+# -- decoded answers ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class StartReply:
+    """``start``: the supervisor holds its locks and has spawned the server, or why not."""
+
+    ok: bool
+    state: RunState | None  # when ok
+    reason: str = ""  # when not
+    holder: RunState | None = None  # the supervisor that holds the lock, when known
+
+
+@dataclass(frozen=True)
+class StopReply:
+    state: RunState
+    leftovers_killed: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class RunInfo:
+    run_id: str
+    log: str
+    size: int | None  # bytes of its server.log; None when it has none
+
+
+@dataclass(frozen=True)
+class PortFacts:
+    port: int
+    free: bool
+    holder_pid: int | None
+    holder_cmdline: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class ModelFacts:
+    path: str
+    exists: bool
+    looks_like_hub_id: bool
+
+
+@dataclass(frozen=True)
+class GpuProcess:
+    pid: int
+    used_bytes: int
+    cmdline: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class GpuDevice:
+    index: int
+    name: str
+    uuid: str
+    memory_total: int
+    memory_free: int
+    compute_capability: tuple[int, int]
+    processes: tuple[GpuProcess, ...]
+
+
+@dataclass(frozen=True)
+class GpuFacts:
+    available: bool
+    reason: str  # why not, when not available
+    driver: str | None
+    devices: tuple[GpuDevice, ...]
+
+
+@dataclass(frozen=True)
+class HostFacts:
+    """``probe``: what preflight checks before a launch."""
+
+    python: str
+    executable: str
+    hostname: str
+    sglang_version: str | None
+    sglang_error: str  # why ``import sglang`` failed, when it did
+    psutil: str | None
+    port: PortFacts
+    model: ModelFacts | None
+    gpus: GpuFacts
+
+
+class _Reader:
+    """Typed access to one JSON object of an answer; a wrong shape is a SupervisorError naming
+    the answer and the key (a newer or older agent, or a broken one)."""
+
+    def __init__(self, document: Any, what: str) -> None:
+        if not isinstance(document, dict):
+            raise SupervisorError(
+                f"{what}: expected a JSON object, got {type(document).__name__}",
+                "the host runs an agent this orch cannot read; orch down with the orch that "
+                "started it",
+            )
+        self.document: dict[str, Any] = document
+        self.what = what
+
+    def _bad(self, key: str, expected: str) -> SupervisorError:
+        got = type(self.document.get(key)).__name__
+        return SupervisorError(
+            f"{self.what}: {key}: expected {expected}, got {got}",
+            "the host runs an agent this orch cannot read; orch down with the orch that started it",
+        )
+
+    def has(self, key: str) -> bool:
+        return self.document.get(key) is not None
+
+    def text(self, key: str, default: str | None = None) -> str:
+        value = self.document.get(key, default)
+        if not isinstance(value, str):
+            raise self._bad(key, "a string")
+        return value
+
+    def opt_text(self, key: str) -> str | None:
+        value = self.document.get(key)
+        if value is None:
+            return None
+        if not isinstance(value, str):
+            raise self._bad(key, "a string or null")
+        return value
+
+    def integer(self, key: str, default: int | None = None) -> int:
+        value = self.document.get(key, default)
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise self._bad(key, "an integer")
+        return value
+
+    def opt_integer(self, key: str) -> int | None:
+        return None if self.document.get(key) is None else self.integer(key)
+
+    def opt_number(self, key: str) -> float | None:
+        value = self.document.get(key)
+        if value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise self._bad(key, "a number or null")
+        return float(value)
+
+    def number(self, key: str) -> float:
+        value = self.opt_number(key)
+        if value is None:
+            raise self._bad(key, "a number")
+        return value
+
+    def flag(self, key: str, default: bool = False) -> bool:
+        value = self.document.get(key, default)
+        if not isinstance(value, bool):
+            raise self._bad(key, "true or false")
+        return value
+
+    def items(self, key: str) -> list[Any]:
+        value = self.document.get(key)
+        if value is None:
+            return []
+        if not isinstance(value, list):
+            raise self._bad(key, "a list")
+        return value
+
+    def texts(self, key: str) -> tuple[str, ...]:
+        return tuple(str(item) for item in self.items(key))
+
+    def mapping(self, key: str) -> dict[str, Any]:
+        value = self.document.get(key)
+        if value is None:
+            return {}
+        if not isinstance(value, dict):
+            raise self._bad(key, "an object")
+        return value
+
+    def child(self, key: str) -> _Reader | None:
+        value = self.document.get(key)
+        return None if value is None else _Reader(value, f"{self.what}.{key}")
+
+
+def decode_state(document: Any, *, agent_alive: bool | None = None) -> RunState:
+    """A deployment's state: the agent's ``status``/``stop`` answers, ``start``'s ``state``,
+    and ``state.json`` read directly (then ``agent_alive`` says what orch assumes)."""
+    reader = _Reader(document, "agent state")
+    if agent_alive is None and not reader.flag("deployed", False):
+        return RunState(deployed=False)
+    last_exit = None
+    if (raw_exit := reader.child("last_exit")) is not None:
+        last_exit = ExitInfo(
+            run_id=raw_exit.text("run_id"),
+            returncode=raw_exit.integer("returncode"),
+            cls=raw_exit.text("class"),
+            message=raw_exit.text("message"),
+            at=raw_exit.number("at"),
+            was_ready=raw_exit.flag("was_ready"),
+            signal=raw_exit.opt_text("signal"),
+            swept_pids=tuple(int(pid) for pid in raw_exit.items("swept_pids")),
+        )
+    meta = reader.child("meta") or _Reader({}, "agent state.meta")
+    # Agents up to this version wrote the launch digest as "plan_hash".
+    digest = meta.opt_text("launch_digest") or meta.opt_text("plan_hash")
+    dirty = meta.document.get("git_dirty")
+    return RunState(
+        deployed=True,
+        state=reader.opt_text("state"),
+        pid=reader.opt_integer("pid"),
+        run_id=reader.opt_text("run_id"),
+        run_dir=reader.opt_text("run_dir"),
+        log=reader.opt_text("log"),
+        port=reader.opt_integer("port"),
+        starts=reader.integer("starts", 0),
+        restarts=reader.integer("restarts", 0),
+        ready=reader.flag("ready"),
+        uptime_s=reader.opt_number("uptime_s"),
+        started_at=reader.opt_number("started_at"),
+        ready_at=reader.opt_number("ready_at"),
+        message=reader.text("message", ""),
+        last_exit=last_exit,
+        agent_alive=reader.flag("agent_alive") if agent_alive is None else agent_alive,
+        stale=reader.flag("stale"),
+        next_start_at=reader.opt_number("next_start_at"),
+        launch_digest=digest,
+        git_commit=meta.opt_text("git_commit"),
+        git_dirty=dirty if isinstance(dirty, bool) else None,
+        launched_by=meta.opt_text("launched_by"),
+    )
+
+
+def decode_start(document: Any) -> StartReply:
+    reader = _Reader(document, "agent start")
+    if reader.flag("ok", False):
+        return StartReply(ok=True, state=decode_state(reader.mapping("state"), agent_alive=True))
+    holder = reader.document.get("holder")
+    return StartReply(
+        ok=False,
+        state=None,
+        reason=reader.text("reason", "the agent refused to start"),
+        holder=decode_state(holder, agent_alive=True) if isinstance(holder, dict) else None,
+    )
+
+
+def decode_stop(document: Any) -> StopReply:
+    reader = _Reader(document, "agent stop")
+    killed = tuple(int(pid) for pid in reader.items("leftovers_killed"))
+    return StopReply(decode_state(document), killed)
+
+
+def decode_runs(document: Any) -> tuple[RunInfo, ...]:
+    runs = []
+    for index, raw in enumerate(_Reader(document, "agent runs").items("runs")):
+        run = _Reader(raw, f"agent runs.runs[{index}]")
+        runs.append(RunInfo(run.text("run_id"), run.text("log"), run.opt_integer("size")))
+    return tuple(runs)
+
+
+def decode_probe(document: Any) -> HostFacts:
+    reader = _Reader(document, "agent probe")
+    sglang = reader.child("sglang") or _Reader({}, "agent probe.sglang")
+    port = reader.child("port") or _Reader({}, "agent probe.port")
+    holder = port.child("holder")
+    model = reader.child("model")
+    return HostFacts(
+        python=reader.text("python", "?"),
+        executable=reader.text("executable", "?"),
+        hostname=reader.text("hostname", "?"),
+        sglang_version=sglang.opt_text("version"),
+        sglang_error=sglang.opt_text("error") or "",
+        psutil=reader.opt_text("psutil"),
+        port=PortFacts(
+            port=port.integer("port", 0),
+            free=port.flag("free", True),
+            holder_pid=holder.opt_integer("pid") if holder is not None else None,
+            holder_cmdline=holder.texts("cmdline") if holder is not None else (),
+        ),
+        model=None
+        if model is None
+        else ModelFacts(
+            path=model.text("path"),
+            exists=model.flag("exists"),
+            looks_like_hub_id=model.flag("looks_like_hub_id"),
+        ),
+        gpus=_decode_gpus(reader.child("gpus")),
+    )
+
+
+def _decode_gpus(reader: _Reader | None) -> GpuFacts:
+    if reader is None or not reader.flag("available", False):
+        reason = reader.opt_text("reason") if reader is not None else None
+        return GpuFacts(False, reason or "NVML unavailable", None, ())
+    devices = []
+    for index, raw in enumerate(reader.items("devices")):
+        device = _Reader(raw, f"agent probe.gpus.devices[{index}]")
+        processes = []
+        for number, raw_process in enumerate(device.items("processes")):
+            process = _Reader(raw_process, f"{device.what}.processes[{number}]")
+            processes.append(
+                GpuProcess(
+                    pid=process.integer("pid"),
+                    used_bytes=process.opt_integer("used_bytes") or 0,
+                    cmdline=process.texts("cmdline"),
+                )
+            )
+        capability = [int(part) for part in device.items("compute_capability")] + [0, 0]
+        devices.append(
+            GpuDevice(
+                index=device.integer("index"),
+                name=device.text("name"),
+                uuid=device.text("uuid", ""),
+                memory_total=device.integer("memory_total"),
+                memory_free=device.integer("memory_free"),
+                compute_capability=(capability[0], capability[1]),
+                processes=tuple(processes),
+            )
+        )
+    return GpuFacts(True, "", reader.opt_text("driver"), tuple(devices))
+
+
+def decode_inspect(document: Any) -> tuple[Observation, LastRun | None]:
+    """``inspect``: what the server received and resolved, and the deployment's last run."""
+    reader = _Reader(document, "agent inspect")
+    notes: list[str] = []
+    resolved: Mapping[str, Any] | None = None
+    source = ""
+    launch_command = None
+    server_version = None
+    if (info := reader.child("server_info")) is not None:
+        resolved = sglang_config.resolved_from_server_info(info.document)
+        source = reader.opt_text("server_info_endpoint") or "/server_info"
+        launch_command = info.opt_text("launch_command") if info.has("launch_command") else None
+        version = info.document.get("version")
+        server_version = str(version) if version else None
+    else:
+        if reader.has("server_info_error"):
+            notes.append(f"server_info unavailable: {reader.text('server_info_error')}")
+        if (line := reader.opt_text("server_args_line")) is not None:
+            try:
+                resolved = sglang_config.parse_server_args_line(line)
+                source = "server_args line"
+            except sglang_config.UnreadableConfig as exc:
+                notes.append(str(exc))
+    alive = reader.flag("alive")
+    if not alive and resolved is not None:
+        notes.append("the server is not running: compared with what its log recorded")
+    for key in ("proc_error", "log_error"):
+        if reader.has(key):
+            notes.append(reader.text(key))
+    env = reader.document.get("env")
+    observed = Observation(
+        pid=reader.opt_integer("pid"),
+        found_by=reader.text("found_by", ""),
+        alive=alive,
+        argv=reader.texts("argv") if reader.has("argv") else None,
+        env=frozen_map({str(k): str(v) for k, v in env.items()}) if isinstance(env, dict) else None,
+        resolved=resolved,
+        resolved_source=source,
+        launch_command=launch_command,
+        log_lines=reader.texts("log_lines"),
+        log=reader.opt_text("log"),
+        notes=tuple(notes),
+        server_version=server_version,
+    )
+    last = reader.child("last_run")
+    last_run = None
+    if last is not None and last.opt_text("run_id"):
+        last_run = LastRun(last.text("run_id"), last.opt_text("state") or "?")
+    return observed, last_run
+
+
+@dataclass(frozen=True)
+class LastRun:
+    run_id: str
+    state: str
+
+
+def decode_plan_answer(document: Any) -> PlanAnswer:
+    """``sglang_probe.py``: SGLang's own parsing and resolution of a command line."""
+    reader = _Reader(document, "sglang_probe answer")
+    provenance: dict[str, tuple[Provenance, ...]] = {}
+    for name, entries in reader.mapping("provenance").items():
+        if not isinstance(entries, list):
+            continue
+        provenance[str(name)] = tuple(
+            Provenance(
+                source=str(entry.get("source", "?")),
+                value=entry.get("value"),
+                file=entry.get("file") if isinstance(entry.get("file"), str) else None,
+                line=entry.get("line") if isinstance(entry.get("line"), int) else None,
+            )
+            for entry in entries
+            if isinstance(entry, dict)
+        )
+    error = reader.child("error")
+    raised_in = None
+    if error is not None and (raised := error.child("raised_in")) is not None:
+        function = raised.document
+        raised_in = f"{function.get('function')} ({function.get('file')}:{function.get('line')})"
+    simulated = reader.child("simulated_gpu")
+    return PlanAnswer(
+        ok=reader.flag("ok", False),
+        sglang_version=reader.opt_text("sglang_version"),
+        standin=reader.flag("standin", False),
+        mode=reader.text("mode", ""),
+        simulated_gpu=simulated.text("name") if simulated is not None else None,
+        error_stage=error.text("stage", "?") if error is not None else None,
+        error_type=error.text("type", "?") if error is not None else None,
+        error_message=error.text("message", "") if error is not None else None,
+        error_raised_in=raised_in,
+        raw=frozen_map(reader.mapping("raw")),
+        effective=frozen_map(reader.mapping("effective")),
+        defaults=frozen_map(reader.mapping("defaults")),
+        provenance=frozen_map(provenance),
+        logs=reader.texts("logs"),
+        plugins=reader.texts("plugins"),
+    )
+
+
+def last_json_line(stdout: bytes, stderr: bytes, returncode: int, what: str) -> Any:
+    """The JSON document on the last line of stdout, or a SupervisorError saying why not."""
+    lines = stdout.decode("utf-8", "replace").strip().splitlines()
+    try:
+        return json.loads(lines[-1]) if lines else None
+    except ValueError:
+        pass
+    last = (stderr.decode("utf-8", "replace").strip().splitlines() or ["no output"])[-1]
+    raise SupervisorError(
+        f"{what} exited with {returncode} without an answer: {last}",
+        "is the python the one of the venv that holds sglang?",
+    )

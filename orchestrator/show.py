@@ -1,0 +1,454 @@
+"""Every text and ``--json`` shape orch shows: values in, text out. ``cli.py`` writes it.
+
+A ``Text`` is a piece of output and the stream it belongs on: results on stdout, errors,
+warnings and notices on stderr. Nothing here prints.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar
+
+from orchestrator import plan, verify
+from orchestrator.commands.events import (
+    Attached,
+    Effective,
+    LogLine,
+    Outcome,
+    Planned,
+    Started,
+    Step,
+    UpEvent,
+    Warn,
+)
+from orchestrator.commands.ops import StatusRow
+from orchestrator.errors import ExitCode
+from orchestrator.model import Finding, Severity
+from orchestrator.observe import LogEvent
+from orchestrator.protocol import StopReply
+from orchestrator.remote.agent import STOPPED
+
+
+@dataclass(frozen=True)
+class Text:
+    text: str
+    err: bool = False  # stderr
+    flush: bool = False
+
+
+def line(text: str = "") -> Text:
+    return Text(text + "\n")
+
+
+def error(message: str, hint: str | None = None) -> list[Text]:
+    texts = [Text(f"orch: error: {message}\n", err=True)]
+    if hint:
+        texts.append(Text(f"orch: hint: {hint}\n", err=True))
+    return texts
+
+
+def finding(found: Finding) -> list[Text]:
+    texts = [Text(f"orch: {found.severity}: {found.message}\n", err=True)]
+    if found.hint:
+        texts.append(Text(f"orch: hint: {found.hint}\n", err=True))
+    return texts
+
+
+def grid(table: Sequence[Sequence[str]]) -> str:
+    widths = [max(len(r[i]) for r in table) for i in range(len(table[0]))]
+    return "\n".join(
+        "  ".join(cell.ljust(width) for cell, width in zip(r, widths, strict=True)).rstrip()
+        for r in table
+    )
+
+
+def duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    seconds = int(seconds)
+    if seconds < 120:
+        return f"{seconds}s"
+    if seconds < 7200:
+        return f"{seconds // 60}m"
+    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
+
+
+# -- up --------------------------------------------------------------------------------------------
+
+
+class UpView:
+    """``up``'s events as text: startup phases as lines, weight loading as one bar redrawn on a
+    terminal, the outcome as soon as it comes (more may follow: what the log recorded)."""
+
+    _PHASES: ClassVar[dict[str, str]] = {
+        "config": "SGLang accepted its configuration (server_args logged)",
+        "load_begin": "loading weights",
+        "load_end": "weights loaded",
+        "memory_pool": "memory pool allocated",
+        "graph_begin": "capturing CUDA graphs",
+        "graph_end": "CUDA graphs captured",
+        "capacity": "capacity",
+        "http_up": "HTTP server up",
+        "ready": "ready line logged",
+    }
+
+    def __init__(self, tty: bool) -> None:
+        self.tty = tty
+        self.open_bar = False
+        self.last_done: int | None = None
+        self.exit_code: int = ExitCode.INTERNAL  # up always ends with an Outcome
+
+    def event(self, event: UpEvent) -> list[Text]:
+        if isinstance(event, LogLine):
+            return self._log_event(event.event)
+        texts = self._end_bar()
+        if isinstance(event, Step):
+            texts.append(line(f"  {event.message}"))
+        elif isinstance(event, Warn):
+            texts += finding(Finding(Severity.WARNING, event.message, event.hint))
+        elif isinstance(event, Started):
+            texts.append(line(f"  started run {event.run_id} (pid {event.pid}); log {event.log}"))
+        elif isinstance(event, Attached):
+            state = event.state
+            texts.append(
+                line(
+                    f"  the same launch already runs: run {state.run_id}, {state.state}, "
+                    f"pid {state.pid}; following it"
+                )
+            )
+        elif isinstance(event, Planned):
+            texts += plan_in_up(event.report)
+        elif isinstance(event, Effective):
+            texts += effective_in_up(event)
+        else:
+            texts += self._outcome(event)
+        return texts
+
+    def _end_bar(self) -> list[Text]:
+        if not self.open_bar:
+            return []
+        self.open_bar = False
+        return [Text("\n")]
+
+    def _outcome(self, event: Outcome) -> list[Text]:
+        self.exit_code = event.exit_code
+        texts: list[Text] = []
+        if event.ok:
+            texts.append(line(event.summary))
+        elif event.exit_code == ExitCode.DRIFT:
+            texts += error(event.summary, event.hint)
+        else:
+            if event.last_lines:
+                texts.append(Text("  last lines of the log:\n", err=True))
+                texts += [Text(f"  | {text}\n", err=True) for text in event.last_lines[-15:]]
+            texts += error(f"server failed: {event.summary}", event.hint)
+        return [*texts, Text("", flush=True), Text("", err=True, flush=True)]
+
+    def _log_event(self, event: LogEvent) -> list[Text]:
+        if event.kind == "load_progress" and event.done is not None and event.total:
+            if event.done == self.last_done:
+                return []
+            self.last_done = event.done
+            width = 30
+            filled = width * event.done // event.total
+            bar = f"  [{'#' * filled}{'.' * (width - filled)}] {event.done}/{event.total} shards"
+            if self.tty:
+                self.open_bar = True
+                return [Text("\r" + bar, flush=True)]
+            return [line(bar)]
+        label = self._PHASES.get(event.kind)
+        if label is None:
+            if event.kind == "error":
+                return [*self._end_bar(), line(f"  ! {event.text}")]
+            return []
+        detail = ", ".join(f"{k.replace('_', ' ')}={v}" for k, v in event.fields.items())
+        return [*self._end_bar(), line(f"  {label}" + (f": {detail}" if detail else ""))]
+
+
+def plan_in_up(report: plan.PlanReport) -> list[Text]:
+    if report.error is not None:
+        return []  # the refusal (or the --force warning) says it
+    who = "orch's stand-in (NOT SGLang)" if report.standin else f"SGLang {report.sglang_version}"
+    changed = report.changed
+    texts = [
+        line(
+            f"  plan: {who} accepts the command line; "
+            + (
+                f"{len(changed)} field(s) would change"
+                if changed
+                else "no field the profile sets changes"
+            )
+        )
+    ]
+    for field in changed:
+        by = ", ".join(p.source for p in field.provenance) or "SGLang"
+        texts += finding(Finding(
+            Severity.NOTICE,
+            f"plan: {field.field} {verify.display(field.profile, field.secret)} -> "
+            f"{verify.display(field.effective, field.secret)} ({by})",
+            field.why,
+        ))  # fmt: skip
+    return texts
+
+
+def effective_in_up(event: Effective) -> list[Text]:
+    report = event.report
+    fields = [row for row in report.fields if row.verdict != verify.DEFAULTED]
+    drift = report.drift
+    matched = sum(1 for row in fields if row.verdict == verify.OK)
+    where = report.resolved_source or "no resolved configuration"
+    texts = [
+        line(
+            f"  effective configuration ({where}): {matched}/{len(fields)} fields as the profile "
+            f"says, {len(drift)} drift"
+        )
+    ]
+    pinned = {id(row) for row in event.pinned}
+    for row in drift:
+        if id(row) in pinned:
+            texts += error(f"pinned {drift_sentence(row)}")
+        else:
+            texts += finding(Finding(Severity.WARNING, drift_sentence(row), None))
+    return texts
+
+
+def drift_sentence(row: verify.FieldRow | verify.EnvRow) -> str:
+    if isinstance(row, verify.EnvRow):
+        got = "absent" if row.received is None else row.received
+        return f"env {row.name}: {row.verdict} (profile {row.profile}, process {got})"
+    text = (
+        f"{row.field}: {row.verdict} (profile {verify.display(row.profile, row.secret)}, "
+        f"received {verify.display(row.received, row.secret)}, "
+        f"resolved {verify.display(row.resolved, row.secret)})"
+    )
+    return text + (f": {row.why}" if row.why else "")
+
+
+# -- down, status ----------------------------------------------------------------------------------
+
+
+def down(name: str, reply: StopReply | None) -> list[Text]:
+    if reply is None:
+        return [line(f"{name}: not running")]
+    texts = [line(f"{name}: {reply.state.state} ({reply.state.message})")]
+    if reply.leftovers_killed:
+        killed = list(reply.leftovers_killed)
+        texts.append(line(f"  killed {len(killed)} leftover process(es): {killed}"))
+    return texts
+
+
+def status_json(row: StatusRow) -> dict[str, object]:
+    document: dict[str, object] = {"profile": row.profile, "host": row.host}
+    if row.error is not None:
+        document["error"] = row.error.message
+    if row.state is not None:
+        document.update(dataclasses.asdict(row.state))
+        document["alive"] = row.state.alive
+    return document
+
+
+def status_table(rows: Sequence[StatusRow]) -> str:
+    header = ("PROFILE", "HOST", "STATE", "PID", "UPTIME", "RESTARTS", "PORT", "RUN",
+              "LAST FAILURE", "DIGEST", "COMMIT")  # fmt: skip
+    table = [header]
+    for row in rows:
+        state = row.state
+        if state is None:
+            failure = row.error.message if row.error else "?"
+            table.append(
+                (row.profile, row.host, "UNKNOWN", "-", "-", "-", "-", "-", failure, "-", "-")
+            )
+            continue
+        if not state.deployed:
+            table.append((row.profile, row.host, "-", "-", "-", "-", "-", "-", "-", "-", "-"))
+            continue
+        last = "-"
+        if state.last_exit is not None and state.last_exit.cls != STOPPED:
+            last = f"{state.last_exit.cls}: {state.last_exit.message}"[:60]
+        commit = (state.git_commit or "-")[:10] + ("+dirty" if state.git_dirty else "")
+        table.append((
+            row.profile, row.host,
+            (state.state or "?") + (" (stale)" if state.stale else ""),
+            str(state.pid or "-"),
+            duration(state.uptime_s),
+            str(state.restarts),
+            str(state.port or "-"),
+            state.run_id or "-",
+            last,
+            state.launch_digest or "-",
+            commit,
+        ))  # fmt: skip
+    return grid(table)
+
+
+# -- plan, lock ------------------------------------------------------------------------------------
+
+
+def plan_text(report: plan.PlanReport, include_defaulted: bool) -> str:
+    simulated = f", simulated {report.simulated_gpu}" if report.simulated_gpu else ""
+    standin = " -- orch's stand-in, NOT SGLang" if report.standin else ""
+    lines = [
+        f"{report.profile}: SGLang {report.sglang_version or '?'} ({report.where}{simulated}), "
+        f"{report.mode}{standin}"
+    ]
+    if report.error is None:
+        rows = [*report.fields, *(report.defaulted if include_defaulted else ())]
+        table = [("FIELD", "PROFILE", "PREDICTED", "CHANGED BY")]
+        for row in rows:
+            name = row.field + (f" (as {row.requested_as})" if row.requested_as else "")
+            by = ""
+            if row.changed:
+                by = ", ".join(p.describe() for p in row.provenance) or "SGLang (no record)"
+                if row.why:
+                    by += f": {row.why}"
+            table.append((
+                name, verify.display(row.profile, row.secret, 32),
+                verify.display(row.effective, row.secret, 32), by,
+            ))  # fmt: skip
+        lines.append(grid(table))
+        changed = report.changed
+        lines.append(
+            f"{len(changed)} field{'s' if len(changed) != 1 else ''} the profile sets would change"
+            if changed
+            else "SGLang keeps every field the profile sets"
+        )
+    lines += [f"note: {note}" for note in report.notes]
+    return "\n".join(lines)
+
+
+def plan_json(report: plan.PlanReport, include_defaulted: bool) -> dict[str, object]:
+    def row(field: plan.PlannedField) -> dict[str, object]:
+        return {
+            "field": field.field,
+            "requested_as": field.requested_as,
+            "key_path": field.key_path,
+            "profile": jsonable(field.profile, field.secret),
+            "predicted": jsonable(field.effective, field.secret),
+            "changed": field.changed,
+            "provenance": [
+                {
+                    "source": p.source,
+                    "file": p.file,
+                    "line": p.line,
+                    "value": jsonable(p.value, field.secret),
+                }
+                for p in field.provenance
+            ],
+            "why": field.why,
+        }
+
+    failure = report.error
+    return {
+        "format": "orch.plan/1",
+        "profile": report.profile,
+        "sglang_version": report.sglang_version,
+        "where": report.where,
+        "simulated_gpu": report.simulated_gpu,
+        "standin": report.standin,
+        "mode": report.mode,
+        "ok": failure is None,
+        "error": None
+        if failure is None
+        else {
+            "stage": failure.stage,
+            "type": failure.kind,
+            "message": failure.message,
+            "raised_in": failure.raised_in,
+            "hint": failure.hint,
+        },
+        "fields": [row(f) for f in report.fields],
+        "defaulted": [row(f) for f in report.defaulted] if include_defaulted else [],
+        "logs": list(report.logs),
+        "notes": list(report.notes),
+    }
+
+
+def lock_written(target: Path, document: dict[str, Any], report: plan.PlanReport) -> str:
+    effective = document["effective"]
+    return (
+        f"wrote {target}: SGLang {document['sglang']}, gpu {document['gpu_type'] or '-'}, "
+        f"{len(effective)} fields differ from SGLang's defaults ({report.where})"
+    )
+
+
+# -- diff-effective --------------------------------------------------------------------------------
+
+
+def diff_text(report: verify.Report) -> str:
+    found = {"orch": "run by orch", "port": "found by its port", "pid": "given pid"}
+    head = (
+        f"{report.profile}: SGLang {report.sglang_version}, pid {report.pid or '-'} "
+        f"({found.get(report.found_by, 'not running')}), resolved from "
+        f"{report.resolved_source or 'nothing'}"
+    )
+    table = [("FIELD", "PROFILE", "RECEIVED", "RESOLVED", "VERDICT", "WHY")]
+    for row in report.fields:
+        name = row.field + (f" (as {row.requested_as})" if row.requested_as else "")
+        table.append((
+            name,
+            verify.display(row.profile, row.secret, 32),
+            verify.display(row.received, row.secret, 32),
+            verify.display(row.resolved, row.secret, 32),
+            row.verdict,
+            row.why or "",
+        ))  # fmt: skip
+    for env in report.env:
+        table.append((
+            f"env {env.name}", verify.display(env.profile, False, 32),
+            "-" if env.received is None else verify.display(env.received, False, 32),
+            "", env.verdict, "",
+        ))  # fmt: skip
+    lines = [head, grid(table)]
+    lines += [f"unrecognised on the command line: {token}" for token in report.unknown_received]
+    lines += [f"note: {note}" for note in report.notes]
+    drift = report.drift
+    lines.append(
+        f"{len(drift)} field{'s' if len(drift) != 1 else ''} drifted" if drift else "no drift"
+    )
+    return "\n".join(lines)
+
+
+def jsonable(value: Any, secret: bool = False) -> Any:
+    if value is verify.ABSENT:
+        return None
+    if secret:
+        return verify.SECRET_SHOWN
+    return value
+
+
+def diff_json(report: verify.Report) -> dict[str, Any]:
+    """The stable ``--json`` format (documented in README.md)."""
+    return {
+        "format": "orch.diff-effective/1",
+        "profile": report.profile,
+        "sglang_version": report.sglang_version,
+        "pid": report.pid,
+        "found_by": report.found_by,
+        "resolved_source": report.resolved_source or None,
+        "drift": bool(report.drift),
+        "fields": [
+            {
+                "field": row.field,
+                "requested_as": row.requested_as,
+                "key_path": row.key_path,
+                "profile": jsonable(row.profile, row.secret),
+                "received": jsonable(row.received, row.secret),
+                "received_present": row.received is not verify.ABSENT,
+                "resolved": jsonable(row.resolved, row.secret),
+                "resolved_present": row.resolved is not verify.ABSENT,
+                "launch_command": jsonable(row.launch_command, row.secret),
+                "verdict": row.verdict,
+                "why": row.why,
+            }
+            for row in report.fields
+        ],
+        "env": [
+            {"name": r.name, "profile": r.profile, "received": r.received, "verdict": r.verdict}
+            for r in report.env
+        ],
+        "unknown_received": list(report.unknown_received),
+        "notes": list(report.notes),
+    }
