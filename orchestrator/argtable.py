@@ -3,7 +3,7 @@
 The JSON files in ``orchestrator/argtables/`` are written by ``scripts/gen_sglang_argtable.py``
 running SGLang's own ``ServerArgs.add_cli_args`` on an ``argparse.ArgumentParser`` (``make
 argtables``). This module answers, for one SGLang version: is this a field, which flag spells
-it, what values does it take; and across versions: what was renamed when (FACTS.md §1).
+it, what values does it take; and across versions: what was renamed when (docs/sglang-facts.md §1).
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ class Rename:
         return text
 
 
-# From FACTS.md §1 and cross-checked against the generated tables by tests/unit/test_argtable.py.
+# From docs/sglang-facts.md §1 and cross-checked against the generated tables by tests/unit/test_argtable.py.
 RENAMES: tuple[Rename, ...] = (
     Rename("mamba_scheduler_strategy", "mamba_radix_cache_strategy", (0, 5, 14), (0, 5, 20)),
     Rename("cuda_graph_max_bs", "cuda_graph_max_bs_decode", (0, 5, 14), (0, 5, 20)),

@@ -1,7 +1,7 @@
 """The GPU models orch knows, for validating ``gpu.type`` and (later) simulating and checking hosts.
 
 Memory is the nominal size as sold; compute capability decides which kernels SGLang picks
-(sm90 vs sm100 attention backends, FACTS.md §5), which is why a profile names its GPU.
+(sm90 vs sm100 attention backends, docs/sglang-facts.md §5), which is why a profile names its GPU.
 """
 
 from __future__ import annotations

@@ -81,7 +81,7 @@ ABSENT: Any = _Absent()
 # -- comparing --------------------------------------------------------------------------------
 
 # 0.5.19+: the flat cuda-graph fields keep the raw input in server_args; the effective values
-# live in the nested cuda_graph_config (FACTS.md §2).
+# live in the nested cuda_graph_config (docs/sglang-facts.md §2).
 _CUDA_GRAPH_NESTED: dict[str, tuple[str, str]] = {
     "cuda_graph_max_bs_decode": ("decode", "max_bs"),
     "cuda_graph_bs_decode": ("decode", "bs"),

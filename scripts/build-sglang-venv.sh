@@ -3,7 +3,7 @@
 #
 # Build (or reuse) a CPU-only virtualenv in which SGLang's real argument
 # parsing and resolution can run: `import sglang.srt.server_args` works,
-# nothing that needs a GPU does.  Recipe: shared/sglang/FACTS.md §6.
+# nothing that needs a GPU does.  Recipe: docs/sglang-facts.md §6.
 #
 #   VERSION  an SGLang release on PyPI, e.g. 0.5.11 or 0.5.23
 #   DEST     where the venv lives; default
@@ -58,7 +58,7 @@ TORCH_SPEC="${ORCH_TORCH_SPEC:-torch==2.13.0+cpu}"
 TRITON_SPEC="triton==3.7.0"
 BASE_PYTHON="${ORCH_SGLANG_PYTHON:-python3.11}"
 
-# Imported by sglang.srt.server_args and what it pulls in (FACTS.md §6).
+# Imported by sglang.srt.server_args and what it pulls in (docs/sglang-facts.md §6).
 # Versions come from the sglang wheel's own Requires-Dist where it pins them.
 EXTRA_DEPS=(
     orjson psutil pybase64 requests pillow starlette IPython aiohttp pyzmq dill
