@@ -52,7 +52,8 @@ class Rename:
         return text
 
 
-# From docs/sglang-facts.md §1 and cross-checked against the generated tables by tests/unit/test_argtable.py.
+# From docs/sglang-facts.md §1, cross-checked against the generated tables by
+# tests/unit/test_argtable.py.
 RENAMES: tuple[Rename, ...] = (
     Rename("mamba_scheduler_strategy", "mamba_radix_cache_strategy", (0, 5, 14), (0, 5, 20)),
     Rename("cuda_graph_max_bs", "cuda_graph_max_bs_decode", (0, 5, 14), (0, 5, 20)),

@@ -1,8 +1,10 @@
 """SGLang's log lines -> LogEvents: phases, weight-loading progress, readiness, errors.  [pure]
 
-Formats are SGLang's real ones (FACTS.md §2): ``[YYYY-mm-dd HH:MM:SS(.mmm)( TP0)] message``;
-tqdm progress redrawn with ``\\r``. Exit classification lives in the agent (it decides restarts
-on the host) and is re-exported here so that orch and its agent read a log the same way.
+Formats are SGLang's real ones (docs/sglang-facts.md §2):
+``[YYYY-mm-dd HH:MM:SS(.mmm)( TP0)] message``;
+tqdm progress redrawn with ``\\r``. The log vocabulary (the record prefix, the config line, the
+ready line) and exit classification live in the agent (it decides states and restarts on the
+host) and are used here, so that orch and its agent read a log the same way.
 """
 
 from __future__ import annotations
@@ -11,27 +13,37 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from orchestrator.model import frozen_map
 from orchestrator.remote.agent import (
-    CONFIG_LINE_MARK,
-    READY_LINE,
+    LOG_RECORD,
     ExitVerdict,
+    LogRecord,
     classify_exit,
+    config_line_payload,
+    is_ready_line,
     last_exception_line,
+    log_record,
     strip_log_prefix,
 )
-from orchestrator.model import frozen_map
 
 __all__ = [
+    "LINE_RE",
     "ExitVerdict",
     "LineSplitter",
     "LogEvent",
+    "LogRecord",
     "classify_exit",
+    "config_line_payload",
+    "is_ready_line",
     "last_exception_line",
+    "log_record",
     "parse_line",
     "strip_log_prefix",
 ]
 
-LINE_RE = re.compile(r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)(?:\.\d{3})?([^\]]*)\] (.*)$")
+# SGLang's log-record prefix, groups timestamp (1), rank (2) and message (3): the agent's one
+# regex under the name orch has used for it.
+LINE_RE = LOG_RECORD
 _PROGRESS_RE = re.compile(
     r"Loading (?:safetensors )?checkpoint shards:\s+(\d+)% Completed \| (\d+)/(\d+)"
 )
@@ -52,21 +64,20 @@ class LogEvent:
 
 def parse_line(line: str) -> LogEvent | None:
     """The event a line of SGLang output stands for, or None for ordinary chatter."""
-    match = LINE_RE.match(line)
+    record = log_record(line)
     timestamp = rank = None
     text = line.strip()
-    if match is not None:
-        timestamp, rank_part, text = match.group(1), match.group(2).strip(), match.group(3)
-        rank = rank_part or None
+    if record is not None:
+        timestamp, rank, text = record
 
     def event(kind: str, **extra: object) -> LogEvent:
         return LogEvent(kind, text, timestamp, rank, **extra)  # type: ignore[arg-type]
 
     if (progress := _PROGRESS_RE.search(text)) is not None:
         return event("load_progress", done=int(progress.group(2)), total=int(progress.group(3)))
-    if text.startswith(CONFIG_LINE_MARK) and match is not None:
+    if config_line_payload(line) is not None:
         return event("config")
-    if READY_LINE in text:
+    if is_ready_line(line):
         return event("ready")
     if text.startswith("Load weight begin."):
         return event("load_begin", fields=_key_values(text))
@@ -83,15 +94,15 @@ def parse_line(line: str) -> LogEvent | None:
         return event("capacity", fields=_key_values(text))
     if "Uvicorn running on " in text:
         return event("http_up")
-    if text.startswith("Scheduler hit an exception") or _is_exception_line(text, match):
+    if text.startswith("Scheduler hit an exception") or _is_exception_line(text, record):
         return event("error")
     if text.startswith(("WARNING", "Warning")) or " warning" in lowered[:40]:
         return event("warning")
     return None
 
 
-def _is_exception_line(text: str, match: re.Match[str] | None) -> bool:
-    return match is None and last_exception_line([text]) is not None
+def _is_exception_line(text: str, record: LogRecord | None) -> bool:
+    return record is None and last_exception_line([text]) is not None
 
 
 def _key_values(text: str) -> Mapping[str, str]:

@@ -25,8 +25,9 @@ UNLOCKABLE = frozenset({"random_seed", "nccl_port", "dist_init_addr", "host", "p
 
 
 def simulated_gpu(gpu: GpuType) -> dict[str, Any]:
-    """The GPU facts the probe answers SGLang with (docs/sglang-facts.md §6). Memory: the nominal size in
-    GiB, close to what NVML reports as total (an H200's 141 -> 144384 MiB; NVML says 143771)."""
+    """The GPU facts the probe answers SGLang with (docs/sglang-facts.md §6). Memory: the
+    nominal size in GiB, close to what NVML reports as total (an H200's 141 -> 144384 MiB; NVML
+    says 143771)."""
     return {
         "name": f"NVIDIA {gpu.name}",
         "capability": list(gpu.compute_capability),

@@ -16,16 +16,14 @@ import argparse
 import ast
 import json
 import posixpath
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from orchestrator.argtable import RENAMES, ArgTable
+from orchestrator.remote.agent import config_line_payload
 
 # -- the server_args= line and /server_info ---------------------------------------------------
-
-_CONFIG_LINE = re.compile(r"server_args=(ServerArgs\(.*\)|\{.*\})\s*$")
 
 
 class UnreadableConfig(ValueError):
@@ -33,15 +31,15 @@ class UnreadableConfig(ValueError):
 
 
 def parse_server_args_line(line: str) -> dict[str, Any] | None:
-    """The fields of SGLang's ``server_args=`` startup line, or None when ``line`` is not one.
+    """The fields of SGLang's ``server_args=`` startup line, or None when ``line`` is not one
+    (a log record of the server whose message starts with ``server_args=``).
 
     ``ServerArgs(a=1, ...)`` (<= 0.5.18) and ``{'a': 1, ...}`` (>= 0.5.19) both parse with
     ``ast``; values are literals only (``ast.literal_eval``), so nothing in a log is executed.
     """
-    match = _CONFIG_LINE.search(line.rstrip("\r\n"))
-    if match is None:
+    body = config_line_payload(line)  # SGLang's log vocabulary is the agent's (remote/agent.py)
+    if body is None:
         return None
-    body = match.group(1)
     try:
         tree = ast.parse(body, mode="eval").body
         if isinstance(tree, ast.Call):

@@ -32,8 +32,8 @@ from typing import Any
 
 from orchestrator.argtable import ArgTable, arg_tokens, spell
 from orchestrator.model import Profile, SecretRef
-from orchestrator.observe import LINE_RE
 from orchestrator.profile import requested_fields
+from orchestrator.remote.agent import log_record
 from orchestrator.sglang_config import (
     ArgvUnreadable,
     ParsedArgs,
@@ -452,10 +452,10 @@ def explain(name: str, log_lines: Sequence[str]) -> str | None:
             words = words[len(prefix) :]
     needles = (name, "--" + name.replace("_", "-"), words.replace("_", " "))
     for line in reversed(log_lines):
-        logged = LINE_RE.match(line)
+        logged = log_record(line)
         if logged is None:  # SGLang explains through its logger, nothing else
             continue
-        text = logged.group(3)
+        text = logged.message
         lowered = text.lower()
         if any(needle.lower() in lowered for needle in needles):
             return text

@@ -19,8 +19,12 @@ a deterministic configuration error), and stops with SIGTERM to the group, a gra
 SIGKILL, then a sweep for processes of the run that escaped the group (SGLang's schedulers can
 be reparented to PID 1 and keep GPU memory). Its state is one JSON file replaced atomically.
 
-The exit classifier and ready-line constants here are also what orch's observe stage uses, so
-the agent and the CLI can never disagree about what a log means.
+The supervisor's states and their allowed transitions are one table (TRANSITIONS), checked on
+every change. Its time comes from an injected Clock and its contacts with the world (spawning,
+the health probe, signals, the sweep) from an injected World, both real by default: its logic
+runs in-process in tests. SGLang's log vocabulary (``log_record``, ``config_line_payload``,
+``is_ready_line``), the state names and the exit classifier here are also what orch's observe
+stage uses, so the agent and the CLI can never disagree about what a log or a state means.
 """
 
 from __future__ import annotations
@@ -36,9 +40,9 @@ import sys
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import IO, TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 if TYPE_CHECKING:
     import subprocess
@@ -48,18 +52,98 @@ if TYPE_CHECKING:
 
 PROTOCOL = 1
 
-STARTING = "STARTING"  # spawned; SGLang has not accepted its configuration yet
-RUNNING = "RUNNING"  # the config line (server_args=) was logged: loading, capturing graphs
-READY = "READY"  # the ready line was logged or /health answered 200
-BACKOFF = "BACKOFF"  # exited; waiting to start again
-STOPPING = "STOPPING"
-EXITED = "EXITED"  # stopped on request, or exited and not to be restarted
-FATAL = "FATAL"  # will not be restarted: configuration error or start limit hit
-TERMINAL_STATES = (EXITED, FATAL)
+# -- states and their transitions ---------------------------------------------------------------
+# One table: every state change goes through Supervisor._change_state, which refuses a pair the
+# table does not hold (supervisor's change_state/_assertInState). orch imports these names.
 
+STARTING = "STARTING"  # spawned (or about to be); SGLang has not accepted its configuration yet
+RUNNING = "RUNNING"  # the config line (server_args=) was logged: loading, capturing graphs
+READY = "READY"  # /health answered 200, or the ready line was logged READY_LINE_GRACE_S ago
+BACKOFF = "BACKOFF"  # exited; waiting to start again
+STOPPING = "STOPPING"  # stop requested: SIGTERM to the group, grace, SIGKILL
+EXITED = "EXITED"  # stopped on request, or exited and not to be restarted
+FATAL = "FATAL"  # will not be restarted: deterministic error, start limit hit, or agent error
+STATES = (STARTING, RUNNING, READY, BACKOFF, STOPPING, EXITED, FATAL)
+INITIAL_STATE = STARTING
+
+# Every state but the terminal ones can also go to FATAL: the agent's own error (cmd_start).
+TRANSITIONS: dict[str, frozenset[str]] = {
+    # config line seen; the ready line alone (after its grace) even without one; stop; exit
+    STARTING: frozenset({RUNNING, READY, STOPPING, BACKOFF, EXITED, FATAL}),
+    RUNNING: frozenset({READY, STOPPING, BACKOFF, EXITED, FATAL}),
+    READY: frozenset({STOPPING, BACKOFF, EXITED, FATAL}),
+    # the next server spawned; stopped while waiting; a restart that could not spawn (FATAL)
+    BACKOFF: frozenset({STARTING, EXITED, FATAL}),
+    STOPPING: frozenset({EXITED, FATAL}),
+    EXITED: frozenset(),
+    FATAL: frozenset(),
+}
+TERMINAL_STATES = tuple(state for state in STATES if not TRANSITIONS[state])  # EXITED, FATAL
+
+
+class IllegalTransition(RuntimeError):
+    """A state change the table does not allow: a bug in the agent, never a server's doing."""
+
+
+def check_transition(current: str, new: str) -> None:
+    if new not in TRANSITIONS.get(current, frozenset()):
+        allowed = ", ".join(sorted(TRANSITIONS.get(current, ()))) or "nothing (terminal)"
+        raise IllegalTransition(f"{current} -> {new}: {current} may go to {allowed}")
+
+
+# -- SGLang's log vocabulary (docs/sglang-facts.md §2) ---------------------------------------------
+# Defined once: the supervisor, orch's observe stage and diff-effective read a log the same way.
+
+# ``[YYYY-mm-dd HH:MM:SS(.mmm)( TP0 ...)] message``: a record of SGLang's logger; the rank
+# (`` TP0``, `` DP1 TP3``, `` PP0``) only on scheduler processes of parallel runs.
+LOG_RECORD = re.compile(
+    r"^\[(?P<timestamp>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d{3})?)(?: (?P<rank>[^\]]+))?\] "
+    r"(?P<message>.*)$"
+)
 READY_LINE = "The server is fired up and ready to roll!"
 READY_LINE_GRACE_S = 10.0  # the ready line without a /health answer counts after this long
 CONFIG_LINE_MARK = "server_args="
+# The message of the config line: ServerArgs(...) up to 0.5.18, a dict from 0.5.19.
+_CONFIG_MESSAGE = re.compile(r"server_args=(ServerArgs\(.*\)|\{.*\})\s*$")
+
+
+class LogRecord(NamedTuple):
+    timestamp: str  # as logged: local time, milliseconds when SGLANG_LOG_MS is set
+    rank: str | None  # "TP0", "DP1 TP3" ... or None in the main process
+    message: str
+
+
+def log_record(line: str) -> LogRecord | None:
+    """The parts of a line SGLang's logger wrote, or None for any other output (tracebacks,
+    uvicorn's access log, tqdm, prints)."""
+    match = LOG_RECORD.match(line)
+    if match is None:
+        return None
+    return LogRecord(match.group("timestamp"), match.group("rank"), match.group("message"))
+
+
+def config_line_payload(line: str) -> str | None:
+    """``ServerArgs(...)`` or ``{...}`` when ``line`` is SGLang's config line (a log record whose
+    message is ``server_args=`` and one of those), else None: a traceback's source line that
+    mentions ``server_args=`` is not one."""
+    record = log_record(line.rstrip("\r\n"))
+    if record is None:
+        return None
+    match = _CONFIG_MESSAGE.match(record.message)
+    return None if match is None else match.group(1)
+
+
+def is_ready_line(line: str) -> bool:
+    """SGLang logged that it is up (after its warm-up request; at once with
+    --skip-server-warmup, possibly before uvicorn listens)."""
+    record = log_record(line)
+    return record is not None and READY_LINE in record.message
+
+
+def strip_log_prefix(line: str) -> str:
+    record = log_record(line)
+    return (line if record is None else record.message).strip()
+
 
 # Exit classes; the deterministic ones are never restarted (the same argv fails the same way).
 CONFIG_ERROR = "config-error"
@@ -77,7 +161,6 @@ DETERMINISTIC = (CONFIG_ERROR, IMPORT_ERROR, MODEL_NOT_FOUND)
 RUN_ID_ENV = "ORCH_RUN_ID"
 DEPLOYMENT_ENV = "ORCH_DEPLOYMENT_DIR"
 
-_LOG_PREFIX = re.compile(r"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d{3})?[^\]]*\] ")
 _EXCEPTION_LINE = re.compile(
     r"^(?:[A-Za-z_][\w]*\.)*[A-Z]\w*(?:Error|Exception|Exit|Interrupt|Warning)(?:: .*)?$"
 )
@@ -96,10 +179,6 @@ class ExitVerdict:
         return self.cls in DETERMINISTIC
 
 
-def strip_log_prefix(line: str) -> str:
-    return _LOG_PREFIX.sub("", line, count=1).strip()
-
-
 def last_exception_line(lines: Sequence[str]) -> str | None:
     """The ``ExcType: message`` line that ends the last traceback, if any."""
     for line in reversed(lines):
@@ -114,7 +193,7 @@ def classify_exit(
 ) -> ExitVerdict:
     """Why a server process ended, from its exit status and the last lines it printed.
 
-    Formats: FACTS.md §2. A traceback before SGLang logged its ``server_args=`` line is
+    Formats: docs/sglang-facts.md §2. A traceback before SGLang logged its ``server_args=`` line is
     SGLang rejecting its configuration (the incident's ValueError): deterministic.
     """
     text = "\n".join(tail)
@@ -156,7 +235,7 @@ def classify_exit(
     return ExitVerdict(CRASHED, f"exited with code {returncode}")
 
 
-# FACTS.md §2 (runtime failures): what SGLang logs before it kills its own process tree.
+# docs/sglang-facts.md §2 (runtime failures): what SGLang logs before it kills its own process tree.
 _SGLANG_SELF_KILL_MARKS = (
     "received sigquit from a child process",
     "kill_process_tree called",
@@ -338,43 +417,22 @@ class LogSink:
 
 
 class OutputWatcher:
-    """Reads the server's combined output, writes it to the log, and notes what it means."""
+    """The server's combined output as it arrives: written to the log, and noted (the config
+    line, the ready line, the last lines for the exit verdict). Fed by whoever reads the
+    server's output (``World.spawn``'s reader thread)."""
 
     def __init__(
-        self,
-        stream: IO[bytes],
-        sink: LogSink,
-        tail_lines: int = 400,
-        config_path: str | None = None,
+        self, sink: LogSink, tail_lines: int = 400, config_path: str | None = None
     ) -> None:
-        self._stream = stream
         self._sink = sink
         self.config_path = config_path
         self.tail: deque[str] = deque(maxlen=tail_lines)
         self.saw_config_line = False
         self.saw_ready_line = False
         self._partial = b""
-        self.thread = threading.Thread(target=self._pump, name="log-pump", daemon=True)
 
-    def start(self) -> None:
-        self.thread.start()
-
-    def _pump(self) -> None:
-        fd = self._stream.fileno()
-        while True:
-            try:
-                chunk = os.read(fd, 65536)
-            except OSError:
-                break
-            if not chunk:
-                break
-            self._sink.write(chunk)
-            self._scan(chunk)
-        if self._partial:
-            self._note(self._partial.decode("utf-8", "replace"))
-        self._sink.close()
-
-    def _scan(self, chunk: bytes) -> None:
+    def feed(self, chunk: bytes) -> None:
+        self._sink.write(chunk)
         # tqdm redraws with \r: split on both so each progress update is a line
         pieces = re.split(rb"[\r\n]", self._partial + chunk)
         self._partial = pieces.pop()
@@ -382,12 +440,19 @@ class OutputWatcher:
             if piece:
                 self._note(piece.decode("utf-8", "replace"))
 
+    def close(self) -> None:
+        """The output ended: its last, unterminated line counts too."""
+        if self._partial:
+            self._note(self._partial.decode("utf-8", "replace"))
+            self._partial = b""
+        self._sink.close()
+
     def _note(self, line: str) -> None:
         self.tail.append(line)
-        if CONFIG_LINE_MARK in line and _LOG_PREFIX.match(line) and not self.saw_config_line:
+        if not self.saw_config_line and config_line_payload(line) is not None:
             self.saw_config_line = True
             self._keep_config(line)
-        if READY_LINE in line:
+        if is_ready_line(line):
             self.saw_ready_line = True
 
     def _keep_config(self, line: str) -> None:
@@ -400,32 +465,178 @@ class OutputWatcher:
             write_json_atomic(self.config_path, document, 0o600)
 
 
+# -- the supervisor's clock and its contacts with the world -------------------------------------
+
+
+class Clock(Protocol):
+    """Every time source of the supervisor. Intervals, deadlines, backoff, the start-limit
+    window and health intervals use ``monotonic``; ``wall`` only stamps what users read."""
+
+    def monotonic(self) -> float: ...
+
+    def wall(self) -> float: ...
+
+    def sleep(self, seconds: float) -> None: ...
+
+    def wait(self, event: threading.Event, timeout: float) -> bool:
+        """Until ``event`` is set (True) or ``timeout`` seconds passed (False)."""
+
+
+class RealClock:
+    def monotonic(self) -> float:
+        return time.monotonic()
+
+    def wall(self) -> float:
+        return time.time()
+
+    def sleep(self, seconds: float) -> None:
+        time.sleep(seconds)
+
+    def wait(self, event: threading.Event, timeout: float) -> bool:
+        return event.wait(timeout)
+
+
+class ServerProcess(Protocol):
+    """A started server as the supervisor sees it (in subprocess.Popen's words)."""
+
+    @property
+    def pid(self) -> int: ...
+
+    def poll(self) -> int | None: ...
+
+    def wait(self) -> int: ...
+
+    def drain(self, timeout: float) -> None:
+        """Let the reader of the output reach its end, waiting at most ``timeout`` seconds
+        (children that outlive the server can hold the pipe open)."""
+
+
+class World(Protocol):
+    """The supervisor's contacts with the world outside it: RealWorld on a host, a scripted
+    double in tests/unit/test_supervisor_logic.py."""
+
+    def spawn(
+        self, argv: Sequence[str], cwd: str, env: dict[str, str], output: OutputWatcher
+    ) -> ServerProcess:
+        """Start the server in its own session and process group, stdin from /dev/null, its
+        stdout and stderr fed to ``output`` (then closed); OSError when it cannot start."""
+
+    def health_ok(self, host: str, port: int, endpoint: str) -> bool: ...
+
+    def signal_group(self, pgid: int, sig: int) -> None:
+        """Signal a process group; one that is gone already is no error."""
+
+    def descendants(self, pid: int) -> dict[int, float]:
+        """pid -> start time of every process under ``pid`` now (empty when it is gone)."""
+
+    def sweep(self, deployment_dir: str, run_id: str, seen: dict[int, float]) -> list[int]:
+        """Kill what is left of a run: every process carrying its markers or seen as a
+        descendant (same pid and start time); the pids killed."""
+
+
+class RealWorld:
+    def __init__(self, clock: Clock) -> None:
+        self.clock = clock
+
+    def spawn(
+        self, argv: Sequence[str], cwd: str, env: dict[str, str], output: OutputWatcher
+    ) -> ServerProcess:
+        import subprocess
+
+        process = subprocess.Popen(
+            argv,
+            cwd=cwd,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # its own session and process group
+        )
+        return _Spawned(process, output)
+
+    def health_ok(self, host: str, port: int, endpoint: str) -> bool:
+        return _health_ok(host, port, endpoint)
+
+    def signal_group(self, pgid: int, sig: int) -> None:
+        _signal_group(pgid, sig)
+
+    def descendants(self, pid: int) -> dict[int, float]:
+        found: dict[int, float] = {}
+        try:
+            import psutil
+
+            for child in psutil.Process(pid).children(recursive=True):
+                with contextlib.suppress(psutil.Error):
+                    found[child.pid] = child.create_time()
+        except Exception:  # noqa: BLE001, S110 - psutil missing or the root is gone: best effort
+            pass
+        return found
+
+    def sweep(self, deployment_dir: str, run_id: str, seen: dict[int, float]) -> list[int]:
+        return _kill_leftovers(deployment_dir, run_id, seen, self.clock)
+
+
+class _Spawned:
+    """A real server process; a thread pumps its output into the watcher."""
+
+    def __init__(self, process: subprocess.Popen[bytes], output: OutputWatcher) -> None:
+        assert process.stdout is not None  # noqa: S101
+        self.pid = process.pid
+        self._process = process
+        self._stream = process.stdout
+        self._output = output
+        self._thread = threading.Thread(target=self._pump, name="log-pump", daemon=True)
+        self._thread.start()
+
+    def _pump(self) -> None:
+        fd = self._stream.fileno()
+        while True:
+            try:
+                chunk = os.read(fd, 65536)
+            except OSError:
+                break
+            if not chunk:
+                break
+            self._output.feed(chunk)
+        self._output.close()
+
+    def poll(self) -> int | None:
+        return self._process.poll()
+
+    def wait(self) -> int:
+        return self._process.wait()
+
+    def drain(self, timeout: float) -> None:
+        self._thread.join(timeout=timeout)
+
+
 # -- the supervisor -----------------------------------------------------------------------------
 
 
 class Supervisor:
-    """Runs one deployment's server until stopped; the clock and sleep are injected."""
+    """Runs one deployment's server until stopped. Its time (``clock``) and its contacts with
+    the world (``world``: spawn, health probe, signals, sweep) are injected, real by default,
+    so that its logic runs in-process in tests. Every state change goes through
+    ``_change_state``, checked against TRANSITIONS."""
 
     def __init__(
         self,
         spec: Spec,
         paths: Paths,
         *,
-        clock: Callable[[], float] = time.monotonic,
-        sleep: Callable[[float], None] = time.sleep,
-        wall: Callable[[], float] = time.time,
+        clock: Clock | None = None,
+        world: World | None = None,
     ) -> None:
         self.spec = spec
         self.paths = paths
-        self.clock = clock
-        self.sleep = sleep
-        self.wall = wall
+        self.clock: Clock = clock if clock is not None else RealClock()
+        self.world: World = world if world is not None else RealWorld(self.clock)
         self.stop_requested = threading.Event()
         self.state: dict[str, Any] = {
             "protocol": PROTOCOL,
             "deployment": spec.deployment,
             "agent_pid": os.getpid(),
-            "state": STARTING,
+            "state": INITIAL_STATE,
             "pid": None,
             "pgid": None,
             "run_id": None,
@@ -438,7 +649,7 @@ class Supervisor:
             "started_at": None,
             "started_mono": None,
             "ready_at": None,
-            "state_since": wall(),
+            "state_since": self.clock.wall(),
             "next_start_at": None,
             "last_exit": None,
             "message": "",
@@ -449,14 +660,31 @@ class Supervisor:
 
     # -- state --
 
-    def _set(self, **changes: Any) -> None:
-        if "state" in changes and changes["state"] != self.state["state"]:
-            changes.setdefault("state_since", self.wall())
-        self.state.update(changes)
+    def _change_state(self, new: str, **fields: Any) -> None:
+        """The one way to change ``state``: refuses what TRANSITIONS does not allow, stamps
+        ``state_since``, writes state.json and records the change in events.jsonl."""
+        old = self.state["state"]
+        check_transition(old, new)
+        self._write(dict(fields, state=new, state_since=self.clock.wall()))
+        self._event("state", **{"from": old, "to": new})
+
+    def _update(self, **fields: Any) -> None:
+        """Fields other than the state itself."""
+        if "state" in fields or "state_since" in fields:
+            raise IllegalTransition("the state changes through _change_state only")
+        self._write(fields)
+
+    def _write(self, fields: dict[str, Any]) -> None:
+        self.state.update(fields)
         write_json_atomic(self.paths.state, self.state)
 
+    def fail(self, message: str) -> None:
+        """The agent itself failed: FATAL, unless the state was final already."""
+        if self.state["state"] not in TERMINAL_STATES:
+            self._change_state(FATAL, message=message)
+
     def _event(self, kind: str, **details: Any) -> None:
-        record = {"at": self.wall(), "event": kind, **details}
+        record = {"at": self.clock.wall(), "event": kind, **details}
         with open(self.paths.events, "a", encoding="utf-8") as handle:
             handle.write(json.dumps(record, sort_keys=True) + "\n")
 
@@ -465,46 +693,45 @@ class Supervisor:
     def run(self) -> int:
         consecutive_failures = 0
         while not self.stop_requested.is_set():
-            self._start_times.append(self.clock())
+            self._start_times.append(self.clock.monotonic())
             returncode, verdict, was_ready = self._run_once()
             if self.stop_requested.is_set():
                 break
             consecutive_failures = 1 if was_ready else consecutive_failures + 1
             if verdict.deterministic:
-                self._set(state=FATAL, message=f"{verdict.cls}: not restarting (deterministic)")
+                self._change_state(FATAL, message=f"{verdict.cls}: not restarting (deterministic)")
                 self._event("fatal", reason=verdict.cls)
                 return 0
             if not self.spec.restart.wants_restart(verdict, returncode):
-                self._set(
-                    state=EXITED,
-                    message=f"exited ({verdict.cls}); restart={self.spec.restart.mode}",
+                self._change_state(
+                    EXITED, message=f"exited ({verdict.cls}); restart={self.spec.restart.mode}"
                 )
                 return 0
-            if self.spec.restart.start_limit_hit(self._start_times, self.clock()):
+            if self.spec.restart.start_limit_hit(self._start_times, self.clock.monotonic()):
                 message = (
                     f"{verdict.cls}: start limit hit ({self.spec.restart.start_limit} starts "
                     f"within {self.spec.restart.start_limit_interval_s:g} s)"
                 )
-                self._set(state=FATAL, message=message, next_start_at=None)
+                self._change_state(FATAL, message=message, next_start_at=None)
                 self._event("fatal", reason=message)
                 return 0
             delay = self.spec.restart.delay(consecutive_failures)
-            self._set(
-                state=BACKOFF,
-                next_start_at=self.wall() + delay,
+            self._change_state(
+                BACKOFF,
+                next_start_at=self.clock.wall() + delay,
                 message=f"{verdict.cls}: restarting in {delay:g} s",
             )
             self._event("backoff", delay_s=delay, failures=consecutive_failures)
-            if self.stop_requested.wait(delay):
+            if self.clock.wait(self.stop_requested, delay):
                 break
-            self._set(restarts=self.state["restarts"] + 1, next_start_at=None)
-        self._set(state=EXITED, pid=None, pgid=None, message="stopped", next_start_at=None)
+            self._update(restarts=self.state["restarts"] + 1, next_start_at=None)
+        self._change_state(EXITED, pid=None, pgid=None, message="stopped", next_start_at=None)
         self._event("stopped")
         return 0
 
     def _new_run_dir(self) -> tuple[str, str]:
         self._run_seq += 1
-        stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(self.wall()))
+        stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(self.clock.wall()))
         run_id = f"{self._run_seq:04d}-{stamp}"
         run_dir = os.path.join(self.paths.runs, run_id)
         os.makedirs(run_dir, mode=0o700, exist_ok=False)
@@ -515,8 +742,6 @@ class Supervisor:
         return run_id, run_dir
 
     def _run_once(self) -> tuple[int, ExitVerdict, bool]:
-        import subprocess
-
         run_id, run_dir = self._new_run_dir()
         log_path = os.path.join(run_dir, "server.log")
         env = dict(os.environ)
@@ -524,79 +749,69 @@ class Supervisor:
         env[RUN_ID_ENV] = run_id
         env[DEPLOYMENT_ENV] = self.paths.root
         sink = LogSink(log_path, self.spec.log_max_bytes, self.spec.log_keep)
+        watcher = OutputWatcher(sink, config_path=os.path.join(run_dir, CONFIG_FILE))
         try:
-            process = subprocess.Popen(
-                self.spec.argv,
-                cwd=self.spec.cwd or run_dir,
-                env=env,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,  # its own session and process group
-            )
+            process = self.world.spawn(self.spec.argv, self.spec.cwd or run_dir, env, watcher)
         except OSError as exc:
             sink.write(f"orch agent: cannot start {self.spec.argv[0]}: {exc}\n".encode())
             sink.close()
             verdict = ExitVerdict(CONFIG_ERROR, f"cannot start {self.spec.argv[0]}: {exc.strerror}")
             self._record_exit(run_id, 127, verdict)
             return 127, verdict, False
-        assert process.stdout is not None  # noqa: S101
-        watcher = OutputWatcher(
-            process.stdout, sink, config_path=os.path.join(run_dir, CONFIG_FILE)
-        )
-        watcher.start()
-        started = self.clock()
-        self._set(
-            state=STARTING,
-            pid=process.pid,
-            pgid=process.pid,
-            run_id=run_id,
-            run_dir=run_dir,
-            log=log_path,
-            starts=self.state["starts"] + 1,
-            ready=False,
-            started_at=self.wall(),
-            started_mono=started,
-            ready_at=None,
-            message="",
-        )
+        started = self.clock.monotonic()
+        spawned = {
+            "pid": process.pid,
+            "pgid": process.pid,
+            "run_id": run_id,
+            "run_dir": run_dir,
+            "log": log_path,
+            "starts": self.state["starts"] + 1,
+            "ready": False,
+            "started_at": self.clock.wall(),
+            "started_mono": started,
+            "ready_at": None,
+            "message": "",
+        }
+        if self.state["state"] == STARTING:  # the first start: the supervisor began there
+            self._update(**spawned)
+        else:
+            self._change_state(STARTING, **spawned)
         self._event("start", run_id=run_id, pid=process.pid)
-        tracked = _Descendants(process.pid)
+        tracked = _Descendants(process.pid, self.clock, self.world)
         next_health = started
         ready_line_at: float | None = None
         while process.poll() is None:
             if self.stop_requested.is_set():
-                self._stop_process(process, run_id, tracked)
+                self._stop_process(process, tracked)
                 break
-            state = self.state["state"]
-            if state == STARTING and watcher.saw_config_line:
-                self._set(state=RUNNING)
+            if self.state["state"] == STARTING and watcher.saw_config_line:
+                self._change_state(RUNNING)
             if not self.state["ready"]:
                 # READY when /health answers 200. The ready line alone is not enough: with
                 # --skip-server-warmup SGLang logs it before uvicorn binds the port. It makes
                 # the checks frequent, and counts by itself only if /health stays unreachable
                 # from the host (a bind address the host cannot reach) for a while.
-                now = self.clock()
+                now = self.clock.monotonic()
                 healthy = False
                 if watcher.saw_ready_line and ready_line_at is None:
                     ready_line_at = now
                     next_health = now
                 if now >= next_health and watcher.saw_config_line:
-                    healthy = _health_ok(
+                    healthy = self.world.health_ok(
                         self.spec.health_host, self.spec.port, self.spec.health_endpoint
                     )
                     fast = ready_line_at is not None
                     next_health = now + (0.1 if fast else min(self.spec.health_interval_s, 1.0))
                 trust_line = ready_line_at is not None and now - ready_line_at > READY_LINE_GRACE_S
                 if healthy or trust_line:
-                    self._set(state=READY, ready=True, ready_at=self.wall())
+                    self._change_state(READY, ready=True, ready_at=self.clock.wall())
                     self._event("ready", run_id=run_id)
             tracked.refresh()
-            self.sleep(0.05)
+            self.clock.sleep(0.05)
         returncode = process.wait()
         # Children that outlive the server hold its output pipe open: give the last lines a
         # moment, give the verdict at once, then sweep (which closes the pipe for good).
-        watcher.thread.join(timeout=0.2)
+        process.drain(0.2)
         was_ready = bool(self.state["ready"])
         if self.stop_requested.is_set():
             verdict = ExitVerdict(STOPPED, "stopped on request")
@@ -609,10 +824,10 @@ class Supervisor:
             )
         self._record_exit(run_id, returncode, verdict)
         swept = self._sweep(run_id, tracked)
-        watcher.thread.join(timeout=5.0)
+        process.drain(5.0)
         if swept:
             last_exit = dict(self.state["last_exit"], swept_pids=swept)
-            self._set(last_exit=last_exit)
+            self._update(last_exit=last_exit)
             self._event("swept", run_id=run_id, pids=swept)
         return returncode, verdict, was_ready
 
@@ -623,24 +838,22 @@ class Supervisor:
             "signal": _signal_name(-returncode) if returncode < 0 else None,
             "class": verdict.cls,
             "message": verdict.message,
-            "at": self.wall(),
+            "at": self.clock.wall(),
             "was_ready": bool(self.state["ready"]),
             "swept_pids": [],
         }
-        self._set(pid=None, ready=False, last_exit=last_exit)
+        self._update(pid=None, ready=False, last_exit=last_exit)
         self._event("exit", **last_exit)
 
-    def _stop_process(
-        self, process: subprocess.Popen[bytes], run_id: str, tracked: _Descendants
-    ) -> None:
-        self._set(state=STOPPING, message="stopping")
-        _signal_group(process.pid, signal.SIGTERM)
-        deadline = self.clock() + self.spec.stop_timeout_s
-        while process.poll() is None and self.clock() < deadline:
+    def _stop_process(self, process: ServerProcess, tracked: _Descendants) -> None:
+        self._change_state(STOPPING, message="stopping")
+        self.world.signal_group(process.pid, signal.SIGTERM)
+        deadline = self.clock.monotonic() + self.spec.stop_timeout_s
+        while process.poll() is None and self.clock.monotonic() < deadline:
             tracked.refresh()
-            self.sleep(0.05)
+            self.clock.sleep(0.05)
         if process.poll() is None:
-            _signal_group(process.pid, signal.SIGKILL)
+            self.world.signal_group(process.pid, signal.SIGKILL)
         process.wait()
 
     def _sweep(self, run_id: str, tracked: _Descendants) -> list[int]:
@@ -648,9 +861,9 @@ class Supervisor:
         seen as a descendant (reparented schedulers keep GPU memory otherwise)."""
         pgid = self.state.get("pgid")
         if pgid:
-            _signal_group(int(pgid), signal.SIGKILL)
-            self._set(pgid=None)
-        return _kill_leftovers(self.paths.root, run_id, tracked.seen)
+            self.world.signal_group(int(pgid), signal.SIGKILL)
+            self._update(pgid=None)
+        return self.world.sweep(self.paths.root, run_id, tracked.seen)
 
 
 def _write_private(path: str, data: bytes) -> None:
@@ -697,28 +910,24 @@ class _Descendants:
     """Processes seen under the server while it ran: (pid, create_time), so that a pid reused
     by an unrelated process is never killed."""
 
-    def __init__(self, root_pid: int) -> None:
+    def __init__(self, root_pid: int, clock: Clock, world: World) -> None:
         self.root_pid = root_pid
         self.seen: dict[int, float] = {}
+        self._clock = clock
+        self._world = world
         self._next = 0.0
 
     def refresh(self) -> None:
-        now = time.monotonic()
+        now = self._clock.monotonic()
         if now < self._next:
             return
         self._next = now + 0.5
-        try:
-            import psutil
-
-            root = psutil.Process(self.root_pid)
-            for child in root.children(recursive=True):
-                with contextlib.suppress(psutil.Error):
-                    self.seen[child.pid] = child.create_time()
-        except Exception:  # noqa: BLE001, S110 - psutil missing or the root is gone: best effort
-            pass
+        self.seen.update(self._world.descendants(self.root_pid))
 
 
-def _kill_leftovers(deployment_dir: str, run_id: str, seen: dict[int, float]) -> list[int]:
+def _kill_leftovers(
+    deployment_dir: str, run_id: str, seen: dict[int, float], clock: Clock
+) -> list[int]:
     try:
         import psutil
     except ImportError:
@@ -740,17 +949,17 @@ def _kill_leftovers(deployment_dir: str, run_id: str, seen: dict[int, float]) ->
             with contextlib.suppress(psutil.Error):
                 process.kill()
                 killed.append(pid)
-    _wait_gone(killed, timeout=5.0)
+    _wait_gone(killed, 5.0, clock)
     return killed
 
 
-def _wait_gone(pids: Sequence[int], timeout: float) -> None:
+def _wait_gone(pids: Sequence[int], timeout: float, clock: Clock) -> None:
     """Until each pid is gone or a zombie (a reparented one is reaped by someone else)."""
     import psutil
 
-    deadline = time.monotonic() + timeout
+    deadline = clock.monotonic() + timeout
     waiting = list(pids)
-    while waiting and time.monotonic() < deadline:
+    while waiting and clock.monotonic() < deadline:
         still = []
         for pid in waiting:
             with contextlib.suppress(psutil.Error):
@@ -758,7 +967,7 @@ def _wait_gone(pids: Sequence[int], timeout: float) -> None:
                     still.append(pid)
         waiting = still
         if waiting:
-            time.sleep(0.02)
+            clock.sleep(0.02)
 
 
 # -- commands -----------------------------------------------------------------------------------
@@ -822,18 +1031,19 @@ def cmd_start(deployment_dir: str, spec_path: str) -> dict[str, Any]:
         os._exit(0)
     os.replace(spec_path, paths.spec)
     os.chmod(paths.spec, 0o600)
-    supervisor = Supervisor(spec, paths)
+    clock = RealClock()
+    supervisor = Supervisor(spec, paths, clock=clock)
     signal.signal(signal.SIGTERM, lambda *_: supervisor.stop_requested.set())
     signal.signal(signal.SIGINT, lambda *_: supervisor.stop_requested.set())
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
     answered = threading.Event()
 
     def answer_when_spawned() -> None:
-        deadline = time.monotonic() + 10.0
-        while time.monotonic() < deadline and supervisor.state["pid"] is None:
+        deadline = clock.monotonic() + 10.0
+        while clock.monotonic() < deadline and supervisor.state["pid"] is None:
             if supervisor.state["last_exit"] is not None:
                 break
-            time.sleep(0.01)
+            clock.sleep(0.01)
         _answer(writer, {"ok": True, "state": supervisor.state})
         answered.set()
 
@@ -841,7 +1051,7 @@ def cmd_start(deployment_dir: str, spec_path: str) -> dict[str, Any]:
     try:
         supervisor.run()
     except Exception as exc:
-        supervisor._set(state=FATAL, message=f"agent error: {type(exc).__name__}: {exc}")
+        supervisor.fail(f"agent error: {type(exc).__name__}: {exc}")
         raise
     finally:
         answered.wait(timeout=1.0)
@@ -922,7 +1132,7 @@ def cmd_stop(deployment_dir: str, timeout: float) -> dict[str, Any]:
     if final.get("pgid"):
         _signal_group(int(final["pgid"]), signal.SIGKILL)
     if final.get("run_id"):
-        leftovers = _kill_leftovers(paths.root, str(final["run_id"]), {})
+        leftovers = _kill_leftovers(paths.root, str(final["run_id"]), {}, RealClock())
     result = cmd_status(deployment_dir)
     result["leftovers_killed"] = leftovers
     return result
@@ -1047,7 +1257,7 @@ def _config_from_log(log: str) -> dict[str, Any]:
                 for piece in raw.decode("utf-8", "replace").replace("\r", "\n").split("\n"):
                     if not piece:
                         continue
-                    if "server_args=" in piece:
+                    if config_line_payload(piece) is not None:
                         return {"server_args_line": piece, "log_lines": list(before)}
                     before.append(piece[:2000])
                 if read > CONFIG_SCAN_BYTES:

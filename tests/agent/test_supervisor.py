@@ -17,8 +17,8 @@ from typing import Any
 import psutil
 import pytest
 
+from orchestrator.protocol import decode_state
 from orchestrator.remote import agent
-from orchestrator.supervise import run_state
 
 AGENT = Path(agent.__file__)
 
@@ -56,7 +56,7 @@ def _spec(argv: list[str], **overrides: Any) -> dict[str, Any]:
         "restart": {"mode": "on-failure", "delay_s": 0.05, "multiplier": 2, "max_delay_s": 0.2,
                     "start_limit": 3, "start_limit_interval_s": 60},
         "stop_timeout_s": 2,
-        "meta": {"plan_hash": "abc"},
+        "meta": {"launch_digest": "abc"},
     }  # fmt: skip
     spec.update(overrides)
     return spec
@@ -115,11 +115,11 @@ def test_agent_detaches_and_reports_ready(deployment: Deployment) -> None:
     status = deployment.wait_for("READY")
     assert status["agent_alive"]
     assert status["server_alive"]
-    assert status["meta"] == {"plan_hash": "abc"}
-    state = run_state(status)  # the protocol's contract: orch reads what the agent writes
+    assert status["meta"] == {"launch_digest": "abc"}
+    state = decode_state(status)  # the protocol's contract: orch reads what the agent writes
     assert state.ready
     assert state.pid == status["pid"]
-    assert state.plan_hash == "abc"
+    assert state.launch_digest == "abc"
     server = psutil.Process(status["pid"])
     assert os.getpgid(server.pid) == server.pid  # its own process group
     assert server.environ()["FROM_SPEC"] == "yes"
@@ -176,6 +176,12 @@ def test_agent_restarts_a_crash_with_backoff_then_hits_the_start_limit(
     ]
     backoffs = [e["delay_s"] for e in events if e["event"] == "backoff"]
     assert backoffs == [0.05, 0.1]
+    # every change recorded, each one allowed and starting where the last one ended
+    changes = [(e["from"], e["to"]) for e in events if e["event"] == "state"]
+    assert [old for old, _ in changes] == [agent.INITIAL_STATE] + [new for _, new in changes[:-1]]
+    assert all(new in agent.TRANSITIONS[old] for old, new in changes)
+    assert changes.count(("BACKOFF", "STARTING")) == 2
+    assert changes[-1][1] == "FATAL"
 
 
 def test_agent_sigkill_of_the_server_restarts_it_and_keeps_the_previous_log(

@@ -69,7 +69,7 @@ SELF_KILL_AFTER_OOM = [
 
 
 def test_sglang_killing_its_own_tree_is_classified_by_the_cause() -> None:
-    # SGLang SIGKILLs its tree, itself included, after a child's failure (FACTS.md §2):
+    # SGLang SIGKILLs its tree, itself included, after a child's failure (docs/sglang-facts.md §2):
     # the -9 is a consequence, the log says the cause.
     verdict = classify_exit(-signal.SIGKILL, SELF_KILL_AFTER_OOM, saw_config_line=True,
                             was_ready=False)  # fmt: skip
@@ -184,3 +184,12 @@ def test_start_limit_counts_starts_within_the_window_only() -> None:
 )
 def test_restart_decision(mode: str, cls: str, code: int, restart: bool) -> None:
     assert RestartPolicy(mode=mode).wants_restart(ExitVerdict(cls, ""), code) is restart
+
+
+def test_verdict_messages_lose_the_log_prefix_with_milliseconds_and_rank() -> None:
+    lines = [
+        "[2026-11-29 07:42:55.123 DP1 TP3] Scheduler hit an exception: Traceback (most recent call last):",
+        "[2026-11-29 07:42:55.124 DP1 TP3] RuntimeError: boom",
+    ]
+    verdict = classify_exit(1, lines, saw_config_line=True, was_ready=True)
+    assert verdict == ExitVerdict(CRASHED, "RuntimeError: boom")

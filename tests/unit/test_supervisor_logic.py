@@ -1,0 +1,469 @@
+"""The supervisor's logic in-process, in milliseconds: a fake clock whose sleep and wait advance
+time, and scripted server doubles in place of processes (tests/agent runs the real thing).
+
+What the supervisor decides is read back from what it records: state.json and events.jsonl.
+"""
+
+from __future__ import annotations
+
+import errno
+import heapq
+import itertools
+import json
+import signal
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from orchestrator.remote import agent
+from orchestrator.remote.agent import (
+    BACKOFF,
+    EXITED,
+    FATAL,
+    INITIAL_STATE,
+    READY,
+    RUNNING,
+    STARTING,
+    STATES,
+    STOPPING,
+    TERMINAL_STATES,
+    TRANSITIONS,
+    IllegalTransition,
+    OutputWatcher,
+    RestartPolicy,
+    check_transition,
+)
+
+WALL_AT_ZERO = 1_800_000_000.0  # the fake wall clock at monotonic 0
+HORIZON_S = 100_000.0  # a supervisor still running past this would never have stopped
+CONFIG = "[2026-11-29 07:42:55] server_args=ServerArgs(model_path='/m', port=30000)"
+READY_LOGGED = f"[2026-11-29 07:43:40] {agent.READY_LINE}"
+TRACEBACK = (
+    "Traceback (most recent call last):",
+    '  File "/opt/sglang/server_args.py", line 2163, in check_server_args',
+    "ValueError: bad mamba strategy",
+)
+
+
+# -- the doubles --------------------------------------------------------------------------------
+
+
+class FakeClock:
+    """Time that passes only when the supervisor sleeps or waits, in whole microseconds (no
+    drift from adding 0.05 s); actions scheduled ``at`` a time run when it is reached."""
+
+    def __init__(self) -> None:
+        self._now_us = 0
+        self._order = itertools.count()
+        self._actions: list[tuple[int, int, Callable[[], None]]] = []
+
+    def at(self, when_s: float, action: Callable[[], None]) -> None:
+        heapq.heappush(self._actions, (round(when_s * 1e6), next(self._order), action))
+
+    def monotonic(self) -> float:
+        return self._now_us / 1e6
+
+    def wall(self) -> float:
+        return WALL_AT_ZERO + self.monotonic()
+
+    def sleep(self, seconds: float) -> None:
+        self._advance(self._now_us + round(seconds * 1e6), None)
+
+    def wait(self, event: threading.Event, timeout: float) -> bool:
+        if not event.is_set():
+            self._advance(self._now_us + round(timeout * 1e6), event)
+        return event.is_set()
+
+    def _advance(self, until_us: int, event: threading.Event | None) -> None:
+        if until_us > HORIZON_S * 1e6:
+            raise AssertionError(f"the supervisor still runs after {HORIZON_S:g} s")
+        while self._actions and self._actions[0][0] <= until_us:
+            when_us, _, action = heapq.heappop(self._actions)
+            self._now_us = max(self._now_us, when_us)
+            action()
+            if event is not None and event.is_set():
+                return
+        self._now_us = until_us
+
+
+@dataclass(frozen=True)
+class Script:
+    """What one start of the server does, in seconds after it was spawned."""
+
+    lines: tuple[tuple[float, str], ...] = ()
+    exit_at: float | None = None  # None: runs until a signal ends it
+    returncode: int = 1
+    healthy_from: float | None = None  # /health answers 200 from then on
+    ignores_sigterm: bool = False
+
+
+class ScriptedServer:
+    """A test double of a server process, not a process: it plays its Script on the fake clock,
+    feeding its lines to the supervisor's watcher as they come due, and ends when the script
+    or a signal says so."""
+
+    def __init__(self, pid: int, script: Script, clock: FakeClock, output: OutputWatcher) -> None:
+        self.pid = pid
+        self.script = script
+        self._clock = clock
+        self._output = output
+        self._started = clock.monotonic()
+        self._next_line = 0
+        self.returncode: int | None = None
+
+    def _elapsed(self) -> float:
+        return self._clock.monotonic() - self._started
+
+    def _play(self) -> None:
+        if self.returncode is not None:
+            return
+        lines = self.script.lines
+        while self._next_line < len(lines) and lines[self._next_line][0] <= self._elapsed():
+            self._output.feed(f"{lines[self._next_line][1]}\n".encode())
+            self._next_line += 1
+        exit_at = self.script.exit_at
+        if exit_at is not None and self._elapsed() >= exit_at:
+            self._end(self.script.returncode)
+
+    def _end(self, returncode: int) -> None:
+        if self.returncode is None:
+            self.returncode = returncode
+            self._output.close()
+
+    def poll(self) -> int | None:
+        self._play()
+        return self.returncode
+
+    def wait(self) -> int:
+        self._play()
+        if self.returncode is None:
+            raise AssertionError("wait() on a server that still runs would block forever")
+        return self.returncode
+
+    def drain(self, timeout: float) -> None:
+        """The double's output is fed synchronously: nothing is left to read."""
+
+    def healthy(self) -> bool:
+        self._play()
+        start = self.script.healthy_from
+        return self.returncode is None and start is not None and self._elapsed() >= start
+
+    def receive(self, sig: int) -> None:
+        if sig == signal.SIGKILL or (sig == signal.SIGTERM and not self.script.ignores_sigterm):
+            self._end(-sig)
+
+
+class ScriptedWorld:
+    """A test double of the supervisor's World: each spawn plays the next Script (or raises
+    the next OSError); a spawn past the scripts fails the test."""
+
+    def __init__(self, clock: FakeClock, scripts: Sequence[Script | OSError]) -> None:
+        self._clock = clock
+        self._scripts = list(scripts)
+        self.servers: list[ScriptedServer] = []
+
+    def spawn(
+        self, argv: Sequence[str], cwd: str, env: dict[str, str], output: OutputWatcher
+    ) -> ScriptedServer:
+        if not self._scripts:
+            raise AssertionError("the supervisor started a server no script was written for")
+        script = self._scripts.pop(0)
+        if isinstance(script, OSError):
+            raise script
+        server = ScriptedServer(4000 + len(self.servers), script, self._clock, output)
+        self.servers.append(server)
+        return server
+
+    def health_ok(self, host: str, port: int, endpoint: str) -> bool:
+        return any(server.healthy() for server in self.servers)
+
+    def signal_group(self, pgid: int, sig: int) -> None:
+        for server in self.servers:
+            if server.pid == pgid:
+                server.receive(sig)
+
+    def descendants(self, pid: int) -> dict[int, float]:
+        return {}
+
+    def sweep(self, deployment_dir: str, run_id: str, seen: dict[int, float]) -> list[int]:
+        return []
+
+
+# -- running the supervisor on them -------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Outcome:
+    state: dict[str, Any]  # state.json as the supervisor left it
+    events: tuple[dict[str, Any], ...]  # events.jsonl
+    spawned: int
+
+    def of(self, kind: str) -> list[dict[str, Any]]:
+        return [event for event in self.events if event["event"] == kind]
+
+    @property
+    def states(self) -> list[str]:
+        return [INITIAL_STATE] + [event["to"] for event in self.of("state")]
+
+    @property
+    def delays(self) -> list[float]:
+        return [event["delay_s"] for event in self.of("backoff")]
+
+    def seconds(self, event: dict[str, Any]) -> float:
+        return float(event["at"]) - WALL_AT_ZERO
+
+
+def _spec(restart: RestartPolicy, stop_timeout_s: float) -> agent.Spec:
+    return agent.Spec(
+        deployment="t", argv=("sglang", "serve", "--model-path", "/m"), env={}, port=30000,
+        health_host="127.0.0.1", health_endpoint="/health", health_interval_s=5.0,
+        startup_timeout_s=1800.0, restart=restart, stop_timeout_s=stop_timeout_s,
+    )  # fmt: skip
+
+
+def _paths(tmp_path: Path) -> agent.Paths:
+    paths = agent.Paths(str(tmp_path / "workdir" / "t"))
+    Path(paths.runs).mkdir(parents=True)
+    return paths
+
+
+def supervise(
+    tmp_path: Path,
+    *scripts: Script | OSError,
+    restart: RestartPolicy = RestartPolicy(),  # noqa: B008 - frozen
+    stop_at: float | None = None,
+    stop_timeout_s: float = 30.0,
+) -> Outcome:
+    paths = _paths(tmp_path)
+    clock = FakeClock()
+    world = ScriptedWorld(clock, scripts)
+    supervisor = agent.Supervisor(_spec(restart, stop_timeout_s), paths, clock=clock, world=world)
+    if stop_at is not None:
+        clock.at(stop_at, supervisor.stop_requested.set)
+    assert supervisor.run() == 0
+    state = json.loads(Path(paths.state).read_text())
+    lines = Path(paths.events).read_text().splitlines()
+    outcome = Outcome(state, tuple(json.loads(line) for line in lines), len(world.servers))
+    _assert_every_change_was_checked(outcome)
+    return outcome
+
+
+def _assert_every_change_was_checked(outcome: Outcome) -> None:
+    """Each recorded change starts where the previous one ended (no state was set around
+    _change_state), is in the table, and the last one is what state.json says."""
+    changes = outcome.of("state")
+    current = INITIAL_STATE
+    for change in changes:
+        assert change["from"] == current, changes
+        assert change["to"] in TRANSITIONS[current], changes
+        current = change["to"]
+    assert outcome.state["state"] == current
+    assert current in TERMINAL_STATES
+    assert outcome.state["state_since"] == changes[-1]["at"]
+
+
+def crash(after_s: float = 1.0, returncode: int = 1) -> Script:
+    """Accepts its configuration, then dies without a traceback (a crash, not deterministic)."""
+    return Script(lines=((0.5, CONFIG),), exit_at=after_s, returncode=returncode)
+
+
+SERVES = Script(lines=((0.5, CONFIG), (2.0, READY_LOGGED)), healthy_from=2.0)  # until stopped
+
+
+# -- the table ----------------------------------------------------------------------------------
+
+
+def test_transition_table_refuses_every_pair_it_does_not_hold() -> None:
+    assert set(TRANSITIONS) == set(STATES)
+    for current, new in itertools.product(STATES, STATES):
+        if new in TRANSITIONS[current]:
+            check_transition(current, new)
+        else:
+            with pytest.raises(IllegalTransition, match=f"{current} -> {new}"):
+                check_transition(current, new)
+
+
+def test_transition_table_reaches_every_state_and_ends_only_in_terminal_ones() -> None:
+    reached, frontier = {INITIAL_STATE}, [INITIAL_STATE]
+    while frontier:
+        for new in TRANSITIONS[frontier.pop()] - reached:
+            reached.add(new)
+            frontier.append(new)
+    assert reached == set(STATES)
+    assert set(TERMINAL_STATES) == {EXITED, FATAL}
+    assert all(TRANSITIONS[state] for state in STATES if state not in TERMINAL_STATES)
+
+
+def test_supervisor_refuses_an_illegal_change_and_keeps_its_state(tmp_path: Path) -> None:
+    paths, clock = _paths(tmp_path), FakeClock()
+    world = ScriptedWorld(clock, [])
+    supervisor = agent.Supervisor(_spec(RestartPolicy(), 30.0), paths, clock=clock, world=world)
+    with pytest.raises(IllegalTransition, match="STARTING -> STARTING"):
+        supervisor._change_state(STARTING)
+    with pytest.raises(IllegalTransition):
+        supervisor._update(state=READY)
+    assert supervisor.state["state"] == STARTING
+    assert not Path(paths.state).exists()
+
+
+# -- restarts -----------------------------------------------------------------------------------
+
+
+def test_crash_loop_backs_off_exponentially_up_to_the_cap(tmp_path: Path) -> None:
+    policy = RestartPolicy(delay_s=5, multiplier=2, max_delay_s=60, start_limit=8)
+    outcome = supervise(tmp_path, *[crash()] * 8, restart=policy)
+    assert outcome.delays == [5, 10, 20, 40, 60, 60, 60]
+    starts = outcome.of("start")
+    for backoff, next_start in zip(outcome.of("backoff"), starts[1:], strict=True):
+        assert outcome.seconds(next_start) - outcome.seconds(backoff) == backoff["delay_s"]
+    assert [event["failures"] for event in outcome.of("backoff")] == [1, 2, 3, 4, 5, 6, 7]
+    assert outcome.states[:6] == [STARTING, RUNNING, BACKOFF, STARTING, RUNNING, BACKOFF]
+    assert outcome.state["restarts"] == 7
+
+
+def test_start_limit_hit_is_fatal_with_its_message(tmp_path: Path) -> None:
+    outcome = supervise(tmp_path, *[crash()] * 5)  # the default: 5 starts within 600 s
+    assert outcome.delays == [5, 10, 20, 40]
+    assert outcome.state["state"] == FATAL
+    assert outcome.state["message"] == "crashed: start limit hit (5 starts within 600 s)"
+    assert outcome.state["starts"] == 5
+    assert outcome.state["next_start_at"] is None
+    assert outcome.of("fatal")[-1]["reason"] == outcome.state["message"]
+
+
+def test_starts_outside_the_start_limit_window_do_not_count(tmp_path: Path) -> None:
+    policy = RestartPolicy(delay_s=20, multiplier=1, start_limit=3, start_limit_interval_s=30)
+    outcome = supervise(tmp_path, *[crash()] * 6, SERVES, restart=policy, stop_at=200)
+    assert outcome.delays == [20] * 6
+    assert outcome.state["state"] == EXITED
+
+
+def test_a_traceback_before_the_config_line_is_fatal_without_restart(tmp_path: Path) -> None:
+    rejected = Script(lines=tuple((0.2, line) for line in TRACEBACK), exit_at=0.3)
+    outcome = supervise(tmp_path, rejected)
+    assert outcome.states == [STARTING, FATAL]
+    assert outcome.state["message"] == "config-error: not restarting (deterministic)"
+    assert outcome.state["last_exit"]["class"] == "config-error"
+    assert outcome.state["last_exit"]["message"] == "ValueError: bad mamba strategy"
+    assert outcome.spawned == 1
+    assert outcome.of("backoff") == []
+
+
+def test_the_same_traceback_after_the_config_line_is_a_crash_and_restarts(
+    tmp_path: Path,
+) -> None:
+    late = Script(lines=((0.1, CONFIG), *((0.2, line) for line in TRACEBACK)), exit_at=0.3)
+    outcome = supervise(tmp_path, late, SERVES, stop_at=60)
+    assert outcome.states[:3] == [STARTING, RUNNING, BACKOFF]
+    assert outcome.of("exit")[0]["class"] == "crashed"
+    assert outcome.spawned == 2
+
+
+def test_a_server_that_cannot_be_spawned_is_fatal(tmp_path: Path) -> None:
+    missing = FileNotFoundError(errno.ENOENT, "No such file or directory", "sglang")
+    outcome = supervise(tmp_path, missing)
+    assert outcome.states == [STARTING, FATAL]
+    assert outcome.state["last_exit"]["class"] == "config-error"
+    assert outcome.state["last_exit"]["message"] == "cannot start sglang: No such file or directory"
+    assert outcome.state["starts"] == 0
+
+
+def test_a_run_that_became_ready_resets_the_backoff(tmp_path: Path) -> None:
+    ready_then_crash = Script(lines=((0.5, CONFIG),), exit_at=30, healthy_from=1.0)
+    outcome = supervise(tmp_path, crash(), ready_then_crash, crash(), SERVES, stop_at=300)
+    assert outcome.delays == [5, 5, 10]
+    assert [event["failures"] for event in outcome.of("backoff")] == [1, 1, 2]
+    assert outcome.state["state"] == EXITED
+
+
+def test_restart_no_never_restarts(tmp_path: Path) -> None:
+    outcome = supervise(tmp_path, crash(), restart=RestartPolicy(mode="no"))
+    assert outcome.states == [STARTING, RUNNING, EXITED]
+    assert outcome.state["message"] == "exited (crashed); restart=no"
+    assert outcome.spawned == 1
+
+
+@pytest.mark.parametrize(("mode", "restarted"), [("always", True), ("on-failure", False)])
+def test_a_clean_exit_restarts_only_under_always(
+    tmp_path: Path, mode: str, restarted: bool
+) -> None:
+    clean = crash(returncode=0)
+    scripts = (clean, SERVES) if restarted else (clean,)
+    outcome = supervise(tmp_path, *scripts, restart=RestartPolicy(mode=mode), stop_at=60)
+    assert (BACKOFF in outcome.states) is restarted
+    assert outcome.spawned == len(scripts)
+    if not restarted:
+        assert outcome.state["message"] == "exited (crashed); restart=on-failure"
+
+
+# -- stopping -----------------------------------------------------------------------------------
+
+
+def test_stop_requested_during_backoff_exits_without_another_start(tmp_path: Path) -> None:
+    outcome = supervise(tmp_path, crash(after_s=1.0), stop_at=3.0)  # backing off 1 s .. 6 s
+    assert outcome.states == [STARTING, RUNNING, BACKOFF, EXITED]
+    assert outcome.spawned == 1
+    assert outcome.state["message"] == "stopped"
+    assert outcome.seconds(outcome.of("stopped")[0]) == 3.0  # the wait ended with the request
+
+
+def test_stop_sends_sigterm_to_the_group(tmp_path: Path) -> None:
+    outcome = supervise(tmp_path, SERVES, stop_at=20)
+    assert outcome.states == [STARTING, RUNNING, READY, STOPPING, EXITED]
+    assert outcome.state["last_exit"]["signal"] == "SIGTERM"
+    assert outcome.state["last_exit"]["class"] == "stopped"
+    assert outcome.state["pid"] is None
+
+
+def test_stop_kills_a_server_that_ignores_sigterm_after_the_grace(tmp_path: Path) -> None:
+    stubborn = Script(lines=((0.5, CONFIG),), healthy_from=1.0, ignores_sigterm=True)
+    outcome = supervise(tmp_path, stubborn, stop_at=10, stop_timeout_s=30)
+    assert outcome.state["last_exit"]["signal"] == "SIGKILL"
+    (stopping,) = [e for e in outcome.of("state") if e["to"] == STOPPING]
+    assert outcome.seconds(outcome.of("exit")[0]) - outcome.seconds(stopping) == 30.0
+
+
+# -- readiness ----------------------------------------------------------------------------------
+
+
+def test_ready_when_the_health_probe_answers(tmp_path: Path) -> None:
+    probed = Script(lines=((0.5, CONFIG),), healthy_from=3.0)  # no ready line at all
+    outcome = supervise(tmp_path, probed, stop_at=20)
+    (ready,) = outcome.of("ready")
+    assert 3.0 <= outcome.seconds(ready) <= 4.0  # probed at most 1 s apart until the line
+    assert outcome.states[:3] == [STARTING, RUNNING, READY]
+
+
+def test_health_is_not_asked_before_the_config_line(tmp_path: Path) -> None:
+    early = Script(lines=((5.0, CONFIG),), healthy_from=0.0)  # another server on the port?
+    outcome = supervise(tmp_path, early, stop_at=20)
+    (ready,) = outcome.of("ready")
+    assert outcome.seconds(ready) == 5.0
+
+
+def test_the_ready_line_alone_counts_only_after_its_grace(tmp_path: Path) -> None:
+    unreachable = Script(lines=((0.5, CONFIG), (2.0, READY_LOGGED)))  # /health never answers
+    outcome = supervise(tmp_path, unreachable, stop_at=30)
+    (ready,) = outcome.of("ready")
+    grace = agent.READY_LINE_GRACE_S
+    assert 2.0 + grace < outcome.seconds(ready) <= 2.0 + grace + 0.1
+    assert outcome.states == [STARTING, RUNNING, READY, STOPPING, EXITED]
+
+
+def test_the_ready_line_makes_the_probe_frequent(tmp_path: Path) -> None:
+    answers_soon = Script(lines=((0.5, CONFIG), (2.0, READY_LOGGED)), healthy_from=2.25)
+    outcome = supervise(tmp_path, answers_soon, stop_at=30)
+    (ready,) = outcome.of("ready")
+    assert 2.25 <= outcome.seconds(ready) <= 2.35
+
+
+def test_a_full_life_goes_through_the_table(tmp_path: Path) -> None:
+    ready_then_crash = Script(lines=((0.5, CONFIG),), exit_at=30, healthy_from=1.0)
+    outcome = supervise(tmp_path, ready_then_crash, SERVES, stop_at=100)
+    assert outcome.states == [
+        STARTING, RUNNING, READY, BACKOFF, STARTING, RUNNING, READY, STOPPING, EXITED,
+    ]  # fmt: skip
