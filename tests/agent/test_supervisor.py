@@ -17,7 +17,7 @@ from typing import Any
 import psutil
 import pytest
 
-from orchestrator.protocol import decode_state
+from orchestrator.protocol import decode_runs, decode_start, decode_state, decode_stop
 from orchestrator.remote import agent
 
 AGENT = Path(agent.__file__)
@@ -112,6 +112,8 @@ def deployment(tmp_path: Path) -> Iterator[Deployment]:
 def test_agent_detaches_and_reports_ready(deployment: Deployment) -> None:
     reply = deployment.start(CONFIG_LINE + READY + "time.sleep(60)\n")
     assert reply["ok"] is True
+    started = decode_start(reply)  # the real agent's answers, decoded as orch decodes them
+    assert started.state is not None and started.state.pid and started.state.run_id
     status = deployment.wait_for("READY")
     assert status["agent_alive"]
     assert status["server_alive"]
@@ -127,6 +129,11 @@ def test_agent_detaches_and_reports_ready(deployment: Deployment) -> None:
     log = Path(status["log"]).read_text()
     assert agent.READY_LINE in log
     assert oct((deployment.dir / "spec.json").stat().st_mode & 0o777) == "0o600"
+    (run,) = decode_runs(_agent("runs", "--dir", str(deployment.dir)))
+    assert run.run_id == status["run_id"]
+    stopped = decode_stop(deployment.stop())
+    assert stopped.state.state == agent.EXITED
+    assert stopped.state.last_exit is not None and stopped.state.last_exit.cls == agent.STOPPED
 
 
 def test_agent_stop_kills_the_group_and_sweeps_escaped_children(deployment: Deployment) -> None:
