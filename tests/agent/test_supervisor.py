@@ -113,7 +113,9 @@ def test_agent_detaches_and_reports_ready(deployment: Deployment) -> None:
     reply = deployment.start(CONFIG_LINE + READY + "time.sleep(60)\n")
     assert reply["ok"] is True
     started = decode_start(reply)  # the real agent's answers, decoded as orch decodes them
-    assert started.state is not None and started.state.pid and started.state.run_id
+    assert started.state is not None
+    assert started.state.pid
+    assert started.state.run_id
     status = deployment.wait_for("READY")
     assert status["agent_alive"]
     assert status["server_alive"]
@@ -133,7 +135,8 @@ def test_agent_detaches_and_reports_ready(deployment: Deployment) -> None:
     assert run.run_id == status["run_id"]
     stopped = decode_stop(deployment.stop())
     assert stopped.state.state == agent.EXITED
-    assert stopped.state.last_exit is not None and stopped.state.last_exit.cls == agent.STOPPED
+    assert stopped.state.last_exit is not None
+    assert stopped.state.last_exit.cls == agent.STOPPED
 
 
 def test_agent_stop_kills_the_group_and_sweeps_escaped_children(deployment: Deployment) -> None:

@@ -125,7 +125,8 @@ def test_this_agents_runs_and_inspect_decode(supervised: agent.Paths) -> None:
 
 def test_this_agents_probe_decodes() -> None:
     facts = protocol.decode_probe(agent.cmd_probe(1, "/nonexistent/model", "127.0.0.1", None))
-    assert facts.executable and facts.python
+    assert facts.executable
+    assert facts.python
     assert facts.port.port == 1
     assert facts.model is not None
     assert not facts.model.exists
@@ -136,7 +137,8 @@ def test_this_agents_inspect_of_a_process_decodes_its_command_line_and_env() -> 
         agent.cmd_inspect("/nonexistent", os.getpid(), None, "127.0.0.1", ["PATH"], None)
     )
     assert observed.alive
-    assert observed.argv is not None and observed.argv[0]
+    assert observed.argv is not None
+    assert observed.argv[0]
     assert observed.env == {"PATH": os.environ["PATH"]}
 
 
@@ -146,33 +148,47 @@ def test_this_agents_inspect_of_a_process_decodes_its_command_line_and_env() -> 
 def test_previous_agents_answers_decode() -> None:
     answers = _previous("agent-6eb3b5c.json")
     started = protocol.decode_start(answers["start"])
-    assert started.ok and started.state is not None and started.state.pid
+    assert started.ok
+    assert started.state is not None
+    assert started.state.pid
     ready = protocol.decode_state(answers["status"])
-    assert ready.state == agent.READY and ready.ready and ready.agent_alive
+    assert ready.state == agent.READY
+    assert ready.ready
+    assert ready.agent_alive
     assert ready.launch_digest == "3f1c2a9be071"  # written as plan_hash by that version
     direct = protocol.decode_state(answers["state.json"], agent_alive=True)
     assert direct.run_id == ready.run_id
     (run,) = protocol.decode_runs(answers["runs"])
-    assert run.run_id == ready.run_id and run.size
+    assert run.run_id == ready.run_id
+    assert run.size
     observed, last_run = protocol.decode_inspect(answers["inspect"])
-    assert observed.alive and observed.found_by == "orch"
+    assert observed.alive
+    assert observed.found_by == "orch"
     assert observed.env == {"SGLANG_ENABLE_SPEC_V2": "1"}
-    assert observed.resolved is not None and observed.resolved["mem_fraction_static"] == 0.92
+    assert observed.resolved is not None
+    assert observed.resolved["mem_fraction_static"] == 0.92
     assert observed.server_version == "0.5.11"
-    assert last_run is not None and last_run.state == agent.READY
+    assert last_run is not None
+    assert last_run.state == agent.READY
     facts = protocol.decode_probe(answers["probe"])
-    assert facts.sglang_version and not facts.port.free and facts.port.holder_pid
-    assert not facts.gpus.available and facts.gpus.reason
+    assert facts.sglang_version
+    assert not facts.port.free
+    assert facts.port.holder_pid
+    assert not facts.gpus.available
+    assert facts.gpus.reason
     stopped = protocol.decode_stop(answers["stop"])
-    assert stopped.state.state == agent.EXITED and stopped.leftovers_killed == ()
-    assert stopped.state.last_exit is not None and stopped.state.last_exit.signal == "SIGTERM"
+    assert stopped.state.state == agent.EXITED
+    assert stopped.leftovers_killed == ()
+    assert stopped.state.last_exit is not None
+    assert stopped.state.last_exit.signal == "SIGTERM"
     assert not protocol.decode_state(answers["status-undeployed"]).deployed
 
 
 def test_previous_probes_answers_decode() -> None:
     answers = _previous("sglang_probe-6eb3b5c-0.5.11.json")
     accepted = protocol.decode_plan_answer(answers["accepted"])
-    assert accepted.ok and accepted.error_stage is None
+    assert accepted.ok
+    assert accepted.error_stage is None
     assert accepted.sglang_version == "0.5.11"
     assert accepted.simulated_gpu == "NVIDIA B200"
     assert accepted.effective["mamba_scheduler_strategy"] == "extra_buffer"
