@@ -24,7 +24,7 @@ from orchestrator.model import Finding, Severity
 if TYPE_CHECKING:
     from orchestrator.commands.context import Context
     from orchestrator.commands.planning import LocalSGLang
-    from orchestrator.profile import LoadedProfile, ProfileStore
+    from orchestrator.profile import ProfileStore
     from orchestrator.render import Redactor
     from orchestrator.show import Text
 
@@ -253,6 +253,8 @@ def _cmd_render(args: argparse.Namespace, output: _Output) -> int:
 
 
 def _cmd_validate(args: argparse.Namespace, output: _Output) -> int:
+    from orchestrator.commands.lockfile import stale_lock
+
     store = _store(args)
     names = args.names or store.names()
     if not names:
@@ -275,7 +277,7 @@ def _cmd_validate(args: argparse.Namespace, output: _Output) -> int:
         for found in loaded.findings:
             output.finding(found)
         warned += any(f.severity is Severity.WARNING for f in loaded.findings)
-        stale = _stale_lock(store, loaded)
+        stale = stale_lock(store.root, loaded)
         if stale is not None:
             failed += 1
             output.error(stale)
@@ -292,30 +294,6 @@ def _cmd_validate(args: argparse.Namespace, output: _Output) -> int:
         )
         return ExitCode.CONFIG
     return ExitCode.OK
-
-
-def _stale_lock(store: ProfileStore, loaded: LoadedProfile) -> ProfileError | None:
-    """A ``<name>.lock.json`` beside the profile that no longer matches it."""
-    from orchestrator import plan, render
-
-    profile = loaded.profile
-    path = store.root / f"{profile.name}.lock.json"
-    if profile.abstract or not path.exists():
-        return None
-    try:
-        document = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        problems = [f"unreadable: {exc}"]
-    else:
-        digest = render.launch_digest(render.render(profile, loaded.table))
-        problems = plan.lock_problems(profile, digest, document, profile.sglang_version)
-    if not problems:
-        return None
-    return ProfileError(
-        f"{path}: the lock no longer matches profile {profile.name}: {'; '.join(problems)}",
-        f"orch lock {profile.name} (with --local-sglang PYTHON where the host is not at hand), "
-        "then review the diff",
-    )
 
 
 def _cmd_profiles(args: argparse.Namespace, output: _Output) -> int:

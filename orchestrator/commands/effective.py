@@ -4,14 +4,12 @@ resolved (``/server_info``, else the ``server_args=`` line), and with the profil
 from __future__ import annotations
 
 import dataclasses
-import json
-from pathlib import Path
-from typing import Any
 
 from orchestrator import argtable, sglang_config, verify
+from orchestrator.commands import lockfile
 from orchestrator.commands.context import Context, Launch
 from orchestrator.commands.follow import StartupLog
-from orchestrator.errors import NotDeployed, NotResolved, ProfileError
+from orchestrator.errors import NotDeployed, NotResolved
 from orchestrator.model import SecretRef
 from orchestrator.protocol import health_host
 
@@ -76,11 +74,11 @@ def diff_effective(
         secrets=launch.secrets,
         include_defaulted=include_defaulted,
     )
-    lock = read_lock(ctx, profile.name)
+    lock = lockfile.read_lock(ctx.store.root, profile.name)
     if lock is not None and observed.resolved is not None:
         locked = lock.get("effective")
         if lock.get("sglang") != table.version or not isinstance(locked, dict):
-            name_of_lock = lock_path(ctx, profile.name).name
+            name_of_lock = lockfile.lock_path(ctx.store.root, profile.name).name
             note = f"{name_of_lock} is for SGLang {lock.get('sglang')}: not compared"
             report = dataclasses.replace(report, notes=(*report.notes, note))
         else:
@@ -106,18 +104,3 @@ def compare_logged(launch: Launch, startup: StartupLog) -> verify.Report:
         secret_env=frozenset(),
         secrets=launch.secrets,
     )
-
-
-def lock_path(ctx: Context, name: str) -> Path:
-    return ctx.store.root / f"{name}.lock.json"
-
-
-def read_lock(ctx: Context, name: str) -> dict[str, Any] | None:
-    target = lock_path(ctx, name)
-    try:
-        document = json.loads(target.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        return None
-    except ValueError as exc:
-        raise ProfileError(f"{target}: not JSON: {exc}", f"orch lock {name} rewrites it") from exc
-    return document if isinstance(document, dict) else None

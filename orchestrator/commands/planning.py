@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator import argtable, plan, sglang_config, verify
+from orchestrator.commands import lockfile
 from orchestrator.commands.context import Context, Launch
-from orchestrator.commands.effective import lock_path
 from orchestrator.commands.events import Planned, UpEvent, Warn
 from orchestrator.errors import PlanRefused, PreflightError, ProfileError
 from orchestrator.protocol import decode_plan_answer, last_json_line
@@ -108,9 +108,7 @@ def write_lock(
             report.error.hint or f"orch plan {name} shows the details",
         )
     document = plan.lock_document(launch.profile, report, launch.digest, launch.profile.gpu.type)
-    target = lock_path(ctx, name)
-    target.write_text(plan.lock_text(document), encoding="utf-8")
-    return target, document, report
+    return lockfile.write_lock(ctx.store.root, name, document), document, report
 
 
 def _model_config_for(

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import time
+from collections import Counter
 
 import psutil
+import pytest
 
 from orchestrator.errors import ExitCode
 from tests.e2e.conftest import Workspace, free_port
@@ -72,3 +74,38 @@ def test_up_of_a_changed_plan_is_refused_without_replace(local_workspace: Worksp
     assert replaced.code == ExitCode.OK, replaced.err
     (row,) = local_workspace.orch("status", name, "--json").json()
     assert row["state"] == "READY"
+
+
+def test_up_walks_one_profile_through_each_stage_once(
+    local_workspace: Workspace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One Launch is built and handed down: the profile is loaded, rendered and its secrets
+    resolved once; preflight, the plan, the start and the comparison run once each."""
+    from orchestrator import render
+    from orchestrator.commands import effective, planning
+    from orchestrator.profile import ProfileStore
+    from orchestrator.supervise import Agent
+
+    calls: Counter[str] = Counter()
+
+    def counted(owner: object, attribute: str) -> None:
+        real = getattr(owner, attribute)
+
+        def spy(*args: object, **kwargs: object) -> object:
+            calls[attribute] += 1
+            return real(*args, **kwargs)
+
+        monkeypatch.setattr(owner, attribute, spy)
+
+    for owner, attribute in [
+        (ProfileStore, "load"), (render, "render"), (render, "resolve_secrets"),
+        (Agent, "probe"), (planning, "predict"), (Agent, "start"), (effective, "diff_effective"),
+    ]:  # fmt: skip
+        counted(owner, attribute)
+    name = local_workspace.profile("walk", env={"API_TOKEN": {"from_env": "WALK_TOKEN"}})
+    monkeypatch.setenv("WALK_TOKEN", "s3cret-walk-token")
+    up = local_workspace.orch("up", name)
+    assert up.code == ExitCode.OK, up.err
+    assert calls == Counter(
+        load=1, render=1, resolve_secrets=1, probe=1, predict=1, start=1, diff_effective=1
+    )
