@@ -12,6 +12,9 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TypeAlias, TypeVar
 
+# The agent defines its states once (one file pushed to hosts, importing nothing from orch).
+from orchestrator.remote.agent import TERMINAL_STATES
+
 K = TypeVar("K")
 V = TypeVar("V")
 
@@ -203,7 +206,7 @@ class RunState:
     """One deployment's state on its host, as its agent reports it."""
 
     deployed: bool
-    state: str | None = None  # STARTING RUNNING READY BACKOFF STOPPING EXITED FATAL
+    state: str | None = None  # one of remote/agent.py's STATES
     pid: int | None = None
     run_id: str | None = None
     run_dir: str | None = None
@@ -227,4 +230,4 @@ class RunState:
 
     @property
     def alive(self) -> bool:
-        return self.deployed and self.agent_alive and self.state not in ("EXITED", "FATAL")
+        return self.deployed and self.agent_alive and self.state not in TERMINAL_STATES
