@@ -252,7 +252,7 @@ def _resolved_before(
         for entry in entries:
             shown = str(entry.value)
             if len(shown) >= 4 and shown in message:
-                before = raw.get(name) if isinstance(raw, dict) else None
+                before = raw.get(name) if isinstance(raw, Mapping) else None
                 return (
                     f"SGLang set {name} = {entry.value!r} itself (from {before!r}, in "
                     f"{entry.describe()}) before raising: give {name} explicitly"

@@ -9,13 +9,18 @@ It re-executes itself once under the request's environment (the server's), then 
 request file when asked to (it may hold tokens).
 
 The request: ``{"args": [...SGLang arguments...], "env": {...}, "simulate_gpu": null | {...},
-"model_config": null | {"path": P, "config": {...}}}``. What it does, as SGLang does it
-(FACTS.md §5-6):
+"model_config": null | {"path": P, "config": {...}}}``. What it does, as SGLang's entry points
+do it (sglang/launch_server.py's ``__main__`` block, sglang/cli/serve.py's ``serve``):
 
-- up to 0.5.18, ``prepare_server_args(args)`` parses and resolves (``ServerArgs.__post_init__``);
-  every attribute write during post-init is recorded with the function and line that made it;
+- from 0.5.11, ``sglang.srt.plugins.load_plugins()`` first: SGLang's plugins (entry points of the
+  group ``sglang.srt.plugins``) may add arguments or patch ServerArgs; the answer's ``plugins``
+  names those loaded, ``plugin_hooks`` lists the hooks they registered (target, type, plugin);
+- up to 0.5.18, ``prepare_server_args(args)`` parses and resolves (``ServerArgs.__post_init__``,
+  sglang/srt/server_args.py); every attribute write during post-init is recorded with the
+  function and line that made it;
 - from 0.5.19, ``prepare_server_args`` returns the raw input and ``resolve_once()`` resolves;
-  SGLang's own ``_resolved_overrides`` declarations (0.5.16+) say which step changed what.
+  SGLang's own ``_resolved_overrides`` declarations (0.5.16+; sglang/srt/arg_groups/overrides.py,
+  ``declare_resolution``) say which step changed what.
 
 argparse errors (exit 2), exceptions raised during resolution (type, message, and the SGLang
 function, file and line that raised) and everything SGLang logged are reported. With
@@ -25,8 +30,9 @@ without it, the host's real facts are used. No model weights are read: resolutio
 model's ``config.json`` only (``model_config`` supplies one when the path is not on this
 machine; the path is put back in the results).
 
-orch's SGLang stand-in (standin/, NOT SGLang) answers with its own imitation of resolution,
-marked ``"standin": true``.
+orch's SGLang stand-in (standin/, NOT SGLang) provides the same modules, shaped as the release it
+imitates, and goes through the same path; its package says what it is (``sglang.__orch_standin__``)
+and the answer carries that as ``"standin": true``.
 """
 
 from __future__ import annotations
@@ -105,7 +111,9 @@ def snapshot(server_args: Any, names: list[str]) -> dict[str, Any]:
 
 @contextlib.contextmanager
 def simulated_gpu(facts: Mapping[str, Any] | None) -> Iterator[None]:
-    """Answer SGLang's questions about the GPU from ``facts`` (FACTS.md §6)."""
+    """Answer SGLang's questions about the GPU from ``facts``: up to 0.5.18 by rebinding the
+    probes sglang/srt/server_args.py imported by name (``is_cuda``, ``is_sm90_supported`` ...),
+    from 0.5.19 with SGLang's own ``sglang.srt.runtime_context.override_platform``."""
     if not facts:
         yield
         return
@@ -121,11 +129,14 @@ def simulated_gpu(facts: Mapping[str, Any] | None) -> Iterator[None]:
         setattr(owner, attribute, value)
         undo.append(lambda: setattr(owner, attribute, old))
 
-    torch = importlib.import_module("torch")
-    patch(torch.cuda, "get_device_capability", lambda *_a, **_k: (major, minor))
-    patch(torch.cuda, "get_device_name", lambda *_a, **_k: name)
-    patch(torch.cuda, "device_count", lambda *_a, **_k: 1)
-    importlib.import_module("sglang.srt.configs.model_config")  # what the rebinding must follow
+    # orch's stand-in has neither torch nor model_config: it answers for an sm90 host itself
+    with contextlib.suppress(ImportError):
+        torch = importlib.import_module("torch")
+        patch(torch.cuda, "get_device_capability", lambda *_a, **_k: (major, minor))
+        patch(torch.cuda, "get_device_name", lambda *_a, **_k: name)
+        patch(torch.cuda, "device_count", lambda *_a, **_k: 1)
+    with contextlib.suppress(ImportError):
+        importlib.import_module("sglang.srt.configs.model_config")  # what the rebinding follows
     server_args_module = importlib.import_module("sglang.srt.server_args")
 
     answers: dict[str, Any] = {
@@ -241,6 +252,78 @@ class WriteTrace:
             cls.__post_init__ = original_post_init
 
 
+# -- plugins (0.5.11+) --------------------------------------------------------------------------
+
+
+def load_plugins() -> tuple[list[str] | None, list[dict[str, Any]]] | None:
+    """What SGLang's entry points do before they parse: ``sglang.srt.plugins.load_plugins()``
+    (sglang/srt/plugins/__init__.py) runs every entry point of the group ``sglang.srt.plugins``
+    once (``SGLANG_PLUGINS``, comma-separated names, restricts which; a plugin that fails to load
+    or run is logged and skipped), then ``HookRegistry.apply_hooks()`` patches the functions and
+    classes they registered hooks on. None where the installed SGLang has no plugins (< 0.5.11);
+    else the names of the plugins loaded and the hooks registered.
+
+    SGLang keeps no list of the plugins it ran: the names are read off what
+    ``load_plugins_by_group`` hands ``load_plugins`` (None if that function is gone), the hooks
+    off SGLang's registry (with the plugin and distribution of each)."""
+    try:
+        plugins: Any = importlib.import_module("sglang.srt.plugins")
+    except ModuleNotFoundError as exc:
+        if exc.name in ("sglang.srt.plugins", "sglang.srt"):
+            return None
+        raise
+    load = getattr(plugins, "load_plugins", None)
+    if not callable(load):
+        return None
+    general = getattr(plugins, "GENERAL_PLUGINS_GROUP", "sglang.srt.plugins")
+    by_group: Any = getattr(plugins, "load_plugins_by_group", None)
+    recorded = callable(by_group)
+    loaded: list[str] = []
+
+    def recording(group: str, *args: Any, **kwargs: Any) -> Any:
+        found = by_group(group, *args, **kwargs)
+        if group == general and isinstance(found, dict):
+            loaded.extend(str(name) for name in found)
+        return found
+
+    if recorded:
+        plugins.load_plugins_by_group = recording
+    try:
+        load()
+    finally:
+        if recorded:
+            plugins.load_plugins_by_group = by_group
+    return (loaded if recorded else None), _registered_hooks()
+
+
+def _registered_hooks() -> list[dict[str, Any]]:
+    """SGLang's ``HookRegistry``: ``_hooks`` = {target: [(HookType, hook, HookSource)]}."""
+    registry = getattr(sys.modules.get("sglang.srt.plugins.hook_registry"), "HookRegistry", None)
+    hooks = getattr(registry, "_hooks", None)
+    patched: Any = getattr(registry, "_patched", None) or set()
+    out: list[dict[str, Any]] = []
+    if not isinstance(hooks, dict):
+        return out
+    for target, entries in hooks.items():
+        for entry in entries:
+            try:
+                hook_type, hook, source = entry
+            except (TypeError, ValueError):
+                continue
+            out.append(
+                {
+                    "target": str(target),
+                    "type": jsonable(hook_type),
+                    "hook": f"{getattr(hook, '__module__', '?')}."
+                    f"{getattr(hook, '__qualname__', repr(hook))}",
+                    "plugin": getattr(source, "plugin_name", None),
+                    "dist": getattr(source, "dist_name", None),
+                    "applied": target in patched,
+                }
+            )
+    return out
+
+
 # -- the probe ----------------------------------------------------------------------------------
 
 
@@ -265,11 +348,7 @@ def plan(request: Mapping[str, Any]) -> dict[str, Any]:
     started = time.monotonic()
     sglang = importlib.import_module("sglang")
     result["sglang_version"] = getattr(sglang, "__version__", None)
-    with contextlib.suppress(ImportError):
-        standin_plan = importlib.import_module("sglang._standin.plan")  # orch's stand-in
-        result.update(standin_plan.probe(args))
-        result["import_s"] = round(time.monotonic() - started, 3)
-        return result
+    result["standin"] = getattr(sglang, "__orch_standin__", False) is True  # a label only
     sglang_root = os.path.dirname(os.path.dirname(os.path.abspath(str(sglang.__file__))))
     model_dir, swapped = _model_dir(request, args)
 
@@ -320,38 +399,44 @@ def _put_back(document: Any, local: str, original: str) -> Any:
 def _resolve(
     module: Any, args: list[str], result: dict[str, Any], sglang_root: str, simulated: bool
 ) -> None:
-    server_args_cls = module.ServerArgs
-    names = field_names(server_args_cls)
-    result["defaults"] = _defaults(server_args_cls, names)
-    staged = hasattr(server_args_cls, "resolve_once")  # 0.5.19+
-    if staged and simulated and not any(a == "--device" or a.startswith("--device=") for a in args):
-        # 0.5.19+ asks torch for the device, below the platform override: name it instead
-        args = [*args, "--device", "cuda"]
-        result["added_args"] = ["--device", "cuda"]
-    result["mode"] = "prepare_server_args + resolve_once" if staged else "__post_init__"
-    trace = None if staged else WriteTrace(server_args_cls, sglang_root)
     logs = io.StringIO()
-    handler = logging.StreamHandler(logs)
-    handler.setFormatter(logging.Formatter("[%(asctime)s] %(message)s", "%Y-%m-%d %H:%M:%S"))
-    stage = "parse"
+    trace: WriteTrace | None = None
+    stage = "plugins"
     resolve_started = time.monotonic()
     try:
-        with contextlib.redirect_stderr(logs), contextlib.redirect_stdout(logs):
-            logging.getLogger().addHandler(handler)
-            try:
-                if trace is not None:
-                    with trace.installed():
-                        server_args = module.prepare_server_args(args)
-                else:
+        with _captured(logs):
+            plugins = load_plugins()
+            if plugins is not None:
+                names, result["plugin_hooks"] = plugins
+                if names is not None:
+                    result["plugins"] = names
+            server_args_cls = module.ServerArgs  # read after the plugins: one may replace it
+            names = field_names(server_args_cls)
+            result["defaults"] = _defaults(server_args_cls, names)
+            staged = hasattr(server_args_cls, "resolve_once")  # 0.5.19+
+            if (
+                staged
+                and simulated
+                and not any(a == "--device" or a.startswith("--device=") for a in args)
+            ):
+                # 0.5.19+ asks torch for the device, below the platform override: name it instead
+                args = [*args, "--device", "cuda"]
+                result["added_args"] = ["--device", "cuda"]
+            result["mode"] = "prepare_server_args + resolve_once" if staged else "__post_init__"
+            trace = None if staged else WriteTrace(server_args_cls, sglang_root)
+            stage = "parse"
+            resolve_started = time.monotonic()
+            if trace is not None:
+                with trace.installed():
                     server_args = module.prepare_server_args(args)
-                    result["raw"] = snapshot(server_args, names)
-                    stage = "resolve"
-                    server_args.resolve_once()
-            finally:
-                logging.getLogger().removeHandler(handler)
+            else:
+                server_args = module.prepare_server_args(args)
+                result["raw"] = snapshot(server_args, names)
+                stage = "resolve"
+                server_args.resolve_once()
     except SystemExit as exc:
         result["error"] = {
-            "stage": "parse",
+            "stage": stage,
             "type": "SystemExit",
             "exit_code": exc.code,
             "message": _usage_error(logs.getvalue()),
@@ -384,6 +469,19 @@ def _resolve(
     launch_command = getattr(server_args, "launch_command", None)
     if isinstance(launch_command, str):
         result["launch_command"] = launch_command
+
+
+@contextlib.contextmanager
+def _captured(logs: io.StringIO) -> Iterator[None]:
+    """What SGLang and its plugins print or log goes to ``logs``: stdout carries the answer."""
+    handler = logging.StreamHandler(logs)
+    handler.setFormatter(logging.Formatter("[%(asctime)s] %(message)s", "%Y-%m-%d %H:%M:%S"))
+    with contextlib.redirect_stderr(logs), contextlib.redirect_stdout(logs):
+        logging.getLogger().addHandler(handler)
+        try:
+            yield
+        finally:
+            logging.getLogger().removeHandler(handler)
 
 
 def _effective(server_args: Any, names: list[str]) -> dict[str, Any]:

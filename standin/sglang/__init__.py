@@ -7,7 +7,9 @@ few of SGLang's real resolution rules, prints SGLang's real log formats, spawns 
 model and runs no kernel. It announces itself in its first log line and in ``/server_info``
 (``"orch_standin": true``).
 
-``__version__`` is the SGLang release it imitates: ``ORCH_STANDIN_VERSION`` (default 0.5.23).
+``__orch_standin__`` marks it, for whoever must tell it from SGLang (orch's planning probe labels
+its answer ``"standin": true``). ``__version__`` is the SGLang release it imitates:
+``ORCH_STANDIN_VERSION`` (default 0.5.23).
 Run it as SGLang would be run, with ``standin/`` on ``PYTHONPATH``::
 
     PYTHONPATH=standin python -m sglang.launch_server --model-path Qwen/Qwen3-8B
@@ -18,4 +20,6 @@ See ``standin/README.md`` for the knobs and failure modes.
 
 from sglang.version import __version__
 
-__all__ = ["__version__"]
+__orch_standin__ = True
+
+__all__ = ["__orch_standin__", "__version__"]

@@ -24,7 +24,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 STANDIN = REPO / "standin"
 SGLANG_BIN = STANDIN / "bin" / "sglang"
-# FACTS.md section 2
+# docs/sglang-facts.md §2
 LOG_LINE = re.compile(r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)(?:\.\d{3})?([^\]]*)\] (.*)$")
 READY = "The server is fired up and ready to roll!"
 PARENT_ENV = "ORCH_STANDIN_PARENT"

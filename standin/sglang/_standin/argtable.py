@@ -20,7 +20,8 @@ from pathlib import Path
 from typing import Any
 
 FALLBACK_TABLE_VERSION = "0.5.23"
-PROG = "sglang serve"  # FACTS.md section 2: the prog even under python -m sglang.launch_server
+PROG = "sglang serve"  # even under python -m sglang.launch_server (sglang/srt/server_args.py,
+#                       prepare_server_args: ArgumentParser(prog="sglang serve"))
 
 
 @dataclass(frozen=True)
@@ -43,14 +44,15 @@ class Table:
         return list(order)
 
     def field_defaults(self) -> dict[str, Any]:
-        """Field defaults; a factory default takes its option's default ([] for the lists)."""
+        """Field defaults in field order, required fields (``model_path``) left out; a factory
+        default takes its option's default ([] for the lists)."""
         option_defaults = {o["dest"]: o["default"] for o in reversed(self.options)}
         defaults: dict[str, Any] = {}
         for name in self.field_order():
             value = self.fields[name]
             if isinstance(value, dict) and value.get("required"):
-                value = None
-            elif isinstance(value, dict) and value.get("factory"):
+                continue
+            if isinstance(value, dict) and value.get("factory"):
                 value = option_defaults.get(name)
             defaults[name] = value
         return defaults
@@ -161,13 +163,12 @@ class _DeprecatedStoreTrue(argparse.Action):
         option_string: str | None = None,
     ) -> None:
         setattr(namespace, self.dest, True)
-        if not getattr(parser, "standin_quiet", False):
-            flag = option_string or self.option_strings[0]
-            advice = re.sub(r"^(\[Deprecated\]|Deprecated\.)\s*", "", self.help or "")
-            advice = re.sub(r"^Use (\S+) instead\.$", r"Use '\1' instead.", advice)
-            notice = f"'{flag}' is deprecated and will be removed in a future release. {advice}"
-            sys.stdout.write(f"\033[1;33m{notice.strip()}\033[0m\n")
-            sys.stdout.flush()
+        flag = option_string or self.option_strings[0]
+        advice = re.sub(r"^(\[Deprecated\]|Deprecated\.)\s*", "", self.help or "")
+        advice = re.sub(r"^Use (\S+) instead\.$", r"Use '\1' instead.", advice)
+        notice = f"'{flag}' is deprecated and will be removed in a future release. {advice}"
+        sys.stdout.write(f"\033[1;33m{notice.strip()}\033[0m\n")
+        sys.stdout.flush()
 
 
 def _decode(value: Any) -> Any:
@@ -176,16 +177,14 @@ def _decode(value: Any) -> Any:
     return value
 
 
-def _add_option(
-    parser: argparse.ArgumentParser, option: dict[str, Any], suppress_defaults: bool
-) -> None:
+def _add_option(parser: argparse.ArgumentParser, option: dict[str, Any]) -> None:
     action = str(option["action"])
     flags = list(option["flags"])
     kwargs: dict[str, Any] = {"dest": option["dest"]}
     help_text = str(option.get("help") or "").replace("%", "%%")
     kwargs["help"] = argparse.SUPPRESS if option.get("help_suppressed") else help_text
     default = _decode(option["default"])
-    kwargs["default"] = argparse.SUPPRESS if suppress_defaults else default
+    kwargs["default"] = default
     if option.get("required"):
         kwargs["required"] = True
     nargs = option.get("nargs")
@@ -220,34 +219,18 @@ def _add_option(
     parser.add_argument(*flags, **kwargs)
 
 
-def build_parser(table: Table, suppress_defaults: bool = False) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog=PROG)
+def add_options(parser: argparse.ArgumentParser, table: Table) -> None:
+    """Every option of the release's ``sglang serve`` parser (``ServerArgs.add_cli_args``)."""
     for option in table.options:
-        _add_option(parser, option, suppress_defaults)
-    return parser
+        _add_option(parser, option)
 
 
-@dataclass(frozen=True)
-class Parsed:
-    values: dict[str, Any]  # every ServerArgs field, argparse's values over the field defaults
-    given: frozenset[str]  # the fields the command line set
-
-
-def parse(table: Table, argv: Sequence[str]) -> Parsed:
-    """Parse like SGLang (errors: usage + ``sglang serve: error: ...`` on stderr, exit 2)."""
-    namespace = build_parser(table).parse_args(list(argv))
-    quiet = build_parser(table, suppress_defaults=True)
-    quiet.standin_quiet = True  # type: ignore[attr-defined]
-    given_dests = set(vars(quiet.parse_args(list(argv))))
-
-    values = table.field_defaults()
-    given: set[str] = set()
+def field_values(table: Table, namespace: argparse.Namespace) -> dict[str, Any]:
+    """The ServerArgs fields argparse set, by field name (``ServerArgs.from_cli_args``; 0.5.11's
+    ``--tensor-parallel-size`` lands in ``tp_size``)."""
+    values: dict[str, Any] = {}
     for option in table.options:
         name = field_for(option, table.fields)
-        dest = option["dest"]
-        if name is None or not hasattr(namespace, dest):
-            continue
-        values[name] = getattr(namespace, dest)
-        if dest in given_dests:
-            given.add(name)
-    return Parsed(values=values, given=frozenset(given))
+        if name is not None and hasattr(namespace, option["dest"]):
+            values[name] = getattr(namespace, option["dest"])
+    return values

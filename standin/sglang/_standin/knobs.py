@@ -66,7 +66,7 @@ class Knobs:
         value = self.fails.get(mode)
         return 0.0 if value is None else value
 
-    # What the imitated release does differently (FACTS.md section 1).
+    # What the imitated release does differently (docs/sglang-facts.md §1).
     @property
     def dict_style_server_args(self) -> bool:
         return self.version >= (0, 5, 19)

@@ -17,7 +17,7 @@ DEFAULT_ARCHITECTURE = "Qwen3_5ForConditionalGeneration"
 DEFAULT_CONTEXT = 262144
 
 # Architectures SGLang serves with a Mamba (linear-attention) state cache: the mamba-strategy
-# rules (FACTS.md section 5) apply to these only.
+# rules (docs/sglang-facts.md §5) apply to these only.
 HYBRID_ARCHITECTURES = frozenset(
     {
         "Qwen3_5ForConditionalGeneration",

@@ -37,7 +37,7 @@ def server_args_line(values: dict[str, Any], dict_style: bool) -> str:
 
 
 def launch_command(argv: Sequence[str]) -> str:
-    """The arguments only, joined by spaces, unquoted (FACTS.md section 3), secrets masked."""
+    """The arguments only, joined by spaces, unquoted (docs/sglang-facts.md §3), secrets masked."""
     shown: list[str] = []
     hide_next = False
     for token in argv:

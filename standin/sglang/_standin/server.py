@@ -1,6 +1,8 @@
 """The stand-in's main process (NOT SGLang), in SGLang's order of events.
 
-parse -> resolve -> ``server_args=`` -> spawn schedulers and the detokenizer -> wait until every
+plugins (``load_plugins``, 0.5.11+) -> parse -> resolve (``prepare_server_args`` up to 0.5.18,
+``resolve_once`` from 0.5.19: the stand-in's ``sglang/srt/server_args.py``, which orch's planning
+probe runs too) -> ``server_args=`` -> spawn schedulers and the detokenizer -> wait until every
 scheduler has loaded -> uvicorn starts and binds -> warm-up request to itself -> ``The server is
 fired up and ready to roll!`` -> serve until a signal.
 
@@ -31,9 +33,9 @@ from sglang._standin import knobs as knobs_module
 from sglang._standin.endpoints import ServerState, make_server
 from sglang._standin.logs import Log
 from sglang._standin.memory import startup_figures
-from sglang._standin.model import model_facts, resolvable
+from sglang._standin.model import model_facts
 from sglang._standin.proc import spawn_child
-from sglang._standin.resolve import ResolutionFailure, resolve
+from sglang._standin.resolve import refusal, refusal_of
 from sglang._standin.tracebacks import Traces
 
 MAX_SCHEDULERS = 16  # one child per rank, capped: the stand-in must stay cheap
@@ -123,26 +125,35 @@ class Launcher:
         args = list(argv)
         if knobs.failing("argparse"):
             args += _unknown_flag(table)
-        parsed = argtable.parse(table, args)
+        _load_plugins()
+        from sglang.srt import server_args as srt  # builds ServerArgs from the knobs read above
 
-        model_path = str(parsed.values["model_path"])
+        # The knobs' failures (the server's alone: the planning probe never sees them) win over
+        # SGLang's own, except over a model path that transformers rejects.
+        forced = "model_not_found" if knobs.failing("model-not-found") else None
+        forced = forced or ("incident" if knobs.failing("config-error") else None)
         try:
-            if knobs.failing("model-not-found") or not resolvable(model_path):
-                raise ResolutionFailure("model_not_found")
-            model = model_facts(model_path)
-            if knobs.failing("config-error"):
-                raise ResolutionFailure("incident")
-            resolution = resolve(knobs, parsed.values, parsed.given, model)
-        except ResolutionFailure as failure:
-            for note in failure.notes:
-                self.log(note)
-            return self.fail_in_main(self.failure_text(failure.kind, model_path))
-        for note in resolution.notes:
-            self.log(note)
+            record = srt.prepare_server_args(args)  # argparse errors exit 2; <= 0.5.18 resolves
+            if forced is not None:
+                raise refusal(forced, str(record.model_path))
+            if knobs.resolves_in_run_server:
+                record.resolve_once()  # 0.5.19+: sglang/launch_server.py, run_server()
+        except (ValueError, AssertionError, OSError) as error:
+            found = refusal_of(error)
+            if found is None:
+                raise
+            kind, model_path = found
+            if forced is not None and kind != "model_not_found":
+                kind = forced
+            return self.fail_in_main(self.failure_text(kind, model_path))
         if knobs.failing("import-error"):
             return self.fail_in_main(self.traces.import_error())
 
-        values = resolution.values
+        if knobs.resolves_in_run_server:
+            values: dict[str, Any] = record.resolved_dict()
+        else:
+            values = {name: getattr(record, name) for name in srt.FIELDS}
+        model = model_facts(str(values["model_path"]))
         self.log(render.server_args_line(values, knobs.dict_style_server_args))
         signal.signal(signal.SIGQUIT, self.on_sigquit)
         graphs = self.graphs_enabled(values)
@@ -364,6 +375,15 @@ class Launcher:
             with contextlib.suppress(OSError):
                 stdin.write(b"crash\n")
                 stdin.flush()
+
+
+def _load_plugins() -> None:
+    """SGLang's entry points load the plugins before parsing (0.5.11+)."""
+    try:
+        from sglang.srt.plugins import load_plugins
+    except ModuleNotFoundError:  # the imitated release predates them
+        return
+    load_plugins()
 
 
 def _die_after(seconds: float) -> None:
