@@ -127,10 +127,6 @@ class ArgTable:
             option = self.by_flag.get("--" + name.replace("_", "-"))
         return option
 
-    def option_for_flag(self, flag: str) -> ArgOption | None:
-        """The option a command-line token names (``--tp-size`` or ``--tp-size=4``)."""
-        return self.by_flag.get(flag.split("=", 1)[0])
-
 
 @dataclass(frozen=True)
 class Spelling:

@@ -141,7 +141,7 @@ def _blob_key_type(blob: bytes) -> str | None:
         return None
 
 
-class Verdict(enum.Enum):
+class KeyMatch(enum.Enum):
     TRUSTED = "trusted"
     UNKNOWN = "unknown"  # no line for this name
     CHANGED = "changed"  # lines for this name, none with this key
@@ -150,7 +150,7 @@ class Verdict(enum.Enum):
 
 @dataclass(frozen=True)
 class Check:
-    verdict: Verdict
+    match: KeyMatch
     name: str
     key_type: str
     fingerprint: str
@@ -200,25 +200,25 @@ class KnownHosts:
         fp = fingerprint(key_blob)
         for entry in lines:
             if entry.revoked and entry.key_blob == key_blob:
-                return Check(Verdict.REVOKED, name, key_type, fp, (entry,))
+                return Check(KeyMatch.REVOKED, name, key_type, fp, (entry,))
         known = tuple(entry for entry in lines if not entry.revoked)
         if any(entry.key_blob == key_blob for entry in known):
-            return Check(Verdict.TRUSTED, name, key_type, fp, known)
+            return Check(KeyMatch.TRUSTED, name, key_type, fp, known)
         if known:
-            return Check(Verdict.CHANGED, name, key_type, fp, known)
-        return Check(Verdict.UNKNOWN, name, key_type, fp, ())
+            return Check(KeyMatch.CHANGED, name, key_type, fp, known)
+        return Check(KeyMatch.UNKNOWN, name, key_type, fp, ())
 
 
 def refusal(check: Check, label: str, host_name: str) -> HostKeyError:
     """The error for a host key that is not trusted. ``host_name``: the inventory name (for
     ``orch hosts trust``); ``label``: the server in words (``alias (addr:port)``, jump host ...)."""
     offered = f"{check.key_type} {check.fingerprint}"
-    if check.verdict is Verdict.UNKNOWN:
+    if check.match is KeyMatch.UNKNOWN:
         return HostKeyError(
             f"{host_name}: host key of {label} is unknown: {offered}; refused, nothing was sent",
             f"check that fingerprint with the host's admin, then run: orch hosts trust {host_name}",
         )
-    if check.verdict is Verdict.REVOKED:
+    if check.match is KeyMatch.REVOKED:
         return HostKeyError(
             f"{host_name}: host key of {label} is REVOKED ({check.known[0].where}): {offered}; "
             "refused",
@@ -253,9 +253,9 @@ def pin(known_hosts_file: Path, name: str, key_type: str, key_b64: str) -> bool:
     blob = base64.b64decode(key_b64, validate=True)
     existing = KnownHosts.load([path])
     check = existing.check(name, key_type, blob)
-    if check.verdict is Verdict.TRUSTED:
+    if check.match is KeyMatch.TRUSTED:
         return False
-    if check.verdict is Verdict.REVOKED:
+    if check.match is KeyMatch.REVOKED:
         raise refusal(check, name, name)
     clashing = [entry for entry in check.known if entry.key_type == key_type]
     if clashing:

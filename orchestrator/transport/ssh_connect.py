@@ -34,7 +34,7 @@ import paramiko
 
 from orchestrator.errors import AuthError, ConnectError, OrchError
 from orchestrator.model import Host
-from orchestrator.transport.known_hosts import KnownHosts, Verdict, refusal
+from orchestrator.transport.known_hosts import KeyMatch, KnownHosts, refusal
 from orchestrator.transport.ssh_route import Endpoint, Route
 
 # paramiko logs transport-thread failures at ERROR; without a handler Python's last-resort
@@ -150,7 +150,7 @@ class _Verify(paramiko.MissingHostKeyPolicy):
         self, client: paramiko.SSHClient, hostname: str, key: paramiko.PKey
     ) -> None:
         check = self._known.check(self._endpoint.known_hosts_name, key.get_name(), key.asbytes())
-        if check.verdict is not Verdict.TRUSTED:
+        if check.match is not KeyMatch.TRUSTED:
             raise refusal(check, self._label, self._host_name)
 
 

@@ -12,8 +12,8 @@ import pytest
 
 from orchestrator.errors import HostKeyError
 from orchestrator.transport.known_hosts import (
+    KeyMatch,
     KnownHosts,
-    Verdict,
     fingerprint,
     known_hosts_name,
     parse_line,
@@ -58,50 +58,50 @@ def test_fingerprint_is_openssh_sha256() -> None:
 
 def test_trusted_unknown_changed(tmp_path: Path) -> None:
     hosts = known(tmp_path, f"gpu,10.0.0.7 ssh-ed25519 {b64(KEY_A)}\n")
-    assert hosts.check("gpu", "ssh-ed25519", KEY_A).verdict is Verdict.TRUSTED
-    assert hosts.check("10.0.0.7", "ssh-ed25519", KEY_A).verdict is Verdict.TRUSTED
-    assert hosts.check("other", "ssh-ed25519", KEY_A).verdict is Verdict.UNKNOWN
+    assert hosts.check("gpu", "ssh-ed25519", KEY_A).match is KeyMatch.TRUSTED
+    assert hosts.check("10.0.0.7", "ssh-ed25519", KEY_A).match is KeyMatch.TRUSTED
+    assert hosts.check("other", "ssh-ed25519", KEY_A).match is KeyMatch.UNKNOWN
     changed = hosts.check("gpu", "ssh-ed25519", KEY_B)
-    assert changed.verdict is Verdict.CHANGED
+    assert changed.match is KeyMatch.CHANGED
     assert changed.known[0].where == f"{tmp_path / 'known_hosts'}:1"
 
 
 def test_names_compare_case_insensitively(tmp_path: Path) -> None:
     hosts = known(tmp_path, f"GPU.Example.org ssh-ed25519 {b64(KEY_A)}\n")
-    assert hosts.check("gpu.example.ORG", "ssh-ed25519", KEY_A).verdict is Verdict.TRUSTED
+    assert hosts.check("gpu.example.ORG", "ssh-ed25519", KEY_A).match is KeyMatch.TRUSTED
 
 
 def test_any_matching_line_trusts_as_in_openssh(tmp_path: Path) -> None:
     hosts = known(tmp_path, f"gpu ssh-ed25519 {b64(KEY_B)}\ngpu ssh-ed25519 {b64(KEY_A)}\n")
-    assert hosts.check("gpu", "ssh-ed25519", KEY_A).verdict is Verdict.TRUSTED
+    assert hosts.check("gpu", "ssh-ed25519", KEY_A).match is KeyMatch.TRUSTED
 
 
 def test_bracketed_port_names_are_literal(tmp_path: Path) -> None:
     hosts = known(tmp_path, f"[gpu]:2222 ssh-ed25519 {b64(KEY_A)}\n")
-    assert hosts.check("[gpu]:2222", "ssh-ed25519", KEY_A).verdict is Verdict.TRUSTED
-    assert hosts.check("g", "ssh-ed25519", KEY_A).verdict is Verdict.UNKNOWN  # not a [class]
-    assert hosts.check("gpu", "ssh-ed25519", KEY_A).verdict is Verdict.UNKNOWN
+    assert hosts.check("[gpu]:2222", "ssh-ed25519", KEY_A).match is KeyMatch.TRUSTED
+    assert hosts.check("g", "ssh-ed25519", KEY_A).match is KeyMatch.UNKNOWN  # not a [class]
+    assert hosts.check("gpu", "ssh-ed25519", KEY_A).match is KeyMatch.UNKNOWN
 
 
 def test_wildcards_and_negation(tmp_path: Path) -> None:
     hosts = known(tmp_path, f"*.lab,!bad.lab,gpu-? ssh-ed25519 {b64(KEY_A)}\n")
-    assert hosts.check("a.lab", "ssh-ed25519", KEY_A).verdict is Verdict.TRUSTED
-    assert hosts.check("gpu-1", "ssh-ed25519", KEY_A).verdict is Verdict.TRUSTED
-    assert hosts.check("gpu-10", "ssh-ed25519", KEY_A).verdict is Verdict.UNKNOWN
-    assert hosts.check("bad.lab", "ssh-ed25519", KEY_A).verdict is Verdict.UNKNOWN
+    assert hosts.check("a.lab", "ssh-ed25519", KEY_A).match is KeyMatch.TRUSTED
+    assert hosts.check("gpu-1", "ssh-ed25519", KEY_A).match is KeyMatch.TRUSTED
+    assert hosts.check("gpu-10", "ssh-ed25519", KEY_A).match is KeyMatch.UNKNOWN
+    assert hosts.check("bad.lab", "ssh-ed25519", KEY_A).match is KeyMatch.UNKNOWN
 
 
 def test_hashed_names(tmp_path: Path) -> None:
     hosts = known(tmp_path, f"{hashed('[gpu]:2222')} ssh-ed25519 {b64(KEY_A)}\n")
-    assert hosts.check("[gpu]:2222", "ssh-ed25519", KEY_A).verdict is Verdict.TRUSTED
-    assert hosts.check("gpu", "ssh-ed25519", KEY_A).verdict is Verdict.UNKNOWN
+    assert hosts.check("[gpu]:2222", "ssh-ed25519", KEY_A).match is KeyMatch.TRUSTED
+    assert hosts.check("gpu", "ssh-ed25519", KEY_A).match is KeyMatch.UNKNOWN
 
 
 def test_revoked_key_is_refused_even_if_also_listed(tmp_path: Path) -> None:
     hosts = known(
         tmp_path, f"@revoked gpu ssh-ed25519 {b64(KEY_A)}\ngpu ssh-ed25519 {b64(KEY_A)}\n"
     )
-    assert hosts.check("gpu", "ssh-ed25519", KEY_A).verdict is Verdict.REVOKED
+    assert hosts.check("gpu", "ssh-ed25519", KEY_A).match is KeyMatch.REVOKED
 
 
 def test_unusable_lines_are_skipped(tmp_path: Path) -> None:
@@ -122,7 +122,7 @@ def test_key_types_on_file_come_first(tmp_path: Path) -> None:
     hosts = known(tmp_path, f"gpu ssh-rsa {b64(KEY_RSA)}\ngpu ssh-ed25519 {b64(KEY_A)}\n")
     assert hosts.key_types_for("gpu") == ("ssh-rsa", "ssh-ed25519")
     changed = hosts.check("gpu", "ssh-ed25519", KEY_B)
-    assert changed.verdict is Verdict.CHANGED
+    assert changed.match is KeyMatch.CHANGED
 
 
 def test_missing_and_repeated_files_are_fine(tmp_path: Path) -> None:
