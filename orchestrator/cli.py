@@ -10,6 +10,7 @@ paramiko.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -187,25 +188,57 @@ def _launch_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
+class RedactingStream:
+    """A text stream that writes through the Redactor, across writes: a tail that could be the
+    start of a secret is held back until the next write shows whether it is one (``close``
+    writes what is left). ``flush`` flushes the stream, not the held-back tail."""
+
+    def __init__(self, stream: TextIO, redact: Redactor) -> None:
+        self._stream = stream
+        self._redact = redact
+        self._held = ""
+
+    def write(self, text: str) -> None:
+        text = self._redact(self._held + text)
+        keep = self._redact.unsafe_tail(text)
+        self._held = text[len(text) - keep :] if keep else ""
+        if keep:
+            text = text[: len(text) - keep]
+        if text:
+            self._stream.write(text)
+
+    def flush(self) -> None:
+        self._stream.flush()
+
+    def close(self) -> None:
+        if self._held:
+            self._stream.write(self._redact(self._held))
+            self._held = ""
+        self._stream.flush()
+
+    def isatty(self) -> bool:
+        return self._stream.isatty()
+
+
 class _Output:
-    """Where the CLI writes: every text through the redaction of the secrets the command read.
-    Tests pass their own streams through ``main``."""
+    """Where the CLI writes: both streams through one Redactor holding the secrets the command
+    read (they join it when the command builds its Launch). Tests pass their own streams."""
 
     def __init__(self, out: TextIO, err: TextIO, redact: Redactor) -> None:
-        self.out = out
-        self.err = err
         self.redact = redact
+        self.out = RedactingStream(out, redact)
+        self.err = RedactingStream(err, redact)
 
     def write(self, texts: Iterable[Text]) -> None:
         for text in texts:
             stream = self.err if text.err else self.out
             if text.text:
-                stream.write(self.redact(text.text))
+                stream.write(text.text)
             if text.flush:
                 stream.flush()
 
     def print(self, text: str = "") -> None:
-        self.out.write(self.redact(text) + "\n")
+        self.out.write(text + "\n")
 
     def error(self, error: OrchError) -> None:
         from orchestrator import show
@@ -216,6 +249,10 @@ class _Output:
         from orchestrator import show
 
         self.write(show.finding(found))
+
+    def close(self) -> None:
+        self.out.close()
+        self.err.close()
 
 
 def _store(args: argparse.Namespace) -> ProfileStore:
@@ -376,7 +413,7 @@ def _cmd_logs(args: argparse.Namespace, output: _Output) -> int:
         for chunk in ops.logs(
             ctx, args.profile, run_id=args.run, follow_log=args.follow, lines=args.lines
         ):
-            output.out.write(output.redact(chunk.text))
+            output.out.write(chunk.text)
             output.out.flush()
     finally:
         ctx.close()
@@ -516,6 +553,25 @@ def main(
     except KeyboardInterrupt:
         output.err.write("orch: interrupted\n")
         return ExitCode.INTERRUPTED
+    except BrokenPipeError:
+        # The reader went away (`orch logs -f | head`): end quietly, and keep Python from
+        # complaining when it flushes stdout at exit.
+        with contextlib.suppress(OSError, ValueError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return ExitCode.OK
+    except Exception as exc:  # the last resort: one redacted line, not a traceback
+        if args.debug:
+            raise
+        output.error(
+            OrchError(
+                f"internal error: {type(exc).__name__}: {exc}",
+                "this is a bug in orch; run with --debug for the traceback",
+            )
+        )
+        return ExitCode.INTERNAL
+    finally:
+        with contextlib.suppress(BrokenPipeError):
+            output.close()
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -12,6 +12,7 @@ import hashlib
 import json
 import posixpath
 import shlex
+import urllib.parse
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
@@ -171,7 +172,10 @@ class Redactor:
     """Replaces secret values in any text orch shows (server logs echo arguments, for one).
 
     A command adds the secrets it reads (``add``); the CLI writes every byte of its output,
-    errors included, through one Redactor: one place, so that no command can forget it."""
+    errors included, through one Redactor: one place, so that no command can forget it. Each
+    secret is also looked for as JSON, Python repr and URL encoding would write it, and a secret
+    of several lines line by line; ``RedactingStream`` (cli.py) holds back a tail that could be
+    the start of one, so that a secret split across two writes is still replaced whole."""
 
     def __init__(self, secrets: Mapping[str, str] | None = None) -> None:
         self._secrets: dict[str, str] = {}
@@ -183,16 +187,54 @@ class Redactor:
         if fresh.items() <= self._secrets.items():
             return
         self._secrets.update(fresh)
+        pairs: dict[str, str] = {}
+        for name, value in self._secrets.items():
+            mask = f"<redacted: from_env {name}>"
+            for form in _written_forms(value):
+                pairs.setdefault(form, mask)
         # longest first, so a secret that contains another is replaced whole
-        self._pairs = sorted(
-            ((value, f"<redacted: from_env {name}>") for name, value in self._secrets.items()),
-            key=lambda pair: -len(pair[0]),
-        )
+        self._pairs = sorted(pairs.items(), key=lambda pair: -len(pair[0]))
 
     def __call__(self, text: str) -> str:
         for value, mask in self._pairs:
-            text = text.replace(value, mask)
+            if value in text:
+                text = text.replace(value, mask)
         return text
+
+    def unsafe_tail(self, text: str) -> int:
+        """How many characters at the end of ``text`` (already redacted) could be the start of
+        a secret that the next write completes: hold them back until then."""
+        longest = 0
+        for value, _ in self._pairs:
+            for size in range(min(len(value) - 1, len(text)), longest, -1):
+                if value.startswith(text[-size:]):
+                    longest = size
+                    break
+        return longest
+
+
+MIN_LINE_OF_SECRET = 6  # a line of a multi-line secret shorter than this is too common to mask
+
+
+def _written_forms(value: str) -> list[str]:
+    """``value`` as it may appear in a log: itself, JSON- and repr-escaped (quotes, backslashes,
+    newlines, non-ASCII), URL-encoded, and each long line of a multi-line secret."""
+    escaped = json.dumps(value)[1:-1]
+    forms = [
+        value,
+        escaped,
+        json.dumps(escaped)[1:-1],  # JSON inside JSON (a logged request body)
+        json.dumps(value, ensure_ascii=False)[1:-1],
+        repr(value)[1:-1],
+        value.encode("unicode_escape").decode("ascii"),
+        value.replace("\\", "\\\\").replace('"', '\\"'),
+        value.replace("\\", "\\\\").replace("'", "\\'"),
+        urllib.parse.quote(value, safe=""),
+        urllib.parse.quote_plus(value, safe=""),
+    ]
+    if "\n" in value:
+        forms += [line for line in value.splitlines() if len(line.strip()) >= MIN_LINE_OF_SECRET]
+    return list(dict.fromkeys(form for form in forms if form))
 
 
 def launch_digest(command: ServerCommand) -> str:

@@ -52,11 +52,15 @@ ENV_MISSING = "env-missing"
 ENV_OTHER = "env-other"
 DEFAULTED = "defaulted"
 LOCK_DRIFT = "lock-drift"
+UNVERIFIABLE = "unverifiable"  # a secret SGLang shows masked: neither ok nor drift
 DRIFT = frozenset(
     {NOT_RECEIVED, RECEIVED_OTHER, OVERRIDDEN, EXTRA, ENV_MISSING, ENV_OTHER, LOCK_DRIFT}
 )
 
 SECRET_SHOWN = "<secret>"  # noqa: S105 - the mask, not a secret
+# How SGLang writes a value it hides in /server_info, its launch_command and its config line
+# (sglang/srt/sampling/watermarking/core.py: redact_watermark_command_line, 0.5.23).
+SGLANG_MASK = "<redacted>"
 # Fields SGLang itself masks or that carry credentials: never shown, whatever the profile says.
 SECRET_FIELDS = frozenset({"api_key", "admin_api_key", "ssl_keyfile_password"})
 
@@ -299,7 +303,13 @@ def compare(
         effective = resolved_value(resolved, want.field) if resolved is not None else ABSENT
         said = launched.values.get(want.field, ABSENT) if launched is not None else ABSENT
         verdict, why = _field_verdict(want, got, effective, received is not None, observation)
-        if verdict == OK and launched is not None and want.given and not same(want.value, said):
+        if (
+            verdict in (OK, UNVERIFIABLE)
+            and launched is not None
+            and want.given
+            and not (want.secret and said == SGLANG_MASK)
+            and not same(want.value, said)
+        ):
             verdict, why = (
                 NOT_RECEIVED if said is ABSENT else RECEIVED_OTHER,
                 ("SGLang's launch_command " + ("lacks it" if said is ABSENT else f"says {said!r}")),
@@ -390,6 +400,8 @@ def _field_verdict(
         if observation.resolved is not None:
             return OK, "not in SGLang's resolved configuration"
         return OK, None if have_received else "nothing to compare"
+    if want.secret and effective == SGLANG_MASK:
+        return UNVERIFIABLE, "SGLang shows this secret masked: its value cannot be compared"
     if not same(want.value, effective):
         return OVERRIDDEN, explain(want.field, observation.log_lines)
     return OK, None

@@ -109,3 +109,20 @@ def test_up_walks_one_profile_through_each_stage_once(
     assert calls == Counter(
         load=1, render=1, resolve_secrets=1, probe=1, predict=1, start=1, diff_effective=1
     )
+
+
+def test_a_pinned_api_key_sglang_shows_masked_is_unverifiable_not_drift(
+    local_workspace: Workspace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SERVE_KEY", "sk-local-0123456789")
+    name = local_workspace.profile(
+        "keyed", "pin: [api_key]\n", args={"api_key": {"from_env": "SERVE_KEY"}}
+    )
+    up = local_workspace.orch("up", name)
+    assert up.code == ExitCode.OK, up.err
+    diff = local_workspace.orch("diff-effective", name, "--json")
+    assert diff.code == ExitCode.OK, diff.out
+    (row,) = [row for row in diff.json()["fields"] if row["field"] == "api_key"]
+    assert row["verdict"] == "unverifiable"
+    assert row["profile"] == "<secret>"
+    assert "sk-local-0123456789" not in up.out + up.err + diff.out + diff.err

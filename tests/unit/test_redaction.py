@@ -1,0 +1,127 @@
+"""Secrets never reach orch's output: every written form of a secret is replaced, and a secret
+split across writes is replaced whole (the stream holds back a tail that could start one)."""
+
+from __future__ import annotations
+
+import io
+import json
+import sys
+import urllib.parse
+
+import pytest
+
+from orchestrator.cli import RedactingStream, main
+from orchestrator.errors import ExitCode
+from orchestrator.render import Redactor
+from tests.conftest import REPO, ProfileDir
+
+STANDIN = REPO / "standin"
+
+SECRET = "hf_Tok\"en\\with'quotes-and-ü"  # noqa: S105 - made up, with every character to escape
+MASK = "<redacted: from_env HF_TOKEN>"
+
+
+def _stream() -> tuple[io.StringIO, RedactingStream]:
+    target = io.StringIO()
+    return target, RedactingStream(target, Redactor({"HF_TOKEN": SECRET}))
+
+
+@pytest.mark.parametrize(
+    "written",
+    [
+        SECRET,
+        json.dumps(SECRET)[1:-1],
+        json.dumps(SECRET, ensure_ascii=False)[1:-1],
+        json.dumps(json.dumps(SECRET))[1:-1],
+        repr(SECRET)[1:-1],
+        urllib.parse.quote(SECRET, safe=""),
+    ],
+    ids=["raw", "json", "json-unicode", "json-in-json", "repr", "url"],
+)
+def test_every_written_form_of_a_secret_is_replaced(written: str) -> None:
+    shown = Redactor({"HF_TOKEN": SECRET})(f"server_args=ServerArgs(token='{written}') done")
+    assert written not in shown
+    assert MASK in shown
+
+
+def test_each_line_of_a_multi_line_secret_is_replaced() -> None:
+    key = "-----BEGIN KEY-----\nMIIEvQIBADANBgkqhkiG9w0BAQEF\n-----END KEY-----"
+    shown = Redactor({"SSL_KEY": key})("line one\nMIIEvQIBADANBgkqhkiG9w0BAQEF\nline three")
+    assert "MIIEvQIBADANBgkqhkiG9w0BAQEF" not in shown
+
+
+def test_a_secret_written_in_two_pieces_is_replaced_whole() -> None:
+    target, stream = _stream()
+    stream.write("token: " + SECRET[:5])
+    assert SECRET[:5] not in target.getvalue()  # held back: it could be the start of one
+    stream.write(SECRET[5:] + " end\n")
+    stream.close()
+    assert target.getvalue() == f"token: {MASK} end\n"
+
+
+def test_a_secret_split_across_many_one_character_writes_is_replaced() -> None:
+    target, stream = _stream()
+    for character in f"a {SECRET} b":
+        stream.write(character)
+        stream.flush()  # flushing the stream never releases a held-back tail
+    stream.close()
+    assert target.getvalue() == f"a {MASK} b"
+
+
+def test_a_held_back_tail_that_is_no_secret_is_written_at_close() -> None:
+    target, stream = _stream()
+    stream.write("ends with hf_To")
+    stream.close()
+    assert target.getvalue() == "ends with hf_To"
+
+
+def test_text_without_a_secret_start_passes_at_once() -> None:
+    target, stream = _stream()
+    stream.write("READY in 1.9 s\n")
+    assert target.getvalue() == "READY in 1.9 s\n"
+
+
+def test_a_secret_in_an_error_is_redacted(
+    profile_dir: ProfileDir, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SGLang's own argparse error quotes the bad value; orch's refusal carries it, and the error
+    goes through the same stream as everything else (the stand-in's parser, run by the probe)."""
+    monkeypatch.setenv("TP", "s3cr3t-tp-value")
+    profile_dir.write(
+        "leaky",
+        f"""\
+        host: gpu-1
+        model: {{path: /models/Qwen3.6-27B}}
+        sglang: '0.5.23'
+        gpu: {{type: H200}}
+        env: {{PYTHONPATH: {STANDIN}, ORCH_STANDIN_VERSION: '0.5.23'}}
+        args: {{tp_size: {{from_env: TP}}}}
+        """,
+    )
+    out, err = io.StringIO(), io.StringIO()
+    argv = ["--profiles", str(profile_dir.root), "plan", "leaky", "--local-sglang",
+            sys.executable, "--model-config", str(STANDIN / "models/Qwen3.6-27B/config.json")]  # fmt: skip
+    code = main(argv, out=out, err=err)
+    assert code == ExitCode.PLAN_REFUSED, err.getvalue()
+    assert "invalid int value" in err.getvalue()
+    assert "<redacted: from_env TP>" in err.getvalue()
+    assert "s3cr3t-tp-value" not in out.getvalue() + err.getvalue()
+
+
+def test_an_unexpected_error_is_one_line_and_exit_70(
+    profile_dir: ProfileDir, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from orchestrator import profile
+
+    def broken(self: object, name: str) -> None:
+        raise RuntimeError(f"boom while loading {name}")
+
+    monkeypatch.setattr(profile.ProfileStore, "load", broken)
+    out, err = io.StringIO(), io.StringIO()
+    code = main(["--profiles", str(profile_dir.root), "render", "x"], out=out, err=err)
+    assert code == ExitCode.INTERNAL
+    assert err.getvalue().splitlines()[0] == (
+        "orch: error: internal error: RuntimeError: boom while loading x"
+    )
+    assert "--debug" in err.getvalue()
+    assert "Traceback" not in err.getvalue()
