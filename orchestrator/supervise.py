@@ -47,10 +47,49 @@ from orchestrator.verify import Observation
 
 AGENT_FILE = Path(agent_module.__file__)
 AGENT_SOURCE = AGENT_FILE.read_bytes()
-AGENT_DIGEST = hashlib.sha256(AGENT_SOURCE).hexdigest()[:12]
+AGENT_SHA256 = hashlib.sha256(AGENT_SOURCE).hexdigest()
+AGENT_DIGEST = AGENT_SHA256[:12]
 PROBE_FILE = AGENT_FILE.with_name("sglang_probe.py")
 PROBE_SOURCE = PROBE_FILE.read_bytes()
-PROBE_DIGEST = hashlib.sha256(PROBE_SOURCE).hexdigest()[:12]
+PROBE_SHA256 = hashlib.sha256(PROBE_SOURCE).hexdigest()
+PROBE_DIGEST = PROBE_SHA256[:12]
+
+# The pushed files are never run by name: this runs them only after checking, on the host, that
+# their directory and the file belong to the SSH user and nobody else can write them (OpenSSH's
+# StrictModes), and that their content is what this orch pushed (sha256). It then runs the bytes
+# it checked, as ``__main__`` with the script's own directory first on sys.path (as
+# ``python FILE`` would). Exit codes 90-92 say why it did not run. Python 3.9+, stdlib only.
+BOOTSTRAP = """\
+import hashlib, os, sys, types
+path, want = sys.argv[1], sys.argv[2]
+def stop(code, why):
+    sys.stderr.write("orch-bootstrap: " + why + "\\n")
+    raise SystemExit(code)
+def unsafe(st):
+    return st.st_uid != os.getuid() or st.st_mode & 0o022
+directory = os.path.dirname(path)
+try:
+    if unsafe(os.stat(directory)):
+        stop(92, directory + " is not owned by you or is writable by others")
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+except FileNotFoundError:
+    stop(90, path + " is missing")
+except OSError as exc:
+    stop(92, path + ": " + exc.strerror + " (a symlink?)")
+with os.fdopen(fd, "rb") as handle:
+    if unsafe(os.fstat(handle.fileno())):
+        stop(92, path + " is not owned by you or is writable by others")
+    data = handle.read()
+if hashlib.sha256(data).hexdigest() != want:
+    stop(91, path + " is not the file orch pushed")
+module = types.ModuleType("__main__")
+module.__file__ = path
+sys.modules["__main__"] = module
+sys.argv = [path] + sys.argv[3:]
+sys.path[0] = directory
+exec(compile(data, path, "exec"), module.__dict__)
+"""
+BOOT_MISSING, BOOT_CHANGED, BOOT_UNSAFE = 90, 91, 92
 
 
 @dataclass(frozen=True)
@@ -97,7 +136,6 @@ class Agent:
     def __init__(self, transport: Transport, deployment: Deployment) -> None:
         self.transport = transport
         self.deployment = deployment
-        self._pushed = False
 
     def _missing_python(self, exc: ProgramNotFound) -> PreflightError:
         host = self.deployment.host.name
@@ -112,16 +150,31 @@ class Agent:
         except ProgramNotFound as exc:
             raise self._missing_python(exc) from exc
 
+    def run_pushed(
+        self, path: str, source: bytes, sha256: str, args: Sequence[str], timeout: float
+    ) -> Any:
+        """Run a pushed file through the checking bootstrap; push it first when the host does
+        not have this version (optimistic: saves an SFTP round trip on every later call)."""
+        argv = (self.deployment.python, "-c", BOOTSTRAP, path, sha256, *args)
+        result = self._run(argv, timeout)
+        if result.returncode in (BOOT_MISSING, BOOT_CHANGED):
+            self.transport.put(source, path, 0o600)
+            result = self._run(argv, timeout)
+        if result.returncode == BOOT_UNSAFE:
+            why = result.stderr.decode("utf-8", "replace").strip().splitlines()[-1]
+            raise SupervisorError(
+                f"refusing to run orch's files on {self.deployment.host.name}: "
+                + why.removeprefix("orch-bootstrap: "),
+                f"hosts.{self.deployment.host.name}.workdir must be a directory only you can "
+                "write (chmod go-w; chown to the SSH user)",
+            )
+        return result
+
     def call(self, *args: str, timeout: float = 60.0) -> Any:
         """Run an agent command; its answer as JSON (decoded by the caller's decoder)."""
-        # Optimistic: run the agent, and push it only when the host does not have this version
-        # yet (python's "can't open file", exit 2). Saves an SFTP session per host and command.
-        argv = (self.deployment.python, self.deployment.agent_path, *args)
-        result = self._run(argv, timeout)
-        if result.returncode == 2 and b"can't open file" in result.stderr and not self._pushed:
-            self.transport.put(AGENT_SOURCE, self.deployment.agent_path, 0o600)
-            self._pushed = True
-            result = self._run(argv, timeout)
+        path = self.deployment.agent_path
+        result = self.run_pushed(path, AGENT_SOURCE, AGENT_SHA256, args, timeout)
+        argv = (self.deployment.python, path, *args)
         if result.returncode not in (0, 3):
             stderr = result.stderr.decode("utf-8", "replace")
             if "No module named 'psutil'" in stderr:
@@ -197,11 +250,9 @@ class Agent:
         """Run SGLang's parsing and resolution on the host (``sglang_probe.py``); the request,
         which carries the server's environment, goes 0600 and is removed once read."""
         probe = self.deployment.probe_path
-        if self.transport.size(probe) != len(PROBE_SOURCE):
-            self.transport.put(PROBE_SOURCE, probe, 0o600)
         pending = posixpath.join(posixpath.dirname(probe), f".plan-{secrets.token_hex(6)}.json")
         self.transport.put(json.dumps(dict(request)).encode(), pending, 0o600)
-        result = self._run((self.deployment.python, probe, pending), timeout)
+        result = self.run_pushed(probe, PROBE_SOURCE, PROBE_SHA256, (pending,), timeout)
         answer = last_json_line(result.stdout, result.stderr, result.returncode, "sglang_probe.py")
         return decode_plan_answer(answer)
 

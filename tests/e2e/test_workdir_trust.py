@@ -1,0 +1,56 @@
+"""orch runs only the files it pushed, from a directory only the SSH user can write: a planted
+agent is replaced or refused, never executed (OpenSSH's StrictModes, a content hash)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from orchestrator.errors import ExitCode
+from orchestrator.supervise import AGENT_DIGEST, AGENT_SOURCE
+from tests.e2e.conftest import Workspace
+
+
+def _plant(workspace: Workspace, marker: Path) -> Path:
+    agent = workspace.workdir / ".orch" / f"agent-{AGENT_DIGEST}.py"
+    agent.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    agent.write_text(f"open({str(marker)!r}, 'w').write('ran')\nprint('{{}}')\n")
+    return agent
+
+
+def test_a_planted_agent_in_a_private_workdir_is_replaced_not_run(
+    local_workspace: Workspace, tmp_path: Path
+) -> None:
+    marker = tmp_path / "planted-agent-ran"
+    agent = _plant(local_workspace, marker)
+    name = local_workspace.profile("svc")
+    status = local_workspace.orch("status", name)
+    assert status.code == ExitCode.OK, status.err
+    assert not marker.exists()
+    assert agent.read_bytes() == AGENT_SOURCE  # orch's own agent now stands there
+
+
+def test_a_workdir_others_can_write_is_refused(local_workspace: Workspace, tmp_path: Path) -> None:
+    marker = tmp_path / "planted-agent-ran"
+    agent = _plant(local_workspace, marker)
+    agent.parent.chmod(0o777)  # noqa: S103 - the attack: a shared, world-writable workdir
+    name = local_workspace.profile("svc")
+    status = local_workspace.orch("status", name, "--json")
+    assert status.code == ExitCode.SUPERVISOR
+    assert not marker.exists()
+    assert "refusing to run orch's files" in status.out + status.err
+    assert "writable by others" in status.out + status.err
+
+
+def test_a_symlink_planted_as_the_agent_is_refused(
+    local_workspace: Workspace, tmp_path: Path
+) -> None:
+    marker = tmp_path / "planted-agent-ran"
+    elsewhere = tmp_path / "evil.py"
+    elsewhere.write_text(f"open({str(marker)!r}, 'w').write('ran')\n")
+    agent = local_workspace.workdir / ".orch" / f"agent-{AGENT_DIGEST}.py"
+    agent.parent.mkdir(parents=True, mode=0o700)
+    agent.symlink_to(elsewhere)
+    name = local_workspace.profile("svc")
+    status = local_workspace.orch("status", name)
+    assert status.code == ExitCode.SUPERVISOR
+    assert not marker.exists()
