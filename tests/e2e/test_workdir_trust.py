@@ -32,7 +32,7 @@ def test_a_planted_agent_in_a_private_workdir_is_replaced_not_run(
 def test_a_workdir_others_can_write_is_refused(local_workspace: Workspace, tmp_path: Path) -> None:
     marker = tmp_path / "planted-agent-ran"
     agent = _plant(local_workspace, marker)
-    agent.parent.chmod(0o777)  # noqa: S103 - the attack: a shared, world-writable workdir
+    agent.parent.chmod(0o777)  # the attack: a shared, world-writable workdir
     name = local_workspace.profile("svc")
     status = local_workspace.orch("status", name, "--json")
     assert status.code == ExitCode.SUPERVISOR
