@@ -30,7 +30,6 @@ if TYPE_CHECKING:
     from orchestrator.show import Text
 
 PROFILES_ENV = "ORCH_PROFILES"
-BUNDLED_PROFILES = Path(__file__).resolve().parent.parent / "profiles"
 
 
 def find_profiles_dir(explicit: str | None, cwd: Path) -> Path:
@@ -44,7 +43,14 @@ def find_profiles_dir(explicit: str | None, cwd: Path) -> Path:
         candidate = directory / "profiles"
         if candidate.is_dir() and any(candidate.glob("*.yaml")):
             return candidate
-    return BUNDLED_PROFILES
+    return bundled_profiles()
+
+
+def bundled_profiles() -> Path:
+    """The example profiles shipped with orch (package data; the repository's profiles/)."""
+    import importlib.resources
+
+    return Path(str(importlib.resources.files("orchestrator") / "examples"))
 
 
 def _parser() -> argparse.ArgumentParser:

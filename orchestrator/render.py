@@ -14,7 +14,6 @@ import posixpath
 import shlex
 import urllib.parse
 from collections.abc import Callable, Mapping
-from pathlib import Path
 
 from orchestrator import argtable
 from orchestrator.argtable import ArgTable, BadValue
@@ -23,7 +22,6 @@ from orchestrator.model import ArgvToken, EnvValue, Launcher, Profile, SecretRef
 from orchestrator.profile import requested_fields
 
 MODULE = "sglang.launch_server"
-TEMPLATES_DIR = Path(__file__).resolve().parent.parent / "templates"
 LAUNCHER_TEMPLATE = "launch.sh.j2"
 
 
@@ -108,17 +106,19 @@ def command_json(command: ServerCommand) -> str:
     return json.dumps(document, indent=2, ensure_ascii=False)
 
 
-def launcher_script(command: ServerCommand, templates: Path = TEMPLATES_DIR) -> str:
-    """A bash script that starts exactly ``command`` (jinja2, StrictUndefined, every token quoted).
+def launcher_script(command: ServerCommand) -> str:
+    """A bash script that starts exactly ``command`` (jinja2, StrictUndefined, every token
+    quoted), from the template shipped as package data (orchestrator/templates/).
 
     jinja2 is imported here, not at module level: ``orch render`` without ``--script`` and
     ``orch validate`` do not pay for it.
     """
+    import importlib.resources
+
     import jinja2
 
     quote: Callable[[ArgvToken], str] = shell_token
     environment = jinja2.Environment(
-        loader=jinja2.FileSystemLoader(str(templates)),
         undefined=jinja2.StrictUndefined,
         autoescape=False,  # noqa: S701 - shell text, not HTML; every token goes through shq
         keep_trailing_newline=True,
@@ -126,12 +126,13 @@ def launcher_script(command: ServerCommand, templates: Path = TEMPLATES_DIR) -> 
         lstrip_blocks=True,
     )
     environment.filters["shq"] = quote
+    source = importlib.resources.files("orchestrator") / "templates" / LAUNCHER_TEMPLATE
     try:
-        template = environment.get_template(LAUNCHER_TEMPLATE)
-    except jinja2.TemplateNotFound as exc:
+        template = environment.from_string(source.read_text(encoding="utf-8"))
+    except FileNotFoundError as exc:
         raise RenderError(
-            f"launcher template {LAUNCHER_TEMPLATE} not found in {templates}",
-            "orch's templates/ directory ships beside the orchestrator package",
+            f"launcher template {LAUNCHER_TEMPLATE} is missing from orch's package data",
+            "reinstall orch: the wheel ships orchestrator/templates/",
         ) from exc
     return template.render(
         profile=command.profile,
