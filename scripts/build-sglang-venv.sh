@@ -171,7 +171,18 @@ pip_install() {
 }
 
 log "step 1/5: $TORCH_SPEC $TRITON_SPEC"
-pip_install --only-binary=:all: "$TORCH_SPEC" "$TRITON_SPEC"
+if ! "$PY" -m pip install --disable-pip-version-check --no-input -c "$CONSTRAINTS" \
+    "${PIP_EXTRA[@]}" --only-binary=:all: "$TORCH_SPEC" "$TRITON_SPEC" >>"$BUILD_LOG" 2>&1; then
+    [[ -z "${ORCH_TORCH_SPEC:-}" ]] || die "pip install $TORCH_SPEC failed (see $BUILD_LOG)"
+    # No local CPU wheel on this machine (the +cpu builds are not on PyPI): take the
+    # registry's torch of the same release. On x86_64 that is a CUDA build: about 3 GB to
+    # download and 5 GB in the venv, several minutes; it runs on the CPU all the same.
+    TORCH_SPEC="${TORCH_SPEC%%+*}"
+    log "  no $TORCH_SPEC+cpu wheel here: falling back to the registry's $TORCH_SPEC" \
+        "(on x86_64 a CUDA build, ~3 GB to download, several minutes)"
+    printf '%s\n' "$TORCH_SPEC" >"$CONSTRAINTS"
+    pip_install --only-binary=:all: "$TORCH_SPEC" "$TRITON_SPEC"
+fi
 
 log "step 2/5: sglang==$VERSION (--no-deps)"
 pip_install --no-deps "sglang==$VERSION"

@@ -1,5 +1,6 @@
 """The real-SGLang tier: CPU venvs of SGLang 0.5.11 and 0.5.23 (scripts/build-sglang-venv.sh,
-~2 GB and ~80 s each, cached under ~/.cache/orch/sglang-venvs between runs).
+~2 GB and ~150-200 s each, cached under ~/.cache/orch/sglang-venvs between runs). The build's
+progress is shown while it runs, even under ``pytest -q``.
 
 Under ``CI=true`` a venv that cannot be built fails the run; elsewhere the tier is skipped with
 the reason (``ORCH_SKIP_REAL_SGLANG=1`` skips it on purpose).
@@ -9,6 +10,9 @@ from __future__ import annotations
 
 import os
 import subprocess
+import time
+from collections import deque
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -17,6 +21,13 @@ from tests.conftest import REPO
 
 BUILD = REPO / "scripts" / "build-sglang-venv.sh"
 _built: dict[str, Path] = {}
+_say: list[Callable[[str], None]] = []  # the terminal reporter's write_line, once configured
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None:
+        _say.append(lambda text: reporter.write_line(text))
 
 
 def sglang_python(version: str) -> Path:
@@ -24,16 +35,24 @@ def sglang_python(version: str) -> Path:
     if os.environ.get("ORCH_SKIP_REAL_SGLANG") == "1" and os.environ.get("CI") != "true":
         pytest.skip("ORCH_SKIP_REAL_SGLANG=1")
     if version not in _built:
-        done = subprocess.run(
-            ["bash", str(BUILD), version], capture_output=True, text=True, timeout=1800,
-            check=False,
+        started = time.monotonic()
+        process = subprocess.Popen(
+            ["bash", str(BUILD), version], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            text=True,
         )  # fmt: skip
-        if done.returncode != 0:
-            reason = f"cannot build the SGLang {version} venv: {done.stderr.strip()[-2000:]}"
+        assert process.stderr is not None
+        tail: deque[str] = deque(maxlen=40)
+        for line in process.stderr:  # the build's progress lines, as they come
+            tail.append(line.rstrip())
+            if line.startswith("[build-sglang-venv]") and _say:
+                _say[0](f"  {line.rstrip()}  ({time.monotonic() - started:.0f} s)")
+        stdout = process.stdout.read() if process.stdout is not None else ""
+        if process.wait(timeout=1800) != 0:
+            reason = f"cannot build the SGLang {version} venv: " + "\n".join(tail)
             if os.environ.get("CI") == "true":
                 pytest.fail(reason)
             pytest.skip(reason)
-        _built[version] = Path(done.stdout.strip().splitlines()[-1]) / "bin" / "python"
+        _built[version] = Path(stdout.strip().splitlines()[-1]) / "bin" / "python"
     return _built[version]
 
 
