@@ -76,6 +76,16 @@ def shell_token(token: ArgvToken) -> str:
     return shlex.quote(token)
 
 
+def shell_path(path: str) -> str:
+    """A path orch itself expands (``~`` is the login user's home: docs/profiles.md) as a shell
+    word: ``"$HOME"/'rest'``, so that the shell expands it the same way; else quoted."""
+    if path == "~":
+        return '"$HOME"'
+    if path.startswith("~/"):
+        return '"$HOME"/' + shlex.quote(path[2:])
+    return shlex.quote(path)
+
+
 def format_command(command: ServerCommand, *, multiline: bool = True) -> str:
     """A command to paste into bash: ``NAME=value ... program args``, every token quoted.
 
@@ -126,6 +136,7 @@ def launcher_script(command: ServerCommand) -> str:
         lstrip_blocks=True,
     )
     environment.filters["shq"] = quote
+    environment.filters["shpath"] = shell_path
     source = importlib.resources.files("orchestrator") / "templates" / LAUNCHER_TEMPLATE
     try:
         template = environment.from_string(source.read_text(encoding="utf-8"))

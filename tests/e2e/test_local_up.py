@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
 import time
 from collections import Counter
+from pathlib import Path
 
 import psutil
 import pytest
@@ -126,3 +130,35 @@ def test_a_pinned_api_key_sglang_shows_masked_is_unverifiable_not_drift(
     assert row["verdict"] == "unverifiable"
     assert row["profile"] == "<secret>"
     assert "sk-local-0123456789" not in up.out + up.err + diff.out + diff.err
+
+
+def _received(pid: int, names: list[str]) -> tuple[list[str], dict[str, str]]:
+    process = psutil.Process(pid)
+    environ = process.environ()
+    return process.cmdline(), {name: environ[name] for name in names if name in environ}
+
+
+def test_the_launch_script_reproduces_what_the_agent_launched(
+    local_workspace: Workspace, tmp_path: Path
+) -> None:
+    name = local_workspace.profile("byhand", env={"ODD": "a 'quoted' $value; `x`"})
+    env_names = ["ODD", "PYTHONPATH", "ORCH_STANDIN_VERSION"]
+    assert local_workspace.orch("up", name).code == ExitCode.OK
+    (row,) = local_workspace.orch("status", name, "--json").json()
+    by_agent = _received(row["pid"], env_names)
+    assert local_workspace.orch("down", name).code == ExitCode.OK
+
+    script = tmp_path / "launch.sh"
+    script.write_text(local_workspace.orch("render", name, "--script").out)
+    by_hand = subprocess.Popen(
+        ["bash", str(script)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and len(psutil.Process(by_hand.pid).cmdline()) < 3:
+            time.sleep(0.05)  # until bash has exec'd the server
+        assert _received(by_hand.pid, env_names) == by_agent
+    finally:
+        os.killpg(by_hand.pid, signal.SIGKILL)
+        by_hand.wait()

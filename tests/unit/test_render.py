@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import shlex
+import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -116,3 +118,28 @@ def test_render_multiline_command_puts_each_flag_on_its_own_line(profile_dir: Pr
     lines = render.format_command(plan).splitlines()
     assert lines[0] == "/opt/venv/bin/python -m sglang.launch_server \\"
     assert lines[-2:] == ["    --context-length 8192 \\", "    --trust-remote-code"]
+
+
+def test_the_launcher_script_expands_a_home_workdir_as_orch_does(
+    profile_dir: ProfileDir, tmp_path: Path
+) -> None:
+    """``~`` in a workdir is the login user's home (orch expands it itself); the script must
+    not create a literal ``./~`` directory."""
+    profile_dir.write(
+        "hosts.yaml",
+        "hosts:\n  box:\n    address: 10.0.0.7\n    python: /bin/true\n    workdir: ~/orch work\n",
+    )
+    profile_dir.write("p", "host: box\nmodel: {path: /models/m}\nsglang: '0.5.11'\n")
+    loaded = profile_dir.store().load("p")
+    script = render.launcher_script(render.render(loaded.profile, loaded.table))
+    assert "\"$HOME\"/'orch work/p'" in script
+    home, elsewhere = tmp_path / "home", tmp_path / "cwd"
+    home.mkdir()
+    elsewhere.mkdir()
+    (tmp_path / "launch.sh").write_text(script)
+    subprocess.run(
+        ["bash", str(tmp_path / "launch.sh")], cwd=elsewhere, check=True, timeout=30,
+        env={"PATH": "/usr/bin:/bin", "HOME": str(home)},
+    )  # fmt: skip
+    assert (home / "orch work" / "p").is_dir()
+    assert not (elsewhere / "~").exists()
