@@ -294,7 +294,7 @@ def lock_document(
         if default is not verify.ABSENT and verify.same(default, value):
             continue
         locked[name] = value
-    return {
+    document: dict[str, Any] = {
         "format": LOCK_FORMAT,
         "profile": profile.name,
         "sglang": report.sglang_version,
@@ -302,6 +302,11 @@ def lock_document(
         "launch_digest": launch_digest,
         "effective": locked,
     }
+    if report.standin:  # a reviewer must see that no SGLang made these predictions
+        document["predicted_by"] = "orch's SGLang stand-in (NOT SGLang)"
+    return document
+    if report.standin:  # a reviewer must see that no SGLang made these predictions
+        document["predicted_by"] = "orch's SGLang stand-in (NOT SGLang)"
 
 
 def lock_text(document: Mapping[str, Any]) -> str:

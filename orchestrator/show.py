@@ -371,6 +371,7 @@ def lock_written(target: Path, document: dict[str, Any], report: plan.PlanReport
     return (
         f"wrote {target}: SGLang {document['sglang']}, gpu {document['gpu_type'] or '-'}, "
         f"{len(effective)} fields differ from SGLang's defaults ({report.where})"
+        + ("; predicted by orch's stand-in, NOT SGLang" if report.standin else "")
     )
 
 

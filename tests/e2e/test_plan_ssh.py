@@ -58,6 +58,8 @@ def test_lock_then_diff_effective_checks_the_running_server_against_it(
     path = ssh_workspace.profiles / f"{name}.lock.json"
     document = json.loads(path.read_text())
     assert document["effective"]["max_running_requests"] == 48
+    assert document["predicted_by"] == "orch's SGLang stand-in (NOT SGLang)"
+    assert "predicted by orch's stand-in, NOT SGLang" in locked.out
     assert ssh_workspace.orch("validate", name).code == ExitCode.OK
     assert ssh_workspace.orch("up", name).code == ExitCode.OK
 
