@@ -459,7 +459,7 @@ def _cmd_plan(args: argparse.Namespace, output: _Output) -> int:
 
     ctx = _context(args, output)
     try:
-        launch = ctx.launch(args.profile)
+        launch = ctx.launch(args.profile, require_secrets=False)
         report = planning.predict(ctx, launch, local=_local(args))
     finally:
         ctx.close()
@@ -496,7 +496,7 @@ def _cmd_diff_effective(args: argparse.Namespace, output: _Output) -> int:
 
     ctx = _context(args, output)
     try:
-        launch = ctx.launch(args.profile)
+        launch = ctx.launch(args.profile, require_secrets=False)
         report = effective.diff_effective(
             ctx, launch, include_defaulted=args.all, pid=args.pid, log=args.log
         )

@@ -176,7 +176,11 @@ def report(
         for want in verify.expected_fields(profile, table, secrets):
             asked.add(want.field)
             value = verify.resolved_value(effective, want.field)
-            changed = value is not verify.ABSENT and not verify.same(want.value, value)
+            changed = (
+                not want.unknown
+                and value is not verify.ABSENT
+                and not verify.same(want.value, value)
+            )
             fields.append(
                 PlannedField(
                     field=want.field,
@@ -187,7 +191,9 @@ def report(
                     effective=value,
                     changed=changed,
                     provenance=provenance.get(want.field, ()) if changed else (),
-                    why=verify.explain(want.field, logs) if changed else None,
+                    why=verify.explain(want.field, logs)
+                    if changed
+                    else (verify.NOT_SET_HERE if want.unknown else None),
                     secret=want.secret,
                 )
             )
@@ -305,8 +311,6 @@ def lock_document(
     if report.standin:  # a reviewer must see that no SGLang made these predictions
         document["predicted_by"] = "orch's SGLang stand-in (NOT SGLang)"
     return document
-    if report.standin:  # a reviewer must see that no SGLang made these predictions
-        document["predicted_by"] = "orch's SGLang stand-in (NOT SGLang)"
 
 
 def lock_text(document: Mapping[str, Any]) -> str:

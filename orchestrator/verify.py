@@ -52,7 +52,8 @@ ENV_MISSING = "env-missing"
 ENV_OTHER = "env-other"
 DEFAULTED = "defaulted"
 LOCK_DRIFT = "lock-drift"
-UNVERIFIABLE = "unverifiable"  # a secret SGLang shows masked: neither ok nor drift
+UNVERIFIABLE = "unverifiable"  # a secret SGLang shows masked, or not set here: not drift
+NOT_SET_HERE = "its from_env variable is not set where orch runs: not compared"
 DRIFT = frozenset(
     {NOT_RECEIVED, RECEIVED_OTHER, OVERRIDDEN, EXTRA, ENV_MISSING, ENV_OTHER, LOCK_DRIFT}
 )
@@ -226,6 +227,7 @@ class _Expected:
     value: Any
     given: bool  # whether the value reaches the command line (False: it is the default)
     secret: bool
+    unknown: bool = False  # a from_env secret not set where orch runs: cannot be compared
 
 
 def expected_fields(
@@ -241,7 +243,21 @@ def expected_fields(
         secret = isinstance(requested.value, SecretRef)
         value = requested.value
         if isinstance(value, SecretRef):
-            value = secrets.get(value.env_var, "")
+            if value.env_var not in secrets:
+                name = field_name(table, spelling.dest)
+                out.append(
+                    _Expected(
+                        field=name,
+                        requested_as=requested.name if requested.name != name else None,
+                        key_path=requested.key_path,
+                        value=ABSENT,
+                        given=True,
+                        secret=True,
+                        unknown=True,
+                    )
+                )
+                continue
+            value = secrets[value.env_var]
         tokens = [str(t) for t in arg_tokens(spelling.option, value, spelling.flag)]
         name = field_name(table, spelling.dest)
         if tokens:
@@ -307,6 +323,7 @@ def compare(
             verdict in (OK, UNVERIFIABLE)
             and launched is not None
             and want.given
+            and not want.unknown
             and not (want.secret and said == SGLANG_MASK)
             and not same(want.value, said)
         ):
@@ -358,7 +375,7 @@ def compare(
         found_by=observation.found_by,
         resolved_source=observation.resolved_source,
         fields=tuple(rows),
-        env=_env_rows(env, observation.env, secret_env),
+        env=_env_rows(env, observation.env, secret_env, _unset_env(profile, secrets)),
         notes=tuple(notes),
         unknown_received=received.unknown if received is not None else (),
     )
@@ -391,6 +408,8 @@ def compare_lock(report: Report, locked: Mapping[str, Any], resolved: Mapping[st
 def _field_verdict(
     want: _Expected, got: Any, effective: Any, have_received: bool, observation: Observation
 ) -> tuple[str, str | None]:
+    if want.unknown:
+        return UNVERIFIABLE, NOT_SET_HERE
     if have_received:
         if got is ABSENT and want.given:
             return NOT_RECEIVED, "absent from the process's command line"
@@ -434,16 +453,31 @@ def _defaulted(table: ArgTable, resolved: Mapping[str, Any], given: set[str]) ->
     return rows
 
 
+def _unset_env(profile: Profile, secrets: Mapping[str, str]) -> frozenset[str]:
+    """The profile's env entries whose from_env variable is not set where orch runs."""
+    return frozenset(
+        name
+        for name, value in profile.env.items()
+        if isinstance(value, SecretRef) and value.env_var not in secrets
+    )
+
+
 def _env_rows(
-    wanted: Mapping[str, str], got: Mapping[str, str] | None, secret: frozenset[str]
+    wanted: Mapping[str, str],
+    got: Mapping[str, str] | None,
+    secret: frozenset[str],
+    unset: frozenset[str] = frozenset(),
 ) -> tuple[EnvRow, ...]:
     if got is None:
         return ()
     rows = []
     for name, value in wanted.items():
-        hidden = name in secret
+        hidden = name in secret or name in unset
         shown = SECRET_SHOWN if hidden else value
-        if name not in got:
+        if name in unset:
+            received = None if name not in got else SECRET_SHOWN
+            rows.append(EnvRow(name, shown, received, UNVERIFIABLE, hidden))
+        elif name not in got:
             rows.append(EnvRow(name, shown, None, ENV_MISSING, hidden))
         elif got[name] != value:
             rows.append(

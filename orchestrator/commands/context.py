@@ -19,7 +19,7 @@ from pathlib import Path
 
 from orchestrator import __version__, render
 from orchestrator.argtable import ArgTable
-from orchestrator.model import Host, Profile, ServerCommand
+from orchestrator.model import Host, Profile, SecretRef, ServerCommand
 from orchestrator.profile import LoadedProfile, ProfileStore
 from orchestrator.supervise import Agent, Deployment, locate
 from orchestrator.transport import Transport
@@ -57,6 +57,12 @@ class Launch:
         return self.loaded.table
 
     @property
+    def unset_secrets(self) -> tuple[str, ...]:
+        """The from_env variables the profile names that are not set where orch runs."""
+        names = self.primary.command.secret_names()
+        return tuple(name for name in names if name not in self.secrets)
+
+    @property
     def primary(self) -> Member:
         return self.members[0]
 
@@ -92,13 +98,23 @@ def _make_launch(
     return Launch(loaded, (member,), secrets, render.launch_digest(command))
 
 
+UNSET_SECRET = "orch-unset-secret"  # noqa: S105 - a placeholder for an unset from_env value
+
+
 def _partial_secrets(
     command: ServerCommand, available: Mapping[str, str]
 ) -> tuple[tuple[str, ...], dict[str, str], dict[str, str]]:
-    """For commands that only look (status, logs, down): the secrets that are set, so that
-    their output is redacted; the concrete argv/env are never used by them."""
-    argv = tuple(token if isinstance(token, str) else "" for token in command.argv)
-    env = {name: value if isinstance(value, str) else "" for name, value in command.env.items()}
+    """For commands that can do without a secret (status, logs, down; plan and diff-effective
+    compare it as unverifiable): the secrets that are set, each unset one replaced by
+    ``UNSET_SECRET`` in the argv and env."""
+
+    def concrete(token: str | SecretRef) -> str:
+        if isinstance(token, SecretRef):
+            return available.get(token.env_var, UNSET_SECRET)
+        return token
+
+    argv = tuple(concrete(token) for token in command.argv)
+    env = {name: concrete(value) for name, value in command.env.items()}
     return argv, env, dict(available)
 
 
@@ -135,7 +151,8 @@ class Context:
 
     def launch(self, name: str, *, require_secrets: bool = True) -> Launch:
         """Load, render and resolve ``name`` once; its secrets join the output's redactor.
-        ``require_secrets=False`` for commands that only look (status, logs, down)."""
+        ``require_secrets=False`` for commands that can do without (status, logs, down; plan
+        and diff-effective, which compare an unset secret as unverifiable)."""
         loaded = self.store.load(name)
         launch = _make_launch(loaded, self.environ, require_secrets=require_secrets)
         self.redactor.add(launch.secrets)

@@ -58,6 +58,15 @@ def predict(ctx: Context, launch: Launch, *, local: LocalSGLang | None = None) -
     if answered and answered != table.version and not answer.standin:
         table = argtable.table_for(answered).table  # read the answer in the answering version
     report = plan.report(profile, table, answer, where=where, secrets=launch.secrets)
+    if launch.unset_secrets:
+        unset = ", ".join(launch.unset_secrets)
+        report = dataclasses.replace(
+            report,
+            notes=(
+                *report.notes,
+                f"{unset} not set here: planned with a placeholder, compared as unverifiable",
+            ),
+        )
     if answered and answered != member.command.argtable_version and not report.standin:
         report = dataclasses.replace(
             report,

@@ -162,3 +162,27 @@ def test_the_launch_script_reproduces_what_the_agent_launched(
     finally:
         os.killpg(by_hand.pid, signal.SIGKILL)
         by_hand.wait()
+
+
+def test_plan_and_diff_effective_do_without_the_secrets_set_here(
+    local_workspace: Workspace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TEAM_TOKEN", "tok-only-on-the-launcher")
+    name = local_workspace.profile(
+        "shared",
+        env={"HF_TOKEN": {"from_env": "TEAM_TOKEN"}},
+        args={"api_key": {"from_env": "TEAM_TOKEN"}},
+    )
+    assert local_workspace.orch("up", name).code == ExitCode.OK
+    monkeypatch.delenv("TEAM_TOKEN")  # a teammate who checks the deployment
+    diff = local_workspace.orch("diff-effective", name, "--json")
+    assert diff.code == ExitCode.OK, diff.out + diff.err
+    document = diff.json()
+    (key,) = [row for row in document["fields"] if row["field"] == "api_key"]
+    assert key["verdict"] == "unverifiable"
+    (token,) = [row for row in document["env"] if row["name"] == "HF_TOKEN"]
+    assert token["verdict"] == "unverifiable"
+    planned = local_workspace.orch("plan", name)
+    assert planned.code == ExitCode.OK, planned.out + planned.err
+    assert "TEAM_TOKEN not set here" in planned.out
+    assert local_workspace.orch("up", name).code == ExitCode.RENDER  # launching needs it
