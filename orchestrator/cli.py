@@ -174,6 +174,16 @@ def _parser() -> argparse.ArgumentParser:
     diff.add_argument("--log", metavar="PATH", help="its log on the host, for the server_args line")
     diff.set_defaults(handler=_cmd_diff_effective)
 
+    init = commands.add_parser(
+        "init",
+        help="scaffold a team's profiles repository (profiles/, known_hosts, a pre-commit hook)",
+        description="Write profiles/hosts.yaml, an example profile, profiles/known_hosts and a "
+        "pre-commit hook running `orch validate --strict` into DIR. Never overwrites a file.",
+        epilog="example: orch init ~/src/team-profiles && cd ~/src/team-profiles && git init",
+    )
+    init.add_argument("directory", metavar="DIR", nargs="?", default=".", type=Path)
+    init.set_defaults(handler=_cmd_init)
+
     hosts = commands.add_parser("hosts", help="host keys: orch hosts trust HOST")
     host_commands = hosts.add_subparsers(dest="hosts_command", required=True)
     trust = host_commands.add_parser(
@@ -296,26 +306,39 @@ def _cmd_render(args: argparse.Namespace, output: _Output) -> int:
 
 
 def _cmd_validate(args: argparse.Namespace, output: _Output) -> int:
+    """Every profile named (else every file of the directory) is checked and reported; one bad
+    file never stops the others. CONFIG when any is invalid (docs/exit-codes.md)."""
     from orchestrator.commands.lockfile import stale_lock
+    from orchestrator.profile_checks import INVENTORY_FILE
 
     store = _store(args)
     names = args.names or store.names()
-    if not names:
+    strays = [] if args.names else store.strays()
+    if not names and not strays:
         raise ProfileError(
             f"no profiles in {store.root}", f"create {store.root}/<name>.yaml, or pass --profiles"
         )
+    for stray in strays:
+        output.error(stray)
+    inventory_errors = _failures(store.inventory)
+    for error in inventory_errors:
+        output.error(error)
     failed = warned = 0
     for name in names:
         try:
             loaded = store.load(name)
-        except InvalidProfile as exc:
+        except (InvalidProfile, ProfileError) as exc:
             failed += 1
-            for error in exc.errors:
+            errors = _errors_of(exc)
+            if inventory_errors and errors == inventory_errors:  # already reported above
+                errors = [
+                    ProfileError(
+                        f"not checked: {INVENTORY_FILE} is invalid",
+                        source=store.display(store.path_of(name)),
+                    )
+                ]
+            for error in errors:
                 output.error(error)
-            continue
-        except ProfileError as exc:
-            failed += 1
-            output.error(exc)
             continue
         for found in loaded.findings:
             output.finding(found)
@@ -329,29 +352,55 @@ def _cmd_validate(args: argparse.Namespace, output: _Output) -> int:
         version = profile.sglang_version or f"unpinned, checked as {loaded.table.version}"
         where = "abstract base" if profile.abstract else f"host {profile.host.name}"
         output.print(f"ok  {name}  (SGLang {version}, {where})")
-    if failed or (args.strict and warned):
-        output.err.write(
-            f"orch: {failed} of {len(names)} profile(s) invalid"
-            + (f", {warned} with warnings (--strict)" if args.strict and warned else "")
-            + "\n"
-        )
+    if failed or strays or inventory_errors or (args.strict and warned):
+        parts = [f"{failed} of {len(names)} profile(s) invalid"]
+        if strays:
+            parts.append(f"{len(strays)} file(s) that are not profiles")
+        if inventory_errors:
+            parts.append(f"{INVENTORY_FILE} invalid")
+        if args.strict and warned:
+            parts.append(f"{warned} with warnings (--strict)")
+        output.err.write(f"orch: {', '.join(parts)}\n")
         return ExitCode.CONFIG
     return ExitCode.OK
 
 
+def _errors_of(exc: InvalidProfile | ProfileError) -> list[ProfileError]:
+    return list(exc.errors) if isinstance(exc, InvalidProfile) else [exc]
+
+
+def _failures(step: Callable[[], object]) -> list[ProfileError]:
+    """The profile errors ``step`` raises, one by one; none when it succeeds."""
+    try:
+        step()
+    except (InvalidProfile, ProfileError) as exc:
+        return _errors_of(exc)
+    return []
+
+
 def _cmd_profiles(args: argparse.Namespace, output: _Output) -> int:
+    """Every profile, an invalid one as a row with its first error; CONFIG when any is invalid
+    (after listing all of them), so that scripts notice."""
     store = _store(args)
     output.print(f"# {store.root}")
+    invalid = 0
     for name in store.names():
         try:
             loaded = store.load(name)
         except OrchError as exc:
+            invalid += 1
             output.print(f"{name:32} INVALID: {exc.message}")
             continue
         profile = loaded.profile
         where = "(abstract)" if profile.abstract else profile.host.name
         summary = profile.description.splitlines()[0] if profile.description else ""
         output.print(f"{name:32} {where:16} {summary}")
+    for stray in store.strays():
+        invalid += 1
+        output.print(f"{Path(stray.source or '?').name:32} INVALID: {stray.message}")
+    if invalid:
+        output.err.write(f"orch: {invalid} invalid; `orch validate` shows every error\n")
+        return ExitCode.CONFIG
     return ExitCode.OK
 
 
@@ -396,13 +445,29 @@ def _cmd_status(args: argparse.Namespace, output: _Output) -> int:
     from orchestrator.commands import ops
 
     ctx = _context(args, output)
-    names = list(args.names)
-    if args.all or not names:
-        names = [n for n in ctx.store.names() if not ctx.store.load(n).profile.abstract]
+    listing = args.all or not args.names
     try:
-        rows = ops.status(ctx, names)
+        known = ctx.store.names()
+        names = known if listing else list(args.names)
+        # an invalid profile is a row with its error; the others are still asked
+        invalid: list[ops.StatusRow] = []
+        launchable: list[str] = []
+        for name in names:
+            if name not in known:
+                launchable.append(name)  # not a profile: the command's error, with did-you-mean
+                continue
+            try:
+                abstract = ctx.store.load(name).profile.abstract
+            except OrchError as exc:
+                invalid.append(ops.StatusRow(name, "-", None, exc))
+                continue
+            if not (listing and abstract):
+                launchable.append(name)
+        rows = (ops.status(ctx, launchable) if launchable else []) + invalid
     finally:
         ctx.close()
+    order = {name: index for index, name in enumerate(names)}
+    rows.sort(key=lambda row: order[row.profile])
     if args.json:
         output.print(json.dumps([show.status_json(row) for row in rows], indent=2))
     else:
@@ -507,6 +572,20 @@ def _cmd_diff_effective(args: argparse.Namespace, output: _Output) -> int:
     else:
         output.print(show.diff_text(report))
     return ExitCode.DRIFT if report.drift else ExitCode.OK
+
+
+def _cmd_init(args: argparse.Namespace, output: _Output) -> int:
+    from orchestrator.commands.scaffold import init
+
+    done = init(args.directory)
+    for path in done.written:
+        output.print(f"wrote {path}")
+    output.print(
+        f"next: edit {done.root / 'profiles'}, then `orch --profiles {done.root / 'profiles'} "
+        "validate`; commit it, and `git config core.hooksPath .githooks` (or `pre-commit "
+        "install`) so that every commit is validated"
+    )
+    return ExitCode.OK
 
 
 def _cmd_hosts_trust(args: argparse.Namespace, output: _Output) -> int:

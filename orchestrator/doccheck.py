@@ -8,6 +8,7 @@ file:line:column and returns None, so that one pass reports every problem of a f
 from __future__ import annotations
 
 import difflib
+import math
 from collections.abc import Iterable
 from typing import Any
 
@@ -113,17 +114,25 @@ class DocChecker:
             return None
         return value
 
-    def number(self, path: KeyPath, low: float) -> float | None:
+    def number(self, path: KeyPath, low: float, high: float | None = None) -> float | None:
         value = self.get(path)
         if value is MISSING:
             return None
         if isinstance(value, bool) or not isinstance(value, int | float):
             self.error(path, f"expected a number, got {kind(value)}")
             return None
-        if value < low:
-            self.error(path, f"expected a number >= {low:g}, got {value}")
+        try:
+            number = float(value)
+        except OverflowError:  # an integer of hundreds of digits
+            number = math.inf
+        if not math.isfinite(number):  # yamldoc refuses .nan and .inf; this is the last guard
+            self.error(path, "expected a finite number", "NaN and infinities are not accepted")
             return None
-        return float(value)
+        if number < low or (high is not None and number > high):
+            bound = f"in {low:g}..{high:g}" if high is not None else f">= {low:g}"
+            self.error(path, f"expected a number {bound}, got {number:g}")
+            return None
+        return number
 
 
 def kind(value: object) -> str:

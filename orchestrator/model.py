@@ -13,7 +13,7 @@ from types import MappingProxyType
 from typing import TypeAlias, TypeVar
 
 # The agent defines its states once (one file pushed to hosts, importing nothing from orch).
-from orchestrator.remote.agent import TERMINAL_STATES
+from orchestrator.remote.agent import TERMINAL_STATES, UNSUPERVISED
 
 K = TypeVar("K")
 V = TypeVar("V")
@@ -123,6 +123,7 @@ class HealthPolicy:
     startup_timeout_s: float = 1800.0  # 27B weights over a slow disk plus CUDA graphs
     interval_s: float = 5.0
     endpoint: str = "/health"
+    failures: int = 3  # consecutive failed probes after READY that make the server UNHEALTHY
 
 
 @dataclass(frozen=True)
@@ -193,7 +194,7 @@ class ExitInfo:
 
     run_id: str
     returncode: int
-    cls: str  # config-error, cuda-oom, killed, port-in-use, import-error, ... stopped
+    cls: str  # config-error, cuda-oom, killed, ... hung, startup-timeout, spawn-failed, stopped
     message: str
     at: float  # the host's wall clock
     was_ready: bool
@@ -222,6 +223,12 @@ class RunState:
     last_exit: ExitInfo | None = None
     agent_alive: bool = False
     stale: bool = False  # the agent died without recording an end
+    server_alive: bool = False  # its recorded identity (pid + start time) matches a process
+    recorded_state: str | None = None  # what state.json says, when ``state`` is UNSUPERVISED
+    recorded_pid: int | None = None  # a pid recorded for a server that is gone (never "ours")
+    adopted: bool = False  # a supervisor took the server over after its own died
+    output_lost: bool = False  # the server's output since its supervisor died went nowhere
+    health_failures: int = 0  # consecutive failed /health probes after READY
     next_start_at: float | None = None
     launch_digest: str | None = None  # of the ServerCommand it runs (render.launch_digest)
     git_commit: str | None = None
@@ -231,3 +238,8 @@ class RunState:
     @property
     def alive(self) -> bool:
         return self.deployed and self.agent_alive and self.state not in TERMINAL_STATES
+
+    @property
+    def unsupervised(self) -> bool:
+        """Its supervisor died and its server, verified by identity, still runs."""
+        return self.deployed and self.state == UNSUPERVISED

@@ -11,6 +11,7 @@ with file:line:column, key path and a hint.
 from __future__ import annotations
 
 import difflib
+import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,7 +21,7 @@ from orchestrator import argtable
 from orchestrator.argtable import ArgTable, BadValue
 from orchestrator.doccheck import DocChecker
 from orchestrator.errors import InvalidProfile, ProfileError, ProfileNotFound
-from orchestrator.model import ArgValue, Finding, Host, Profile, Severity
+from orchestrator.model import ArgValue, Finding, Host, Profile, SecretRef, Severity
 from orchestrator.profile_checks import (
     INVENTORY_FILE,
     LOCAL_HOST,
@@ -92,8 +93,10 @@ class ProfileStore:
         self._local_python = local_python
         self._docs: dict[str, YamlDoc] = {}
         self._inventory: dict[str, Host] | None = None
+        self._inventory_error: ProfileError | InvalidProfile | None = None
 
     def names(self) -> list[str]:
+        """The profiles: ``<name>.yaml`` files whose name is a profile name (see :meth:`strays`)."""
         if not self.root.is_dir():
             return []
         return sorted(
@@ -101,6 +104,34 @@ class ProfileStore:
             for path in self.root.glob(f"*{PROFILE_SUFFIX}")
             if path.name != INVENTORY_FILE and _NAME_RE.match(path.stem)
         )
+
+    def strays(self) -> list[ProfileError]:
+        """YAML files in the directory that no profile name reaches: ``x.yml``, ``My Profile.yaml``.
+        Hidden files (``.yamllint.yaml``) are not profiles and are left alone."""
+        if not self.root.is_dir():
+            return []
+        errors = []
+        for path in sorted(self.root.iterdir()):
+            if path.name.startswith(".") or path.suffix.lower() not in (".yaml", ".yml"):
+                continue
+            readable = path.suffix == PROFILE_SUFFIX and _NAME_RE.match(path.stem)
+            if path.name == INVENTORY_FILE or readable:
+                continue
+            stem = re.sub(r"[^A-Za-z0-9._-]+", "-", path.stem).strip("-._") or "name"
+            if path.stem.lower() == INVENTORY_FILE.removesuffix(PROFILE_SUFFIX):
+                problem = f"orch reads the host inventory from {INVENTORY_FILE} only"
+                fix = f"rename it to {INVENTORY_FILE}"
+            elif path.suffix != PROFILE_SUFFIX:
+                problem = f"not a profile: orch reads <name>{PROFILE_SUFFIX} files only"
+                fix = f"rename it to {stem}{PROFILE_SUFFIX}"
+            else:
+                problem = f"not a profile name: {path.stem!r}"
+                fix = (
+                    f"rename it, e.g. to {stem}{PROFILE_SUFFIX}: a name is letters, digits, "
+                    "'.', '_' and '-', starting with a letter or digit"
+                )
+            errors.append(ProfileError(problem, fix, source=self.display(path)))
+        return errors
 
     def display(self, path: Path) -> str:
         base = self._display_root
@@ -126,11 +157,28 @@ class ProfileStore:
     def inventory(self) -> dict[str, Host]:
         """The host inventory: ``hosts.yaml`` entries plus the built-in ``local``."""
         if self._inventory is None:
-            path = self.root / INVENTORY_FILE
-            source = self.display(path)
-            doc = parse_yaml(path.read_text(encoding="utf-8"), source) if path.exists() else None
-            self._inventory = _read_inventory(doc, self._local_python)
+            if self._inventory_error is not None:  # reported once per command, not per profile
+                raise self._inventory_error
+            try:
+                self._inventory = _read_inventory(self._inventory_doc(), self._local_python)
+            except (ProfileError, InvalidProfile) as exc:
+                self._inventory_error = exc
+                raise
         return self._inventory
+
+    def _inventory_doc(self) -> YamlDoc | None:
+        path = self.root / INVENTORY_FILE
+        source = self.display(path)
+        if not path.exists():
+            return None
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ProfileError(
+                f"cannot read the host inventory: {exc}", f"{INVENTORY_FILE} is a UTF-8 YAML file",
+                source=source,
+            ) from exc  # fmt: skip
+        return parse_yaml(text, source)
 
     # -- inheritance -------------------------------------------------------------------------
 
@@ -303,11 +351,42 @@ def _read_inventory(doc: YamlDoc | None, local_python: str | None) -> dict[str, 
             identity_file=checker.text((*path, "identity_file")),
             known_hosts=checker.text((*path, "known_hosts")),
             python=python or (local_python if name == LOCAL_HOST else None),
-            workdir=checker.text((*path, "workdir")) or Host.workdir,
+            workdir=_workdir(checker, (*path, "workdir")),
         )
     if checker.errors:
         raise InvalidProfile(checker.errors)
     return hosts
+
+
+def _workdir(checker: DocChecker, path: KeyPath) -> str:
+    """An absolute path, or one under the SSH user's home: ``~`` and ``~/x`` (expanded by
+    ``transport.expand_home`` where the agent is located). Anything else would be resolved against
+    whatever directory the agent runs in (it runs in ``/``), splitting a deployment's state."""
+    if checker.get(path) is None:  # YAML reads a bare ~ as null
+        checker.error(
+            path, "expected a path, got null (YAML reads a bare ~ as null)",
+            "quote it for the SSH user's home: workdir: \"~\"; or leave the key out",
+        )  # fmt: skip
+        return Host.workdir
+    workdir = checker.text(path)
+    if workdir is None:
+        return Host.workdir
+    if workdir.startswith(("/", "~/")) or workdir == "~":
+        return workdir
+    if workdir.startswith("~"):
+        checker.error(
+            path, f"expected an absolute path or ~/..., got {workdir!r}: ~user is not expanded",
+            f"~ is the SSH user's home: write ~/{workdir.partition('/')[2] or 'orch'}, "
+            "or the absolute path",
+        )  # fmt: skip
+    else:
+        checker.error(
+            path, f"expected an absolute path or ~/..., got {workdir!r}",
+            f"a relative workdir would depend on where the agent runs; write ~/{workdir} "
+            "(under the SSH user's home) or an absolute path such as /data/orch"
+            if workdir else "write an absolute path such as /data/orch, or leave the key out",
+        )  # fmt: skip
+    return Host.workdir
 
 
 # -- the built profile, checked as a whole ---------------------------------------------------------
@@ -359,7 +438,44 @@ def _check_fields(checker: DocChecker, profile: Profile, table: ArgTable) -> Non
             argtable.arg_tokens(spelling.option, field.value, spelling.flag)
         except BadValue as exc:
             checker.error(path, exc.expected, exc.hint)
+            continue
+        if spelling.option.type == "float" and not _finite(field.value):
+            checker.error(
+                path, f"expected a finite number, got {field.value!r}",
+                "NaN and infinities are not accepted",
+            )  # fmt: skip
+        if isinstance(field.value, SecretRef):
+            checker.note(
+                Severity.WARNING, path,
+                f"{{from_env: {field.value.env_var}}} goes on the server's command line as "
+                f"{spelling.flag}: every user on {profile.host.name} can read it in the "
+                "process list (ps, /proc/PID/cmdline)",
+                _secret_hint(spelling.flag, version),
+            )  # fmt: skip
     _check_pins(checker, profile, table)
+
+
+def _secret_hint(flag: str, version: str) -> str:
+    """SGLang 0.5.11-0.5.23 read their secret options (api_key, admin_api_key,
+    ssl_keyfile_password) from the command line only: server_args has no environment fallback."""
+    return (
+        f"SGLang {version} reads {flag} from its command line only: launch it where no untrusted "
+        "user has a login. A secret SGLang reads from its environment (HF_TOKEN for the Hub) "
+        "belongs under env:, which other users cannot read"
+    )
+
+
+def _finite(value: object) -> bool:
+    """False for a float option's NaN or infinity, written as text ("nan", "-inf", "1e999")."""
+    items = value if isinstance(value, tuple) else (value,)
+    for item in items:
+        if isinstance(item, str | float) and not isinstance(item, bool):
+            try:
+                if not math.isfinite(float(item)):
+                    return False
+            except ValueError:
+                continue
+    return True
 
 
 def _check_pins(checker: DocChecker, profile: Profile, table: ArgTable) -> None:

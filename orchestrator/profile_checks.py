@@ -42,6 +42,9 @@ LOCAL_HOST = "local"
 _ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _FIELD_NAME_RE = re.compile(r"^[a-z][a-z0-9_]*$")
 _DEVICE_UUID_RE = re.compile(r"^(GPU|MIG)-[0-9A-Za-z-]+$")
+# Durations are slept and waited on by the agent: a finite bound keeps every one of them within
+# what the host's clock and timers take (time.sleep(1e308) raises; .inf is refused by yamldoc).
+MAX_SECONDS = 366 * 86400.0
 
 _TOP_KEYS = (
     "extends", "abstract", "description", "sglang", "host", "launcher", "model", "gpu",
@@ -59,7 +62,7 @@ _SECTION_KEYS: dict[str, tuple[str, ...]] = {
         "start_limit",
         "start_limit_interval_s",
     ),
-    "health": ("startup_timeout_s", "interval_s", "endpoint"),
+    "health": ("startup_timeout_s", "interval_s", "endpoint", "failures"),
 }
 
 # SGLang fields a profile sets through its own structured keys, in render order.
@@ -128,7 +131,7 @@ class ProfileChecker(DocChecker):
         args = self._args()
         restart = self._restart()
         health = self._health()
-        stop_timeout = self.number(("stop_timeout_s",), 0.0)
+        stop_timeout = self.number(("stop_timeout_s",), 0.0, MAX_SECONDS)
         pin = self._pin()
         description = self.text(("description",), one_line=False) or ""
 
@@ -376,10 +379,10 @@ class ProfileChecker(DocChecker):
                     ("restart", "mode"), f"expected no, on-failure or always, got {raw_mode!r}"
                 )
         multiplier = self.number(("restart", "multiplier"), 1.0)
-        delay = self.number(("restart", "delay_s"), 0.0)
-        max_delay = self.number(("restart", "max_delay_s"), 0.0)
+        delay = self.number(("restart", "delay_s"), 0.0, MAX_SECONDS)
+        max_delay = self.number(("restart", "max_delay_s"), 0.0, MAX_SECONDS)
         limit = self.integer(("restart", "start_limit"), 1)
-        interval = self.number(("restart", "start_limit_interval_s"), 0.0)
+        interval = self.number(("restart", "start_limit_interval_s"), 0.0, MAX_SECONDS)
         policy = RestartPolicy(
             mode=mode,
             delay_s=delay if delay is not None else defaults.delay_s,
@@ -398,9 +401,10 @@ class ProfileChecker(DocChecker):
         if self.mapping(("health",)) is None:
             return HealthPolicy()
         defaults = HealthPolicy()
-        timeout = self.number(("health", "startup_timeout_s"), 1.0)
-        interval = self.number(("health", "interval_s"), 0.1)
+        timeout = self.number(("health", "startup_timeout_s"), 1.0, MAX_SECONDS)
+        interval = self.number(("health", "interval_s"), 0.1, MAX_SECONDS)
         endpoint = self.text(("health", "endpoint"))
+        failures = self.integer(("health", "failures"), 1)
         if endpoint is not None and not endpoint.startswith("/"):
             self.error(("health", "endpoint"), f"expected a path such as /health, got {endpoint!r}")
             endpoint = None
@@ -408,6 +412,7 @@ class ProfileChecker(DocChecker):
             startup_timeout_s=timeout if timeout is not None else defaults.startup_timeout_s,
             interval_s=interval if interval is not None else defaults.interval_s,
             endpoint=endpoint or defaults.endpoint,
+            failures=failures if failures is not None else defaults.failures,
         )
 
 

@@ -166,3 +166,90 @@ def test_cli_secret_value_never_printed(
         outputs += out + err
     assert "hf_do_not_print_me" not in outputs
     assert "<redacted: from_env HF_TOKEN>" in outputs
+
+
+# -- one bad file never breaks the others (issue 10 §6) ---------------------------------------------
+
+_BOMB = "a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
+    f"{name}: &{name} [{', '.join([f'*{before}'] * 9)}]\n"
+    for before, name in zip("abcdefgh", "bcdefghi", strict=True)
+)
+
+
+def _bad_files(root: Path) -> None:
+    (root / "bomb.yaml").write_text(_BOMB)
+    (root / "loop.yaml").write_text("host: gpu-1\nargs: &a [*a]\n")
+    (root / "nan.yaml").write_text(
+        'sglang: "0.5.11"\nhost: gpu-1\nmodel: {path: /m}\nrestart: {delay_s: .inf}\n'
+    )
+    (root / "My Profile.yaml").write_text("host: gpu-1\n")
+    (root / "old.yml").write_text("host: gpu-1\n")
+
+
+def test_cli_validate_reports_every_bad_file_and_checks_the_others(
+    profile_dir: ProfileDir,
+) -> None:
+    profile_dir.write("good", 'sglang: "0.5.11"\nhost: gpu-1\nmodel: {path: /m}\n')
+    _bad_files(profile_dir.root)
+    code, out, err = _run(["--profiles", str(profile_dir.root), "validate"])
+    assert code == ExitCode.CONFIG
+    assert out == "ok  good  (SGLang 0.5.11, host gpu-1)\n"
+    root = profile_dir.root
+    for line in (
+        f"orch: error: {root}/My Profile.yaml: not a profile name: 'My Profile'",
+        f"orch: error: {root}/old.yml: not a profile: orch reads <name>.yaml files only",
+        f"orch: error: {root}/bomb.yaml:6:8: f[0]: the document expands to more than 100000 values",
+        f"orch: error: {root}/loop.yaml:2:11: args[0]: alias *a is inside the value &a names",
+        f"orch: error: {root}/nan.yaml:4:20: restart.delay_s: expected a finite number, got .inf",
+        "orch: 3 of 4 profile(s) invalid, 2 file(s) that are not profiles",
+    ):
+        assert line in err, line
+    assert "Traceback" not in err
+
+
+def test_cli_validate_names_an_invalid_inventory_once(profile_dir: ProfileDir) -> None:
+    profile_dir.write("hosts.yaml", "hosts:\n  gpu-1: {address: a, python: /p, workdir: data}\n")
+    profile_dir.write("one", "host: gpu-1\nmodel: {path: /m}\n")
+    profile_dir.write("two", "host: gpu-1\nmodel: {path: /m}\n")
+    code, out, err = _run(["--profiles", str(profile_dir.root), "validate"])
+    assert code == ExitCode.CONFIG
+    assert out == ""
+    assert err.count("hosts.gpu-1.workdir: expected an absolute path or ~/...") == 1
+    assert f"orch: error: {profile_dir.root}/one.yaml: not checked: hosts.yaml is invalid" in err
+    assert err.endswith("orch: 2 of 2 profile(s) invalid, hosts.yaml invalid\n")
+
+
+def test_cli_profiles_lists_invalid_files_as_rows_and_exits_config(
+    profile_dir: ProfileDir,
+) -> None:
+    profile_dir.write("good", "host: gpu-1\nmodel: {path: /m}\ndescription: fine\n")
+    _bad_files(profile_dir.root)
+    code, out, err = _run(["--profiles", str(profile_dir.root), "profiles"])
+    assert code == ExitCode.CONFIG
+    rows = {line.split()[0]: line for line in out.splitlines()[1:]}
+    assert rows["good"].split() == ["good", "gpu-1", "fine"]
+    assert "INVALID: " in rows["bomb"]
+    assert "it would never end" in rows["loop"]
+    assert "expected a finite number" in rows["nan"]
+    assert "old.yml" in rows
+    assert any(line.startswith("My Profile.yaml ") for line in out.splitlines())
+    assert err == "orch: 5 invalid; `orch validate` shows every error\n"
+
+
+def test_cli_status_shows_an_invalid_profile_as_a_row_and_asks_the_others(
+    profile_dir: ProfileDir,
+) -> None:
+    profile_dir.write(
+        "hosts.yaml", "hosts:\n  dead: {address: 127.0.0.1, port: 1, python: /p, workdir: /w}\n"
+    )
+    profile_dir.write("good", 'sglang: "0.5.11"\nhost: dead\nmodel: {path: /m}\n')
+    profile_dir.write("base", "abstract: true\nmodel: {path: /m}\n")
+    profile_dir.write("nan", "host: dead\nmodel: {path: /m}\nrestart: {delay_s: .nan}\n")
+    code, out, _ = _run(["--profiles", str(profile_dir.root), "status", "--json"])
+    rows = json.loads(out)
+    assert [(row["profile"], row["host"]) for row in rows] == [("good", "dead"), ("nan", "-")]
+    assert rows[0]["error"] == "dead: connection to 127.0.0.1:1 refused"
+    assert rows[1]["error"] == (
+        f"{profile_dir.root}/nan.yaml:3:20: restart.delay_s: expected a finite number, got .nan"
+    )
+    assert code == ExitCode.CONNECT  # the worst row: the unreachable host (5) over CONFIG (3)

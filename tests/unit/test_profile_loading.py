@@ -158,3 +158,48 @@ def test_profile_gpu_devices_become_cuda_visible_devices(profile_dir: ProfileDir
 def test_store_names_skip_the_inventory(profile_dir: ProfileDir) -> None:
     profile_dir.write("one", BASE)
     assert profile_dir.store().names() == ["one"]
+
+
+def test_store_strays_are_yaml_files_no_profile_name_reaches(profile_dir: ProfileDir) -> None:
+    profile_dir.write("one", BASE)
+    profile_dir.write("My Profile.yaml", BASE)
+    (profile_dir.root / "two.yml").write_text(BASE)
+    (profile_dir.root / "hosts.yml").write_text("hosts: {}\n")
+    (profile_dir.root / ".yamllint.yaml").write_text("rules: {}\n")  # hidden: not a profile
+    (profile_dir.root / "one.lock.json").write_text("{}\n")
+    store = profile_dir.store()
+    assert store.names() == ["one"]
+    strays = store.strays()
+    assert [(e.source, e.problem, e.hint) for e in strays] == [
+        (
+            "profiles/My Profile.yaml",
+            "not a profile name: 'My Profile'",
+            "rename it, e.g. to My-Profile.yaml: a name is letters, digits, '.', '_' and '-', "
+            "starting with a letter or digit",
+        ),
+        (
+            "profiles/hosts.yml",
+            "orch reads the host inventory from hosts.yaml only",
+            "rename it to hosts.yaml",
+        ),
+        (
+            "profiles/two.yml",
+            "not a profile: orch reads <name>.yaml files only",
+            "rename it to two.yaml",
+        ),
+    ]
+    assert all(e.exit_code == ExitCode.CONFIG for e in strays)
+
+
+def test_store_unreadable_inventory_is_a_located_error_reported_once(
+    profile_dir: ProfileDir,
+) -> None:
+    (profile_dir.root / "hosts.yaml").write_bytes(b"hosts:\n  box: {address: \xff}\n")
+    profile_dir.write("p", "host: box\nmodel: {path: /m}\n")
+    store = profile_dir.store()
+    with pytest.raises(ProfileError) as first:
+        store.load("p")
+    assert first.value.message.startswith("profiles/hosts.yaml: cannot read the host inventory")
+    with pytest.raises(ProfileError) as second:
+        store.inventory()
+    assert second.value is first.value  # read once per store, not once per profile

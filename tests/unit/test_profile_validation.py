@@ -271,3 +271,119 @@ def test_inventory_python_must_be_absolute_or_a_command(profile_dir: ProfileDir)
         profile_dir.store().load("p")
     assert caught.value.errors[0].key_path == "hosts.box.python"
     assert "no shell expands" in caught.value.errors[0].problem
+
+
+# -- numbers: finite, within what the agent can wait (issue 10 §6) ---------------------------------
+
+
+@pytest.mark.parametrize(
+    ("body", "key_path", "column"),
+    [
+        ("restart: {delay_s: .inf}\n", "restart.delay_s", 20),
+        ("restart: {max_delay_s: .nan}\n", "restart.max_delay_s", 24),
+        ("health: {startup_timeout_s: -.inf}\n", "health.startup_timeout_s", 29),
+        ("stop_timeout_s: .Inf\n", "stop_timeout_s", 17),
+        ("args: {mem_fraction_static: .nan}\n", "args.mem_fraction_static", 29),
+        ("env: {RATIO: .inf}\n", "env.RATIO", 14),
+    ],
+)
+def test_validation_nan_and_infinities_are_refused_for_every_number(
+    profile_dir: ProfileDir, body: str, key_path: str, column: int
+) -> None:
+    profile_dir.write("p", HEAD + body)
+    with pytest.raises(ProfileError) as caught:
+        profile_dir.store().load("p")
+    error = caught.value
+    assert error.exit_code == ExitCode.CONFIG
+    assert error.message.startswith(
+        f"profiles/p.yaml:4:{column}: {key_path}: expected a finite number"
+    )
+    assert error.hint is not None
+
+
+@pytest.mark.parametrize("text", ["nan", "-inf", "Infinity", "1e999"])
+def test_validation_non_finite_text_for_a_number_argument_is_refused(
+    profile_dir: ProfileDir, text: str
+) -> None:
+    error = _one(profile_dir, f'args:\n  mem_fraction_static: "{text}"\n')
+    assert error.message == (
+        f"profiles/p.yaml:5:3: args.mem_fraction_static: expected a finite number, got {text!r}"
+    )
+
+
+def test_validation_durations_are_bounded_and_huge_integers_do_not_crash(
+    profile_dir: ProfileDir,
+) -> None:
+    errors = _errors(
+        profile_dir,
+        "restart: {delay_s: 1.0e+300, max_delay_s: 1.0e+300}\n"
+        f"health: {{interval_s: {10**400}}}\n",
+    )
+    assert [(e.key_path, e.problem) for e in errors] == [
+        ("restart.delay_s", "expected a number in 0..3.16224e+07, got 1e+300"),
+        ("restart.max_delay_s", "expected a number in 0..3.16224e+07, got 1e+300"),
+        ("health.interval_s", "expected a finite number"),
+    ]
+
+
+# -- the host's workdir (issue 10 §5) ----------------------------------------------------------
+
+
+@pytest.mark.parametrize("workdir", ["data/orch", "./orch", "orch", "~ubuntu/orch", '""'])
+def test_inventory_relative_workdir_is_an_error(profile_dir: ProfileDir, workdir: str) -> None:
+    profile_dir.write(
+        "hosts.yaml", f"hosts:\n  box: {{address: b, python: /v/bin/python, workdir: {workdir}}}\n"
+    )
+    profile_dir.write("p", "host: box\nmodel: {path: /m}\n")
+    with pytest.raises(InvalidProfile) as caught:
+        profile_dir.store().load("p")
+    [error] = caught.value.errors
+    assert error.message.startswith(
+        "profiles/hosts.yaml:2:44: hosts.box.workdir: expected an absolute path or ~/..."
+    )
+    assert error.hint is not None
+    assert "absolute path" in error.hint
+
+
+@pytest.mark.parametrize("workdir", ["/data/orch", '"~"', "~/orch", "~/.local/state/orch"])
+def test_inventory_absolute_and_home_workdirs_are_accepted(
+    profile_dir: ProfileDir, workdir: str
+) -> None:
+    profile_dir.write(
+        "hosts.yaml", f"hosts:\n  box: {{address: b, python: /v/bin/python, workdir: {workdir}}}\n"
+    )
+    profile_dir.write("p", "host: box\nmodel: {path: /m}\n")
+    assert profile_dir.store().load("p").profile.host.workdir == workdir.strip('"')
+
+
+def test_inventory_bare_tilde_workdir_is_yaml_null_and_says_so(profile_dir: ProfileDir) -> None:
+    profile_dir.write(
+        "hosts.yaml", "hosts:\n  box: {address: b, python: /v/bin/python, workdir: ~}\n"
+    )
+    profile_dir.write("p", "host: box\nmodel: {path: /m}\n")
+    with pytest.raises(InvalidProfile) as caught:
+        profile_dir.store().load("p")
+    [error] = caught.value.errors
+    assert error.problem == "expected a path, got null (YAML reads a bare ~ as null)"
+    assert error.hint == 'quote it for the SSH user\'s home: workdir: "~"; or leave the key out'
+
+
+# -- a secret in args is on the command line (issue 10 §4) ---------------------------------------
+
+
+def test_validation_secret_in_args_warns_that_the_process_list_shows_it(
+    profile_dir: ProfileDir,
+) -> None:
+    loaded = _load(
+        profile_dir,
+        "args:\n  api_key: {from_env: SERVING_KEY}\nenv:\n  HF_TOKEN: {from_env: HF_TOKEN}\n",
+    )
+    [warning] = [f for f in loaded.findings if f.severity is Severity.WARNING]
+    assert warning.message == (
+        "profiles/p.yaml:5:3: args.api_key: {from_env: SERVING_KEY} goes on the server's command "
+        "line as --api-key: every user on gpu-1 can read it in the process list "
+        "(ps, /proc/PID/cmdline)"
+    )
+    assert warning.hint is not None
+    assert "SGLang 0.5.11 reads --api-key from its command line only" in warning.hint
+    assert "env:" in warning.hint

@@ -1,0 +1,129 @@
+"""Every subcommand, run as a user runs it: the installed ``orch`` entry point in its own process,
+against the stand-in on this machine (and a real sshd for ``hosts``). The list comes from the
+parser itself, so a new subcommand without a run here fails this test."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from orchestrator.cli import _parser
+from orchestrator.errors import ExitCode
+from tests.conftest import REPO
+from tests.e2e.conftest import Workspace
+from tests.ssh.sshd import SshServer
+
+ORCH = Path(sys.executable).parent / "orch"
+
+
+def _subcommands() -> list[str]:
+    for action in _parser()._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            return sorted(action.choices)
+    raise AssertionError("orch has no subcommands")
+
+
+def _orch(space: Workspace, *argv: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(ORCH), "--profiles", str(space.profiles), *argv], cwd=space.root,
+        capture_output=True, text=True, timeout=120, check=False,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )  # fmt: skip
+
+
+def _ok(done: subprocess.CompletedProcess[str], *shown: str) -> None:
+    assert done.returncode == ExitCode.OK, (done.args, done.stdout, done.stderr)
+    for text in shown:
+        assert text in done.stdout, (text, done.stdout)
+
+
+def _up(space: Workspace, name: str) -> None:
+    _ok(_orch(space, "up", name), "READY")
+
+
+def run_render(space: Workspace, name: str, sshd: SshServer) -> None:
+    _ok(_orch(space, "render", name), "sglang.launch_server")
+
+
+def run_validate(space: Workspace, name: str, sshd: SshServer) -> None:
+    _ok(_orch(space, "validate", name), f"ok  {name}")
+
+
+def run_profiles(space: Workspace, name: str, sshd: SshServer) -> None:
+    _ok(_orch(space, "profiles"), name)
+
+
+def run_up(space: Workspace, name: str, sshd: SshServer) -> None:
+    _up(space, name)
+
+
+def run_down(space: Workspace, name: str, sshd: SshServer) -> None:
+    _up(space, name)
+    _ok(_orch(space, "down", name), "EXITED")
+
+
+def run_restart(space: Workspace, name: str, sshd: SshServer) -> None:
+    _up(space, name)
+    _ok(_orch(space, "restart", name, "--no-plan"), "EXITED", "READY")
+
+
+def run_status(space: Workspace, name: str, sshd: SshServer) -> None:
+    _up(space, name)
+    _ok(_orch(space, "status", name), "READY")
+
+
+def run_logs(space: Workspace, name: str, sshd: SshServer) -> None:
+    _up(space, name)
+    _ok(_orch(space, "logs", name, "-n", "20"), "The server is fired up and ready to roll!")
+
+
+def run_plan(space: Workspace, name: str, sshd: SshServer) -> None:
+    _ok(_orch(space, "plan", name), "orch's stand-in, NOT SGLang")
+
+
+def run_lock(space: Workspace, name: str, sshd: SshServer) -> None:
+    _ok(_orch(space, "lock", name), "wrote")
+    assert (space.profiles / f"{name}.lock.json").exists()
+
+
+def run_diff_effective(space: Workspace, name: str, sshd: SshServer) -> None:
+    _up(space, name)
+    _ok(_orch(space, "diff-effective", name), "no drift")
+
+
+def run_hosts(space: Workspace, name: str, sshd: SshServer) -> None:
+    hosts = space.profiles / "hosts.yaml"
+    hosts.write_text(
+        hosts.read_text()
+        + f"  lab:\n    address: 127.0.0.1\n    port: {sshd.port}\n    user: {sshd.user}\n"
+        f"    identity_file: {sshd.client_key}\n    python: {sys.executable}\n"
+        f"    workdir: {space.root / 'lab'}\n"
+    )
+    _ok(_orch(space, "hosts", "trust", "lab", "--yes"), "pinned in")
+    assert "127.0.0.1" in (space.profiles / "known_hosts").read_text()
+
+
+def run_init(space: Workspace, name: str, sshd: SshServer) -> None:
+    _ok(_orch(space, "init", str(space.root / "team")), "wrote")
+
+
+RUNS: dict[str, Callable[[Workspace, str, SshServer], None]] = {
+    "render": run_render, "validate": run_validate, "profiles": run_profiles, "up": run_up,
+    "down": run_down, "restart": run_restart, "status": run_status, "logs": run_logs,
+    "plan": run_plan, "lock": run_lock, "diff-effective": run_diff_effective,
+    "hosts": run_hosts, "init": run_init,
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("command", _subcommands())
+def test_every_subcommand_runs_through_the_real_entry_point(
+    command: str, local_workspace: Workspace, sshd: SshServer
+) -> None:
+    assert command in RUNS, f"orch {command} has no run in {__file__}: add one"
+    RUNS[command](local_workspace, local_workspace.profile("every"), sshd)
