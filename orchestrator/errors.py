@@ -40,6 +40,8 @@ class ExitCode(enum.IntEnum):
     MODEL_NOT_FOUND = 25
     NCCL = 26
     CRASHED = 27
+    HUNG = 28  # READY, then /health failed health.failures times in a row: the agent stopped it
+    SPAWN_FAILED = 29  # the server could not be started at all (exec failed): never restarted
     INTERNAL = 70  # a bug in orch (EX_SOFTWARE)
     INTERRUPTED = 130  # Ctrl-C
 

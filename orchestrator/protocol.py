@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from orchestrator import sglang_config
-from orchestrator.errors import SupervisorError
+from orchestrator.errors import PreflightError, SupervisorError
 from orchestrator.model import ExitInfo, Profile, RunState, frozen_map
 from orchestrator.plan import PlanAnswer, Provenance
 from orchestrator.remote.agent import PROTOCOL
@@ -45,6 +45,7 @@ def build_spec(
             "endpoint": profile.health.endpoint,
             "interval_s": profile.health.interval_s,
             "startup_timeout_s": profile.health.startup_timeout_s,
+            "failures": profile.health.failures,
         },
         "restart": {
             "mode": str(profile.restart.mode),
@@ -232,9 +233,22 @@ class _Reader:
         return None if value is None else _Reader(value, f"{self.what}.{key}")
 
 
+def refused(document: Any) -> None:
+    """The agent refused to act in an unsafe place (StrictModes: a workdir or deployment
+    directory another user owns or may write, a planted symlink): PreflightError."""
+    if isinstance(document, dict) and document.get("refused"):
+        reason = document.get("reason")
+        hint = document.get("hint")
+        raise PreflightError(
+            f"the agent refused: {reason if isinstance(reason, str) else document['refused']}",
+            hint if isinstance(hint, str) else None,
+        )
+
+
 def decode_state(document: Any, *, agent_alive: bool | None = None) -> RunState:
     """A deployment's state: the agent's ``status``/``stop`` answers, ``start``'s ``state``,
     and ``state.json`` read directly (then ``agent_alive`` says what orch assumes)."""
+    refused(document)
     reader = _Reader(document, "agent state")
     if agent_alive is None and not reader.flag("deployed", False):
         return RunState(deployed=False)
@@ -272,6 +286,13 @@ def decode_state(document: Any, *, agent_alive: bool | None = None) -> RunState:
         last_exit=last_exit,
         agent_alive=reader.flag("agent_alive") if agent_alive is None else agent_alive,
         stale=reader.flag("stale"),
+        # Agents before identities answered no server_alive: a pid was all they knew.
+        server_alive=reader.flag("server_alive", reader.opt_integer("pid") is not None),
+        recorded_state=reader.opt_text("recorded_state"),
+        recorded_pid=reader.opt_integer("recorded_pid"),
+        adopted=reader.flag("adopted"),
+        output_lost=reader.flag("output_lost"),
+        health_failures=reader.integer("health_failures", 0),
         next_start_at=reader.opt_number("next_start_at"),
         launch_digest=digest,
         git_commit=meta.opt_text("git_commit"),
@@ -281,6 +302,8 @@ def decode_state(document: Any, *, agent_alive: bool | None = None) -> RunState:
 
 
 def decode_start(document: Any) -> StartReply:
+    """``start`` and ``adopt``."""
+    refused(document)
     reader = _Reader(document, "agent start")
     if reader.flag("ok", False):
         return StartReply(ok=True, state=decode_state(reader.mapping("state"), agent_alive=True))
@@ -294,12 +317,14 @@ def decode_start(document: Any) -> StartReply:
 
 
 def decode_stop(document: Any) -> StopReply:
+    refused(document)
     reader = _Reader(document, "agent stop")
     killed = tuple(int(pid) for pid in reader.items("leftovers_killed"))
     return StopReply(decode_state(document), killed)
 
 
 def decode_runs(document: Any) -> tuple[RunInfo, ...]:
+    refused(document)
     runs = []
     for index, raw in enumerate(_Reader(document, "agent runs").items("runs")):
         run = _Reader(raw, f"agent runs.runs[{index}]")
@@ -371,6 +396,7 @@ def _decode_gpus(reader: _Reader | None) -> GpuFacts:
 
 def decode_inspect(document: Any) -> tuple[Observation, LastRun | None]:
     """``inspect``: what the server received and resolved, and the deployment's last run."""
+    refused(document)
     reader = _Reader(document, "agent inspect")
     notes: list[str] = []
     resolved: Mapping[str, Any] | None = None
@@ -393,6 +419,13 @@ def decode_inspect(document: Any) -> tuple[Observation, LastRun | None]:
             except sglang_config.UnreadableConfig as exc:
                 notes.append(str(exc))
     alive = reader.flag("alive")
+    last = reader.child("last_run")
+    ended = last.child("exit") if last is not None else None
+    if (snapshot := reader.opt_text("received_file")) is not None:
+        notes.append(f"the server is not running: received is what it was exec'd with ({snapshot})")
+        if resolved is None:
+            how = f"{ended.text('class', '?')}: {ended.text('message', '')}" if ended else "?"
+            notes.append(f"it resolved nothing: it ended before logging server_args= ({how})")
     if not alive and resolved is not None:
         notes.append("the server is not running: compared with what its log recorded")
     for key in ("proc_error", "log_error"):
@@ -413,10 +446,14 @@ def decode_inspect(document: Any) -> tuple[Observation, LastRun | None]:
         notes=tuple(notes),
         server_version=server_version,
     )
-    last = reader.child("last_run")
     last_run = None
     if last is not None and last.opt_text("run_id"):
-        last_run = LastRun(last.text("run_id"), last.opt_text("state") or "?")
+        last_run = LastRun(
+            last.text("run_id"),
+            last.opt_text("state") or "?",
+            exit_class=ended.opt_text("class") if ended is not None else None,
+            exit_message=ended.opt_text("message") if ended is not None else None,
+        )
     return observed, last_run
 
 
@@ -424,6 +461,8 @@ def decode_inspect(document: Any) -> tuple[Observation, LastRun | None]:
 class LastRun:
     run_id: str
     state: str
+    exit_class: str | None = None  # how it ended, when it did
+    exit_message: str | None = None
 
 
 def decode_plan_answer(document: Any) -> PlanAnswer:

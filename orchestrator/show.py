@@ -26,10 +26,10 @@ from orchestrator.commands.events import (
 )
 from orchestrator.commands.ops import StatusRow
 from orchestrator.errors import ExitCode
-from orchestrator.model import Finding, Severity
+from orchestrator.model import Finding, RunState, Severity
 from orchestrator.observe import LogEvent
 from orchestrator.protocol import StopReply
-from orchestrator.remote.agent import STOPPED
+from orchestrator.remote.agent import READY, STOPPED
 
 
 @dataclass(frozen=True)
@@ -144,7 +144,8 @@ class UpView:
             if event.last_lines:
                 texts.append(Text("  last lines of the log:\n", err=True))
                 texts += [Text(f"  | {text}\n", err=True) for text in event.last_lines[-15:]]
-            texts += error(f"server failed: {event.summary}", event.hint)
+            failed = "" if event.exit_code == ExitCode.SUPERVISOR else "server failed: "
+            texts += error(f"{failed}{event.summary}", event.hint)
         return [*texts, Text("", flush=True), Text("", err=True, flush=True)]
 
     def _log_event(self, event: LogEvent) -> list[Text]:
@@ -247,6 +248,7 @@ def status_json(row: StatusRow) -> dict[str, object]:
     if row.state is not None:
         document.update(dataclasses.asdict(row.state))
         document["alive"] = row.state.alive
+        document["unsupervised"] = row.state.unsupervised
     return document
 
 
@@ -271,7 +273,7 @@ def status_table(rows: Sequence[StatusRow]) -> str:
         commit = (state.git_commit or "-")[:10] + ("+dirty" if state.git_dirty else "")
         table.append((
             row.profile, row.host,
-            (state.state or "?") + (" (stale)" if state.stale else ""),
+            state_cell(state),
             str(state.pid or "-"),
             duration(state.uptime_s),
             str(state.restarts),
@@ -282,6 +284,21 @@ def status_table(rows: Sequence[StatusRow]) -> str:
             commit,
         ))  # fmt: skip
     return grid(table)
+
+
+def state_cell(state: RunState) -> str:
+    """The state and what qualifies it: no supervisor, adopted, failing health checks."""
+    shown = state.state or "?"
+    if state.unsupervised:
+        return f"{shown} (was {state.recorded_state}; no supervisor, output lost)"
+    if state.stale:
+        return f"{shown} (supervisor died; server gone)"
+    notes = []
+    if state.adopted:
+        notes.append("adopted" + ("; output lost" if state.output_lost else ""))
+    if state.health_failures and state.state == READY:
+        notes.append(f"health failed {state.health_failures}x")
+    return shown + (f" ({'; '.join(notes)})" if notes else "")
 
 
 # -- plan, lock ------------------------------------------------------------------------------------

@@ -162,7 +162,7 @@ class Agent:
             result = self._run(argv, timeout)
         if result.returncode == BOOT_UNSAFE:
             why = result.stderr.decode("utf-8", "replace").strip().splitlines()[-1]
-            raise SupervisorError(
+            raise PreflightError(
                 f"refusing to run orch's files on {self.deployment.host.name}: "
                 + why.removeprefix("orch-bootstrap: "),
                 f"hosts.{self.deployment.host.name}.workdir must be a directory only you can "
@@ -220,6 +220,11 @@ class Agent:
         pending = posixpath.join(directory, f".spec-{secrets.token_hex(6)}.json")
         self.transport.put(json.dumps(spec, indent=1).encode(), pending, 0o600)
         return decode_start(self.call("start", "--dir", directory, "--spec", pending))
+
+    def adopt(self) -> StartReply:
+        """A new supervisor for a server whose supervisor died: it verifies the server's
+        identity and watches it without restarting it (see ``agent.py adopt``)."""
+        return decode_start(self.call("adopt", "--dir", self.deployment.dir))
 
     def status(self) -> RunState:
         return decode_state(self.call("status", "--dir", self.deployment.dir))

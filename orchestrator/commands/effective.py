@@ -34,9 +34,10 @@ def diff_effective(
     )
     where = f"{profile.name} on {profile.host.name}"
     if observed.pid is None and observed.resolved is None and last_run is not None:
+        ended = f"; {last_run.exit_class}: {last_run.exit_message}" if last_run.exit_class else ""
         raise NotResolved(
-            f"{where}: no server runs; its last run ({last_run.run_id}, {last_run.state}) "
-            "logged no server_args= line",
+            f"{where}: no server runs; its last run ({last_run.run_id}, {last_run.state}{ended}) "
+            "logged no server_args= line and kept no record of what it received",
             f"orch logs {profile.name} shows how it ended",
         )
     if observed.pid is None and observed.resolved is None:

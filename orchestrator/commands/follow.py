@@ -20,17 +20,27 @@ from orchestrator.remote.agent import (
     CRASHED,
     CUDA_OOM,
     DETERMINISTIC,
+    HUNG,
     IMPORT_ERROR,
     KILLED,
+    LOST,
     MODEL_NOT_FOUND,
     NCCL,
     PORT_IN_USE,
     READY,
+    SPAWN_FAILED,
+    STARTUP_TIMEOUT,
     TERMINAL_STATES,
 )
 from orchestrator.supervise import Agent
 
 POLL_S = 0.1
+# How often up asks the host whether the supervisor is still the process it recorded: state.json
+# alone cannot say that a supervisor died (kill -9, the OOM killer) and will never write again.
+AGENT_CHECK_S = 0.5
+# The agent enforces health.startup_timeout_s (and stops the server); up waits this much longer
+# before giving up by itself, for the stop's grace and an agent too old to enforce it.
+TIMEOUT_MARGIN_S = 10.0
 TAIL_LINES = 30
 EXPLAINING_LINES = 400  # kept from before the config line: SGLang explains its changes there
 
@@ -43,6 +53,10 @@ EXIT_CODES = {
     MODEL_NOT_FOUND: ExitCode.MODEL_NOT_FOUND,
     NCCL: ExitCode.NCCL,
     CRASHED: ExitCode.CRASHED,
+    HUNG: ExitCode.HUNG,
+    STARTUP_TIMEOUT: ExitCode.STARTUP_TIMEOUT,
+    SPAWN_FAILED: ExitCode.SPAWN_FAILED,
+    LOST: ExitCode.CRASHED,
 }
 
 
@@ -83,10 +97,20 @@ def follow(
         return
     log = agent.deployment.run_log(run_id) if run_id else None
     reader = _LogReader(agent, log, startup)
-    deadline = clock.now() + profile.health.startup_timeout_s
+    timeout = profile.health.startup_timeout_s
+    deadline = clock.now() + timeout + profile.stop_timeout_s + TIMEOUT_MARGIN_S
+    next_check = clock.now() + AGENT_CHECK_S
     while True:
         yield from reader.read_new()
         current = agent.read_state() or state
+        if clock.now() >= next_check and current.state not in TERMINAL_STATES:
+            next_check = clock.now() + AGENT_CHECK_S
+            checked = agent.status()
+            if not checked.agent_alive and checked.state not in TERMINAL_STATES:
+                yield from reader.read_new()
+                reader.flush()
+                yield supervisor_died(checked, profile, tuple(reader.tail))
+                return
         ended = (
             current.last_exit if current.last_exit and current.last_exit.run_id == run_id else None
         )
@@ -98,12 +122,14 @@ def follow(
         if current.run_id == run_id and current.state == READY:
             yield ready_outcome(current, profile)
             return
-        if current.state in TERMINAL_STATES and current.run_id != run_id:
+        if current.state in TERMINAL_STATES:  # another run's end, or the agent's own error
+            yield from reader.read_new()
+            reader.flush()
             yield failure_outcome(current, CRASHED, current.message, tuple(reader.tail))
             return
         if clock.now() > deadline:
             raise StartupTimeout(
-                f"{profile.name} not ready after {profile.health.startup_timeout_s:g} s "
+                f"{profile.name} not ready after {timeout:g} s and its agent did not end it "
                 f"(state {current.state}); it keeps running",
                 tuple(reader.tail),
                 f"orch logs {profile.name} -f to watch it, orch down {profile.name} to stop it",
@@ -174,6 +200,28 @@ def failure_outcome(
         exit_code=EXIT_CODES.get(cls, ExitCode.CRASHED),
         state=state,
         summary=f"{cls}: {message} (run {run}, {state.state})",
+        last_lines=last_lines,
+        hint=hint,
+    )
+
+
+def supervisor_died(state: RunState, profile: Profile, last_lines: tuple[str, ...]) -> Outcome:
+    """The supervisor is gone (its recorded identity matches no process) and recorded no end."""
+    run = state.run_id or "?"
+    if state.unsupervised:
+        summary = (
+            f"the supervisor died during startup (run {run}, {state.recorded_state}); the server "
+            f"(pid {state.pid}) runs on unsupervised, its output lost"
+        )
+        hint = f"orch up {profile.name} re-attaches a supervisor; orch down {profile.name} stops it"
+    else:
+        summary = f"the supervisor died during startup (run {run}) and its server is gone"
+        hint = f"its agent.log may say why; orch down {profile.name} records the end"
+    return Outcome(
+        ok=False,
+        exit_code=ExitCode.SUPERVISOR,
+        state=state,
+        summary=summary,
         last_lines=last_lines,
         hint=hint,
     )

@@ -41,7 +41,27 @@ def up(
     yield Step(f"{profile.name} on {profile.host.name} ({where}), workdir {agent.deployment.dir}")
 
     current = agent.status()
-    if current.alive:
+    if current.unsupervised:
+        if current.launch_digest == launch.digest:
+            adopted = _adopt(agent)
+            if adopted is not None:
+                yield Step(
+                    f"its supervisor had died; a new one adopted the running server (pid "
+                    f"{adopted.pid}) without restarting it: its output since then is lost"
+                )
+                yield Attached(adopted)
+                yield from _follow_and_verify(ctx, launch, agent, adopted)
+                return
+        elif not replace_running:
+            raise Conflict(
+                f"{profile.name} runs unsupervised on {profile.host.name} (its supervisor "
+                f"died) with another launch (digest {current.launch_digest}, run "
+                f"{current.run_id})",
+                "orch up --replace stops it first; orch down stops it",
+            )
+        yield Step("stopping the unsupervised server")
+        agent.stop(profile.stop_timeout_s)
+    elif current.alive:
         if current.launch_digest == launch.digest:
             yield Attached(current)
             yield from _follow_and_verify(ctx, launch, agent, current)
@@ -81,8 +101,17 @@ def up(
             "another orch up got there first: orch status " + profile.name,
         )
     state = reply.state
-    yield Started(state.run_id or "?", state.pid, state.log or "")
+    ended = state.last_exit is not None and state.last_exit.run_id == state.run_id
+    if state.pid is not None or not ended:  # a server that could not be spawned has no pid
+        yield Started(state.run_id or "?", state.pid, state.log or "")
     yield from _follow_and_verify(ctx, launch, agent, state)
+
+
+def _adopt(agent: Agent) -> RunState | None:
+    """A new supervisor for the running server whose supervisor died (``agent.py adopt``);
+    None when it cannot be adopted (it ended meanwhile ...): then it is stopped and started."""
+    reply = agent.adopt()
+    return reply.state if reply.ok else None
 
 
 def _follow_and_verify(

@@ -239,12 +239,16 @@ def test_after_a_crash_up_and_diff_compare_what_the_log_recorded(ssh_workspace: 
     assert report["resolved_source"] == "server_args line"
     assert "the server is not running: compared with what its log recorded" in report["notes"]
     row = rows_by_field(report)["speculative_num_draft_tokens"]
-    assert (row["received_present"], row["resolved"], row["verdict"]) == (False, 4, "overridden")
+    # received: what the dead server was exec'd with (runs/<id>/received.json), as the profile says
+    assert (row["received"], row["resolved"], row["verdict"]) == (8, 4, "overridden")
 
 
-def test_config_error_before_resolution_has_nothing_to_compare(ssh_workspace: Workspace) -> None:
+def test_config_error_before_resolution_compares_what_it_received(ssh_workspace: Workspace) -> None:
     name = incident_profile(ssh_workspace, "stillborn", env={"ORCH_STANDIN_FAIL": "config-error"})
     assert ssh_workspace.orch("up", name).code == ExitCode.CONFIG_ERROR
     outcome = ssh_workspace.orch("diff-effective", name)
-    assert outcome.code == ExitCode.NOT_RESOLVED
-    assert "logged no server_args= line" in outcome.err
+    assert outcome.code == ExitCode.OK  # it received everything the profile says: no drift
+    assert "resolved from nothing" in outcome.out
+    assert "note: it resolved nothing: it ended before logging server_args= (config-error" in (
+        outcome.out
+    )

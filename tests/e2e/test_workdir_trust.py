@@ -35,7 +35,7 @@ def test_a_workdir_others_can_write_is_refused(local_workspace: Workspace, tmp_p
     agent.parent.chmod(0o777)  # the attack: a shared, world-writable workdir
     name = local_workspace.profile("svc")
     status = local_workspace.orch("status", name, "--json")
-    assert status.code == ExitCode.SUPERVISOR
+    assert status.code == ExitCode.PREFLIGHT
     assert not marker.exists()
     assert "refusing to run orch's files" in status.out + status.err
     assert "writable by others" in status.out + status.err
@@ -52,5 +52,5 @@ def test_a_symlink_planted_as_the_agent_is_refused(
     agent.symlink_to(elsewhere)
     name = local_workspace.profile("svc")
     status = local_workspace.orch("status", name)
-    assert status.code == ExitCode.SUPERVISOR
+    assert status.code == ExitCode.PREFLIGHT
     assert not marker.exists()

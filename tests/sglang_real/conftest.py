@@ -36,17 +36,18 @@ def sglang_python(version: str) -> Path:
         pytest.skip("ORCH_SKIP_REAL_SGLANG=1")
     if version not in _built:
         started = time.monotonic()
-        process = subprocess.Popen(
+        tail: deque[str] = deque(maxlen=40)
+        with subprocess.Popen(
             ["bash", str(BUILD), version], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
             text=True,
-        )  # fmt: skip
-        assert process.stderr is not None
-        tail: deque[str] = deque(maxlen=40)
-        for line in process.stderr:  # the build's progress lines, as they come
-            tail.append(line.rstrip())
-            if line.startswith("[build-sglang-venv]") and _say:
-                _say[0](f"  {line.rstrip()}  ({time.monotonic() - started:.0f} s)")
-        stdout = process.stdout.read() if process.stdout is not None else ""
+        ) as process:  # fmt: skip
+            assert process.stderr is not None
+            assert process.stdout is not None
+            for line in process.stderr:  # the build's progress lines, as they come
+                tail.append(line.rstrip())
+                if line.startswith("[build-sglang-venv]") and _say:
+                    _say[0](f"  {line.rstrip()}  ({time.monotonic() - started:.0f} s)")
+            stdout = process.stdout.read()
         if process.wait(timeout=1800) != 0:
             reason = f"cannot build the SGLang {version} venv: " + "\n".join(tail)
             if os.environ.get("CI") == "true":

@@ -193,3 +193,199 @@ def test_verdict_messages_lose_the_log_prefix_with_milliseconds_and_rank() -> No
     ]
     verdict = classify_exit(1, lines, saw_config_line=True, was_ready=True)
     assert verdict == ExitVerdict(CRASHED, "RuntimeError: boom")
+
+
+# -- structure, not keywords (issue 10 §3) ------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "capture", ["server_args-logline-0511-simcuda.txt", "server_args-logline-0523-simcuda.txt"]
+)
+def test_a_crash_after_the_config_dump_is_not_nccl(capture: str) -> None:
+    # SGLang's real config line holds nccl_port, watchdog_timeout and dist_timeout: the words
+    # of the old keyword rule. The crash is what the exception says.
+    (config,) = capture_lines(capture)
+    assert "nccl_port" in config
+    assert "watchdog_timeout" in config
+    tail = [
+        config,
+        "[2026-11-29 07:42:58] Load weight end. elapsed=20.71 s, type=Qwen3_5ForConditionalGeneration",
+        "[2026-11-29 07:42:59] Scheduler hit an exception: Traceback (most recent call last):",
+        '  File "/opt/sglang-0.5.23/lib/python3.11/site-packages/sglang/srt/managers/scheduler.py"',
+        "KeyError: 'rope_theta'",
+        "[2026-11-29 07:42:59] Received sigquit from a child process. It usually means the child failed.",
+    ]  # fmt: skip
+    verdict = classify_exit(-signal.SIGKILL, tail, saw_config_line=True, was_ready=False)
+    assert verdict == ExitVerdict(CRASHED, "KeyError: 'rope_theta'")
+
+
+def test_a_silent_exit_after_the_config_dump_is_crashed_not_nccl() -> None:
+    (config,) = capture_lines("server_args-logline-0511-simcuda.txt")
+    verdict = classify_exit(1, [config], saw_config_line=True, was_ready=True)
+    assert verdict == ExitVerdict(CRASHED, "exited with code 1")
+
+
+def test_an_oom_whose_message_mentions_nccl_is_an_oom() -> None:
+    tail = [
+        "[2026-11-29 07:42:55 TP1] Scheduler hit an exception: Traceback (most recent call last):",
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. Of the allocated "
+        "memory 70.1 GiB is allocated by PyTorch (NCCL buffers: 1.2 GiB)",
+    ]
+    verdict = classify_exit(-signal.SIGKILL, tail, saw_config_line=True, was_ready=False)
+    assert verdict.cls == CUDA_OOM
+
+
+def test_a_ranks_oom_is_the_cause_of_the_other_ranks_nccl_errors() -> None:
+    tail = [
+        "[2026-11-29 07:42:55 TP3] Scheduler hit an exception: Traceback (most recent call last):",
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 7.50 GiB.",
+        "[2026-11-29 07:42:55 TP0] Scheduler hit an exception: Traceback (most recent call last):",
+        "torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:1970, remote process exited",
+        "[2026-11-29 07:42:55] Received sigquit from a child process. It usually means the child failed.",
+    ]  # fmt: skip
+    verdict = classify_exit(-signal.SIGKILL, tail, saw_config_line=True, was_ready=True)
+    assert verdict == ExitVerdict(CUDA_OOM, tail[1])
+
+
+def test_a_missing_model_directory_is_model_not_found_on_real_sglang_output() -> None:
+    # SGLang 0.5.23's own output for --model-path /models/does-not-exist (tests/fixtures/crashlogs)
+    tail = [
+        "Traceback (most recent call last):",
+        "huggingface_hub.errors.HFValidationError: Repo id must be in the form 'repo_name' or "
+        "'namespace/repo_name': '/models/does-not-exist'. Use `repo_type` argument if needed.",
+        "",
+        "The above exception was the direct cause of the following exception:",
+        "",
+        "Traceback (most recent call last):",
+        "OSError: Repo id must be in the form 'repo_name' or 'namespace/repo_name': "
+        "'/models/does-not-exist'. Use `repo_type` argument if needed.",
+    ]
+    verdict = classify_exit(1, tail, saw_config_line=False, was_ready=False)
+    assert verdict.cls == MODEL_NOT_FOUND
+    assert verdict.message.startswith("OSError: Repo id must be in the form")
+    assert verdict.deterministic
+
+
+def test_ordinary_records_with_a_failure_phrase_are_not_evidence() -> None:
+    tail = [
+        "[2026-12-01 01:15:22] Failed to load generation config for /models/m: /models/m does not "
+        "appear to have a file named generation_config.json.",
+        "[2026-12-01 01:15:22 TP0] sglang is using nccl==2.27.3",
+        "[rank1]:[W516 12:46:57.49 ProcessGroupNCCL.cpp:1826] Failed to check the \"should dump\" flag",
+        "Traceback (most recent call last):",
+        "RuntimeError: boom",
+    ]  # fmt: skip
+    verdict = classify_exit(1, tail, saw_config_line=True, was_ready=False)
+    assert verdict == ExitVerdict(CRASHED, "RuntimeError: boom")
+
+
+def test_an_exception_raised_during_handling_of_another_supersedes_it() -> None:
+    tail = [
+        "Traceback (most recent call last):",
+        "ModuleNotFoundError: No module named 'flash_attn'",
+        "",
+        "During handling of the above exception, another exception occurred:",
+        "",
+        "Traceback (most recent call last):",
+        "ValueError: unsupported attention backend",
+    ]
+    verdict = classify_exit(1, tail, saw_config_line=False, was_ready=False)
+    assert verdict == ExitVerdict(CONFIG_ERROR, "ValueError: unsupported attention backend")
+
+
+@pytest.mark.parametrize(
+    ("report", "cls", "message"),
+    [
+        (["[12-16 14:27:08] Rank 0 scheduler is dead. Please check if there are relevant logs.",
+          "[12-16 14:27:10] Exit code: -9"], KILLED, "killed by SIGKILL"),
+        (["[2026-11-29 07:42:55] Rank 0 scheduler is dead. Please check if there are relevant logs.",
+          "[2026-11-29 07:42:55] Exit code: -11"], CRASHED, "crashed with SIGSEGV"),
+        (["[2026-11-29 07:42:55] Child process unexpectedly failed with exitcode=9. pid=4711"],
+         KILLED, "killed by SIGKILL"),
+    ],
+)  # fmt: skip
+def test_a_process_of_the_server_dead_by_a_signal_as_sglang_reports_it(
+    report: list[str], cls: str, message: str
+) -> None:
+    tail = [*report, "Traceback (most recent call last):", "EOFError"]
+    verdict = classify_exit(1, tail, saw_config_line=True, was_ready=False)
+    assert verdict.cls == cls
+    assert message in verdict.message
+
+
+def test_children_sglang_killed_itself_after_a_failure_are_not_the_cause() -> None:
+    tail = [
+        "[2026-11-29 07:42:59 TP0] Scheduler hit an exception: Traceback (most recent call last):",
+        "AssertionError: bad shape",
+        "[2026-11-29 07:42:59] Received sigquit from a child process. It usually means the child failed.",
+        "[2026-11-29 07:42:59] Child process unexpectedly failed with exitcode=9. pid=4712",
+    ]  # fmt: skip
+    verdict = classify_exit(-signal.SIGKILL, tail, saw_config_line=True, was_ready=True)
+    assert verdict == ExitVerdict(CRASHED, "AssertionError: bad shape")
+
+
+def test_a_crash_signal_is_crashed_not_killed() -> None:
+    verdict = classify_exit(-signal.SIGSEGV, ["Fatal Python error: Segmentation fault"],
+                            saw_config_line=True, was_ready=True)  # fmt: skip
+    assert verdict == ExitVerdict(CRASHED, "Fatal Python error: Segmentation fault")
+    verdict = classify_exit(139, [], saw_config_line=True, was_ready=True)
+    assert verdict == ExitVerdict(CRASHED, "crashed with SIGSEGV")
+
+
+def test_a_segfault_before_the_config_line_is_not_a_config_error() -> None:
+    verdict = classify_exit(1, ["Fatal Python error: Segmentation fault"],
+                            saw_config_line=False, was_ready=False)  # fmt: skip
+    assert verdict.cls == CRASHED
+
+
+def test_an_exception_sglang_did_not_die_of_then_sigkill_is_killed() -> None:
+    tail = [
+        "Traceback (most recent call last):",
+        "ValueError: bad request",
+        "[2026-11-29 07:43:00] ok",
+    ]
+    verdict = classify_exit(-signal.SIGKILL, tail, saw_config_line=True, was_ready=True)
+    assert verdict.cls == KILLED
+
+
+def test_a_scheduler_traceback_without_its_report_line_is_still_sglangs_failure() -> None:
+    tail = [
+        "Traceback (most recent call last):",
+        '  File "/sgl/srt/managers/scheduler.py", line 2009, in run_scheduler_process',
+        "Exception: Capture cuda graph failed: [gloo/transport/tcp/pair.cc:534] Connection closed",
+    ]
+    verdict = classify_exit(-signal.SIGKILL, tail, saw_config_line=True, was_ready=False)
+    assert verdict == ExitVerdict(CRASHED, tail[-1])
+
+
+def test_port_in_use_from_sglangs_own_port_check() -> None:
+    tail = [
+        "ValueError: port_base at 30234 is not available in 30 seconds. port_base is used by a "
+        "process already. process.name()='python3'"
+    ]
+    assert classify_exit(1, tail, saw_config_line=True, was_ready=False).cls == PORT_IN_USE
+
+
+def test_a_nccl_watchdog_record_of_torch_is_nccl() -> None:
+    tail = [
+        "[rank6]:[E1206 18:44:16.997991020 ProcessGroupNCCL.cpp:1515] [PG 1 Rank 6] Process group "
+        "watchdog thread terminated with exception: [Rank 6] Watchdog caught collective operation "
+        "timeout: WorkNCCL(SeqNum=7753, OpType=_REDUCE_SCATTER_BASE) ran for 600003 milliseconds"
+    ]
+    assert classify_exit(-signal.SIGABRT, tail, saw_config_line=True, was_ready=True).cls == NCCL
+
+
+def test_a_stop_sglang_logged_is_killed() -> None:
+    tail = [
+        "[2026-11-29 07:50:00] SIGTERM received. signum=None frame=None. Draining requests and "
+        "shutting down...",
+        "[2026-11-29 07:50:01] kill_process_tree called: parent_pid=9555, include_parent=True",
+    ]
+    verdict = classify_exit(-signal.SIGKILL, tail, saw_config_line=True, was_ready=True)
+    assert verdict.cls == KILLED
+    assert verdict.message.startswith("SIGTERM received.")
+
+
+def test_import_error_message_on_the_next_line() -> None:
+    tail = ["ImportError: ", "[sgl_kernel] CRITICAL: Could not load any common_ops library!"]
+    assert classify_exit(1, tail, saw_config_line=False, was_ready=False).cls == IMPORT_ERROR

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from orchestrator import protocol
-from orchestrator.errors import SupervisorError
+from orchestrator.errors import PreflightError, SupervisorError
 from orchestrator.remote import agent
 from tests.conftest import REPO, ProfileDir
 from tests.unit.test_supervisor_logic import CONFIG, FakeClock, Script, ScriptedWorld
@@ -182,6 +182,58 @@ def test_previous_agents_answers_decode() -> None:
     assert stopped.state.last_exit is not None
     assert stopped.state.last_exit.signal == "SIGTERM"
     assert not protocol.decode_state(answers["status-undeployed"]).deployed
+    # fields this version adds have defaults that read an old answer as it meant
+    assert ready.server_alive  # it had a pid and no identity check: alive as it said
+    assert (ready.unsupervised, ready.adopted, ready.output_lost) == (False, False, False)
+    assert (ready.recorded_state, ready.recorded_pid, ready.health_failures) == (None, None, 0)
+    assert last_run.exit_class is None
+
+
+def test_the_spec_carries_the_liveness_threshold(profile_dir: ProfileDir) -> None:
+    document = _spec_document(profile_dir)
+    assert document["health"]["failures"] == 3  # the profile's default
+    assert agent.Spec.from_json(document).health_failures == 3
+
+
+def test_this_agents_unsupervised_answer_decodes() -> None:
+    answer = {
+        "protocol": 1, "deployed": True, "state": agent.UNSUPERVISED, "recorded_state": "READY",
+        "pid": 4242, "agent_alive": False, "server_alive": True, "stale": True,
+        "output_lost": True, "message": "its supervisor (pid 1) died", "run_id": "0001-x",
+    }  # fmt: skip
+    state = protocol.decode_state(answer)
+    assert state.unsupervised
+    assert not state.alive
+    assert (state.recorded_state, state.pid, state.output_lost) == ("READY", 4242, True)
+
+
+def test_a_refusal_of_the_agent_is_a_preflight_error_with_its_hint() -> None:
+    refusal = {
+        "protocol": 1, "ok": False, "refused": "unsafe-path",
+        "reason": "the deployment directory /w/p is writable by group or others (mode 0777)",
+        "hint": "chmod go-w /w/p",
+    }  # fmt: skip
+    for decode in (protocol.decode_state, protocol.decode_start, protocol.decode_stop):
+        with pytest.raises(PreflightError, match="writable by group or others") as caught:
+            decode(refusal)
+        assert caught.value.hint == "chmod go-w /w/p"
+
+
+def test_a_dead_runs_snapshot_decodes_with_its_verdict_as_a_note() -> None:
+    answer = {
+        "protocol": 1, "pid": 77, "found_by": "orch", "alive": False,
+        "argv": ["python", "-m", "sglang.launch_server"], "env": {},
+        "received_file": "/w/p/runs/0001-x/received.json",
+        "last_run": {"run_id": "0001-x", "state": "FATAL",
+                     "exit": {"class": "config-error", "message": "ValueError: bad"}},
+    }  # fmt: skip
+    observed, last_run = protocol.decode_inspect(answer)
+    assert observed.argv == ("python", "-m", "sglang.launch_server")
+    assert observed.resolved is None
+    assert any("/w/p/runs/0001-x/received.json" in note for note in observed.notes)
+    assert any("config-error: ValueError: bad" in note for note in observed.notes)
+    assert last_run is not None
+    assert (last_run.exit_class, last_run.exit_message) == ("config-error", "ValueError: bad")
 
 
 def test_previous_probes_answers_decode() -> None:

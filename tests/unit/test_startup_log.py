@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -112,8 +113,44 @@ def test_other_mentions_of_server_args_are_not_the_config_line(line: str) -> Non
 def test_the_ready_line_is_a_record_of_sglangs_logger() -> None:
     assert is_ready_line(f"[2026-11-29 07:43:40] {READY_LINE}")
     assert is_ready_line(f"[2026-11-29 07:43:40.001] {READY_LINE}")
+    assert is_ready_line(f"[2026-11-29 07:43:40] {READY_LINE}\r\n")
     assert not is_ready_line(f'    logger.info("{READY_LINE}")')  # a traceback's source line
     assert not is_ready_line("[2026-11-29 07:43:40] Uvicorn running on http://0.0.0.0:30000")
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        READY_LINE,  # printed, not logged
+        f"[2026-11-29 07:36:27] server_args=ServerArgs(served_model_name='{READY_LINE}')",
+        f"[2026-11-29 07:43:41] Receive: obj=GenerateReqInput(text='{READY_LINE}', rid='1')",
+        f'[2026-11-29 07:43:41] INFO:     127.0.0.1:5 - "GET /v1/models/{READY_LINE} HTTP/1.1" 404',
+        f"[2026-11-29 07:43:41] Model {READY_LINE} is loading",
+    ],
+)
+def test_the_ready_words_anywhere_else_are_not_the_ready_line(line: str) -> None:
+    assert not is_ready_line(line)
+    event = parse_line(line)
+    assert event is None or event.kind != "ready"
+
+
+def test_a_served_model_name_saying_ready_never_makes_a_hung_server_ready(tmp_path: Path) -> None:
+    """READY needs /health 200 (or SGLang's own ready record): a server whose served model name
+    is the ready line, that logs that name and never answers /health, stays STARTING/RUNNING
+    until stopped (issue 10 §3)."""
+    from tests.unit.test_supervisor_logic import Script, supervise
+
+    name = READY_LINE
+    lines = (
+        (0.5, f"[2026-11-29 07:36:27] server_args=ServerArgs(served_model_name='{name}')"),
+        (1.0, f"[2026-11-29 07:36:28] Model {name} is loading"),
+        (1.5, name),
+        (2.0, f"[2026-11-29 07:36:29 TP0] Load weight begin. model={name}"),
+    )
+    outcome = supervise(tmp_path, Script(lines=lines), stop_at=60.0)
+    assert agent.READY not in outcome.states
+    assert agent.RUNNING in outcome.states  # it got as far as the config line
+    assert outcome.of("ready") == []
 
 
 def test_parse_line_uses_the_vocabulary() -> None:
@@ -193,3 +230,43 @@ def test_the_agent_finds_the_config_line_past_a_mention_in_a_log(tmp_path: Path)
     found = agent._config_from_log(str(log))
     assert found["server_args_line"] == "[2026-11-29 07:36:27] server_args=ServerArgs(port=30000)"
     assert found["log_lines"] == ["  print(f'server_args={server_args}')"]
+
+
+# -- the pump: linear, bounded ------------------------------------------------------------------
+
+
+def test_a_line_longer_than_the_scan_cap_is_logged_whole_and_noted_by_its_head(
+    tmp_path: Path,
+) -> None:
+    log = tmp_path / "server.log"
+    watcher = agent.OutputWatcher(agent.LogSink(str(log), max_bytes=1 << 30, keep=1))
+    huge = b"x" * (3 * agent.LINE_SCAN_BYTES + 123)
+    output = (
+        b"[2026-11-29 07:36:26] before\n"
+        + huge
+        + b"\r"
+        + f"[2026-11-29 07:43:40] {READY_LINE}\n".encode()
+    )
+    for start in range(0, len(output), 65536):
+        watcher.feed(output[start : start + 65536])
+    watcher.close()
+    assert watcher.saw_ready_line
+    before, long_line, ready = watcher.tail
+    assert before == "[2026-11-29 07:36:26] before"
+    assert long_line == "x" * agent.TAIL_LINE_CHARS  # the head of the long line
+    assert ready == f"[2026-11-29 07:43:40] {READY_LINE}"
+    assert log.read_bytes() == output  # the log keeps every byte
+
+
+def test_feeding_a_30_mb_line_is_linear(tmp_path: Path) -> None:
+    # Re-joining the partial line on every read took minutes for this (68 s with a real pipe).
+    watcher = agent.OutputWatcher(agent.LogSink(str(tmp_path / "log"), max_bytes=1 << 30, keep=1))
+    chunk = b"y" * 65536
+    began = time.monotonic()
+    for _ in range(30_000_000 // len(chunk)):
+        watcher.feed(chunk)
+    watcher.feed(f"\n[2026-11-29 07:43:40] {READY_LINE}\n".encode())
+    took = time.monotonic() - began
+    watcher.close()
+    assert watcher.saw_ready_line
+    assert took < 5.0, took
