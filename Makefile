@@ -40,12 +40,13 @@ demo: $(STAMP)
 	$(BIN)/orch validate
 	$(BIN)/orch render demo
 	mkdir -p $(DEMO_MODEL) && cp standin/models/Qwen3.6-27B/config.json $(DEMO_MODEL)/
-	@# --replace: a demo still running from another checkout (another venv, so another plan) is
-	@# stopped first; the same plan already running is followed, not restarted.
-	$(BIN)/orch up demo --replace
+	@# The same launch already running is followed, not restarted. A different demo (another
+	@# checkout's, someone else's) is never stopped: orch refuses and says how to stop it.
+	$(BIN)/orch up demo
 	$(BIN)/orch status demo
 	@echo
-	@echo "The demo server (orch's SGLang stand-in) runs under orch's agent on this machine:"
+	@echo "The demo server (orch's SGLang stand-in) runs under orch's agent on this machine."
+	@echo "orch is $(BIN)/orch (source $(BIN)/activate to put it on your PATH):"
 	@echo "  $(BIN)/orch logs demo        # its log"
 	@echo "  $(BIN)/orch down demo        # stop it"
 

@@ -202,6 +202,15 @@ def _launch_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--force", action="store_true", help="launch even when the plan fails or moves a pin"
     )
+    _take_over_option(parser)
+
+
+def _take_over_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--take-over",
+        action="store_true",
+        help="act on a deployment of this name launched from another profiles repository",
+    )
 
 
 class RedactingStream:
@@ -414,7 +423,7 @@ def _cmd_up(args: argparse.Namespace, output: _Output) -> int:
         view = show.UpView(tty=output.out.isatty())
         for event in up(
             ctx, launch, replace_running=args.replace, check_plan=not args.no_plan,
-            force=args.force,
+            force=args.force, take_over=args.take_over,
         ):  # fmt: skip
             output.write(view.event(event))
         return view.exit_code

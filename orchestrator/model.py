@@ -234,6 +234,8 @@ class RunState:
     git_commit: str | None = None
     git_dirty: bool | None = None
     launched_by: str | None = None
+    profiles_repo: str | None = None  # the identity of the profiles' repository it came from
+    profiles_dir: str | None = None
 
     @property
     def alive(self) -> bool:

@@ -298,6 +298,8 @@ def decode_state(document: Any, *, agent_alive: bool | None = None) -> RunState:
         git_commit=meta.opt_text("git_commit"),
         git_dirty=dirty if isinstance(dirty, bool) else None,
         launched_by=meta.opt_text("launched_by"),
+        profiles_repo=meta.opt_text("profiles_repo"),
+        profiles_dir=meta.opt_text("profiles_dir"),
     )
 
 

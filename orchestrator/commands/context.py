@@ -72,13 +72,16 @@ class Launch:
         loaded = dataclasses.replace(self.loaded, table=table)
         return _make_launch(loaded, environ, require_secrets=True)
 
-    def meta(self, store_root: Path) -> dict[str, object]:
-        """What the agent keeps beside the run and echoes in its state: who launched what."""
-        commit, dirty = git_info(store_root)
+    def meta(self, origin: ProfilesOrigin) -> dict[str, object]:
+        """What the agent keeps beside the run and echoes in its state: who launched what, from
+        which profiles repository (``commands/ownership.py`` compares it before touching a
+        deployment)."""
         return {
             "launch_digest": self.digest,
-            "git_commit": commit,
-            "git_dirty": dirty,
+            "git_commit": origin.commit,
+            "git_dirty": origin.dirty,
+            "profiles_repo": origin.repo,
+            "profiles_dir": origin.directory,
             "profile_source": self.profile.source,
             "orch_version": __version__,
             "launched_by": f"{getpass.getuser()}@{socket.gethostname()}",
@@ -118,22 +121,39 @@ def _partial_secrets(
     return argv, env, dict(available)
 
 
-def git_info(directory: Path) -> tuple[str | None, bool | None]:
-    """The commit the profiles were launched from, and whether they had local changes."""
-    try:
-        head = subprocess.run(
-            ["git", "-C", str(directory), "rev-parse", "HEAD"],
-            capture_output=True, text=True, timeout=10, check=False,
-        )  # fmt: skip
-        if head.returncode != 0:
-            return None, None
-        dirty = subprocess.run(
-            ["git", "-C", str(directory), "status", "--porcelain", "--", "."],
-            capture_output=True, text=True, timeout=10, check=False,
-        )  # fmt: skip
-    except (OSError, subprocess.TimeoutExpired):
-        return None, None
-    return head.stdout.strip(), bool(dirty.stdout.strip())
+@dataclass(frozen=True)
+class ProfilesOrigin:
+    """Where the profiles of a command come from: their repository's identity (its ``origin``
+    remote, else its first commit, else the directory itself), the directory, the commit."""
+
+    repo: str
+    directory: str
+    commit: str | None
+    dirty: bool | None
+
+
+def profiles_origin(directory: Path) -> ProfilesOrigin:
+    """The profiles directory's repository, read with git (not a repository: the directory)."""
+    resolved = str(directory.resolve())
+
+    def git(*argv: str) -> str | None:
+        try:
+            done = subprocess.run(
+                ["git", "-C", resolved, *argv],
+                capture_output=True, text=True, timeout=10, check=False,
+            )  # fmt: skip
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        return done.stdout.strip() if done.returncode == 0 and done.stdout.strip() else None
+
+    commit = git("rev-parse", "HEAD")
+    if commit is None:
+        return ProfilesOrigin(f"dir:{resolved}", resolved, None, None)
+    remote = git("config", "--get", "remote.origin.url")
+    roots = git("rev-list", "--max-parents=0", "HEAD")
+    repo = f"git:{remote}" if remote else f"git-root:{(roots or commit).splitlines()[-1]}"
+    dirty = git("status", "--porcelain", "--", ".")
+    return ProfilesOrigin(repo, resolved, commit, dirty is not None)
 
 
 @dataclass
@@ -148,6 +168,7 @@ class Context:
     redactor: render.Redactor = field(default_factory=render.Redactor)  # of the output
     _transports: dict[str, Transport] = field(default_factory=dict)
     _agents: dict[tuple[str, str], Agent] = field(default_factory=dict)
+    _origin: ProfilesOrigin | None = None
 
     def launch(self, name: str, *, require_secrets: bool = True) -> Launch:
         """Load, render and resolve ``name`` once; its secrets join the output's redactor.
@@ -186,6 +207,12 @@ class Context:
             python = profile.host.python or self.local_python
             self._agents[key] = Agent(transport, locate(transport, profile.name, python))
         return self._agents[key]
+
+    def origin(self) -> ProfilesOrigin:
+        """The profiles' origin, read once per command."""
+        if self._origin is None:
+            self._origin = profiles_origin(self.store.root)
+        return self._origin
 
     def deployment(self, profile: Profile) -> Deployment:
         return self.agent(profile).deployment

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from orchestrator import render, sglang_config
-from orchestrator.commands import effective, planning, preflight
+from orchestrator.commands import effective, ownership, planning, preflight
 from orchestrator.commands.context import Context, Launch
 from orchestrator.commands.events import (
     Attached,
@@ -33,6 +33,7 @@ def up(
     replace_running: bool = False,
     check_plan: bool = True,
     force: bool = False,
+    take_over: bool = False,
 ) -> Iterator[UpEvent]:
     """Preflight, push, start, follow the startup; the last event is an Outcome."""
     profile = launch.profile
@@ -41,6 +42,8 @@ def up(
     yield Step(f"{profile.name} on {profile.host.name} ({where}), workdir {agent.deployment.dir}")
 
     current = agent.status()
+    if current.deployed:
+        ownership.check(profile, current, ctx.origin(), "up", take_over=take_over)
     if current.unsupervised:
         if current.launch_digest == launch.digest:
             adopted = _adopt(agent)
@@ -85,7 +88,7 @@ def up(
     if check_plan:
         yield from planning.gate(ctx, launch, force=force)
 
-    spec = build_spec(profile, member.argv, member.env, launch.meta(ctx.store.root))
+    spec = build_spec(profile, member.argv, member.env, launch.meta(ctx.origin()))
     reply = agent.start(spec, render.launcher_script(member.command))
     if not reply.ok or reply.state is None:
         winner = _same_launch_winner(ctx, agent, launch.digest)

@@ -1,0 +1,34 @@
+"""Whose deployment is it? Deployments are named by profile on their host, so two unrelated
+profiles repositories with a profile of the same name meet there. Each deployment records the
+repository its profile came from (``Launch.meta``); ``up``, ``down`` and ``restart`` of one that
+came from another repository refuse, unless told ``--take-over``."""
+
+from __future__ import annotations
+
+from orchestrator.commands.context import ProfilesOrigin
+from orchestrator.errors import Conflict
+from orchestrator.model import Profile, RunState
+
+TAKE_OVER = "--take-over"
+
+
+def check(
+    profile: Profile, state: RunState, ours: ProfilesOrigin, verb: str, *, take_over: bool
+) -> None:
+    """Raise Conflict when ``state`` was launched from another profiles repository. A state
+    that recorded none (an orch before this check) is taken as ours."""
+    if take_over or state.profiles_repo is None or state.profiles_repo == ours.repo:
+        return
+    who = f", by {state.launched_by}" if state.launched_by else ""
+    raise Conflict(
+        f"{profile.name} on {profile.host.name} was launched from another profiles repository "
+        f"({_shown(state.profiles_repo)} at {state.profiles_dir or '?'}{who}); this one is "
+        f"{_shown(ours.repo)}: refusing to {verb} it",
+        f"it is probably someone else's deployment of the same name: rename your profile, or "
+        f"{TAKE_OVER} to {verb} it anyway",
+    )
+
+
+def _shown(repo: str) -> str:
+    kind, _, value = repo.partition(":")
+    return value if kind in ("git", "dir") else f"repository {value[:12]}"
