@@ -179,7 +179,6 @@ def _parser() -> argparse.ArgumentParser:
         help="scaffold a team's profiles repository (profiles/, known_hosts, a pre-commit hook)",
         description="Write profiles/hosts.yaml, an example profile, profiles/known_hosts and a "
         "pre-commit hook running `orch validate --strict` into DIR. Never overwrites a file.",
-        epilog="example: orch init ~/src/team-profiles && cd ~/src/team-profiles && git init",
     )
     init.add_argument("directory", metavar="DIR", nargs="?", default=".", type=Path)
     init.set_defaults(handler=_cmd_init)
@@ -192,7 +191,53 @@ def _parser() -> argparse.ArgumentParser:
     trust.add_argument("host", metavar="HOST")
     trust.add_argument("--yes", action="store_true", help="pin without asking")
     trust.set_defaults(handler=_cmd_hosts_trust)
+    _describe(commands)
     return parser
+
+
+# What each subcommand's --help ends with: examples a user can paste.
+EXAMPLES: dict[str, str] = {
+    "render": "orch render qwen36-mtp-b200\n  orch render qwen36-mtp-b200 --script > launch.sh",
+    "validate": "orch validate\n  orch validate --strict qwen36-mtp-b200   # in CI",
+    "profiles": "orch profiles",
+    "up": "orch up qwen36-mtp-b200\n  orch up qwen36-mtp-b200 --replace      # a changed profile",
+    "down": "orch down qwen36-mtp-b200\n  orch down qwen36-mtp-b200 --timeout 60",
+    "restart": "orch restart qwen36-mtp-b200",
+    "status": "orch status\n  orch status qwen36-mtp-b200 --json",
+    "logs": "orch logs qwen36-mtp-b200 -f\n  orch logs qwen36-mtp-b200 --run -2 -n 500",
+    "runs": "orch runs qwen36-mtp-b200",
+    "plan": "orch plan qwen36-mtp-b200\n  orch plan qwen36-mtp-b200 --local-sglang "
+    "~/.cache/orch/sglang-venvs/0.5.11/bin/python --model-config config.json",
+    "lock": "orch lock qwen36-mtp-b200 && git diff profiles/qwen36-mtp-b200.lock.json",
+    "diff-effective": "orch diff-effective qwen36-mtp-b200\n"
+    "  orch diff-effective qwen36-mtp-b200 --json --all",
+    "hosts": "orch hosts trust b200-1",
+    "init": "orch init ~/src/team-profiles",
+}
+
+
+def _describe(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Every subcommand: a description (its one-line help when it has no longer one), its
+    examples, and its defaults shown in --help."""
+    helps = {action.dest: action.help for action in commands._choices_actions}
+    for name, sub in commands.choices.items():
+        sub.formatter_class = _HelpFormatter
+        if not sub.description:
+            sub.description = (helps.get(name) or "").capitalize()
+        if name in EXAMPLES:
+            sub.epilog = "example:\n  " + EXAMPLES[name]
+
+
+class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Examples kept as written; an option's default shown where it says something (not
+    None, not a switch's False) and the help does not already."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        shown = action.default not in (None, False, argparse.SUPPRESS)
+        if shown and action.option_strings and "default" not in text:
+            text += " (default: %(default)s)"
+        return text
 
 
 def _launch_options(parser: argparse.ArgumentParser) -> None:

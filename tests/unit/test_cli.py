@@ -253,3 +253,24 @@ def test_cli_status_shows_an_invalid_profile_as_a_row_and_asks_the_others(
         f"{profile_dir.root}/nan.yaml:3:20: restart.delay_s: expected a finite number, got .nan"
     )
     assert code == ExitCode.CONNECT  # the worst row: the unreachable host (5) over CONFIG (3)
+
+
+def test_every_subcommand_has_a_description_and_an_example() -> None:
+    import argparse
+
+    from orchestrator.cli import _parser
+
+    (commands,) = [a for a in _parser()._actions if isinstance(a, argparse._SubParsersAction)]
+    for name, sub in commands.choices.items():
+        shown = sub.format_help()
+        assert sub.description, name
+        assert "example:\n  orch " in shown, name
+
+
+def test_help_shows_the_defaults_that_say_something(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["logs", "--help"])
+    shown = capsys.readouterr().out
+    assert "(default: 100)" in shown
+    assert "(default: None)" not in shown
+    assert "(default: False)" not in shown
