@@ -33,6 +33,12 @@ from orchestrator.yamldoc import KeyPath, Position, YamlDoc, format_path, parse_
 PROFILE_SUFFIX = ".yaml"
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+# A profile's file and its lock (<name>.lock.json) must fit a file name (255 bytes on Linux).
+MAX_NAME = 200
+
+
+def valid_name(name: str) -> bool:
+    return len(name) <= MAX_NAME and _NAME_RE.match(name) is not None
 
 _NOT_INHERITED = ("extends", "abstract")
 _HOST_KEYS = ("address", "port", "user", "identity_file", "known_hosts", "python", "workdir")
@@ -185,9 +191,9 @@ class ProfileStore:
     def _doc(self, name: str, wanted_by: tuple[str, Position | None] | None = None) -> YamlDoc:
         if name in self._docs:
             return self._docs[name]
-        path = self.path_of(name)
-        if not _NAME_RE.match(name) or not path.is_file():
+        if not valid_name(name) or not self.path_of(name).is_file():
             raise self._not_found(name, wanted_by)
+        path = self.path_of(name)
         try:
             text = path.read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as exc:
@@ -212,11 +218,12 @@ class ProfileStore:
         hint = (f"did you mean {close[0]}? " if close else "") + (
             f"available: {', '.join(available)}" if available else f"no profiles in {self.root}"
         )
+        shown = repr(name) if len(name) <= 60 else f"{name[:40]!r}... ({len(name)} characters)"
         if wanted_by is None:
-            return ProfileNotFound(f"no profile named {name!r} in {self.root}", hint)
+            return ProfileNotFound(f"no profile named {shown} in {self.root}", hint)
         source, position = wanted_by
         return ProfileNotFound(
-            f"extends {name!r}, which is not a profile in {self.root}",
+            f"extends {shown}, which is not a profile in {self.root}",
             hint,
             source=source,
             key_path="extends",

@@ -203,3 +203,10 @@ def test_store_unreadable_inventory_is_a_located_error_reported_once(
     with pytest.raises(ProfileError) as second:
         store.inventory()
     assert second.value is first.value  # read once per store, not once per profile
+
+
+def test_a_name_too_long_for_a_file_is_a_clean_error(profile_dir: ProfileDir) -> None:
+    from orchestrator.errors import ProfileNotFound
+
+    with pytest.raises(ProfileNotFound, match=r"\(5000 characters\)"):
+        profile_dir.store().load("a" * 5000)
