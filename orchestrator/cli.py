@@ -125,6 +125,9 @@ def _parser() -> argparse.ArgumentParser:
     status.add_argument("names", metavar="PROFILE", nargs="*")
     status.add_argument("--all", action="store_true", help="every launchable profile")
     status.add_argument("--json", action="store_true", help="machine-readable output")
+    status.add_argument(
+        "--wide", action="store_true", help="the whole last failure, the origin of each launch"
+    )
     status.set_defaults(handler=_cmd_status)
 
     logs = commands.add_parser("logs", help="a run's server log (reads only what it shows)")
@@ -525,7 +528,9 @@ def _cmd_status(args: argparse.Namespace, output: _Output) -> int:
     if args.json:
         output.print(json.dumps([show.status_json(row) for row in rows], indent=2))
     else:
-        output.print(show.status_table(rows))
+        output.print(show.status_table(rows, wide=args.wide))
+    if listing:  # every profile: a host that cannot be reached is a row, not a failure
+        return ExitCode.CONFIG if invalid else ExitCode.OK
     failed = [row for row in rows if row.error is not None]
     return max((row.error.exit_code for row in failed if row.error), default=ExitCode.OK)
 

@@ -25,11 +25,11 @@ from orchestrator.commands.events import (
     Warn,
 )
 from orchestrator.commands.ops import StatusRow
-from orchestrator.errors import ExitCode
+from orchestrator.errors import ExitCode, ProfileError, TransportError
 from orchestrator.model import Finding, RunState, Severity
 from orchestrator.observe import LogEvent
 from orchestrator.protocol import StopReply
-from orchestrator.remote.agent import READY, STOPPED
+from orchestrator.remote.agent import FATAL, READY, STOPPED
 
 
 @dataclass(frozen=True)
@@ -252,38 +252,60 @@ def status_json(row: StatusRow) -> dict[str, object]:
     return document
 
 
-def status_table(rows: Sequence[StatusRow]) -> str:
-    header = ("PROFILE", "HOST", "STATE", "PID", "UPTIME", "RESTARTS", "PORT", "RUN",
-              "LAST FAILURE", "DIGEST", "COMMIT")  # fmt: skip
-    table = [header]
+FAILURE_WIDTH = 60  # the LAST FAILURE column without --wide; `orch status --wide` shows it all
+
+
+def status_table(rows: Sequence[StatusRow], *, wide: bool = False) -> str:
+    header = ["PROFILE", "HOST", "STATE", "PID", "UPTIME", "RESTARTS", "PORT", "RUN",
+              "LAST FAILURE", "DIGEST", "COMMIT"]  # fmt: skip
+    if wide:
+        header.append("LAUNCHED FROM")
+    table = [tuple(header)]
+
+    def cut(text: str) -> str:
+        if wide or len(text) <= FAILURE_WIDTH:
+            return text
+        return text[: FAILURE_WIDTH - 12] + "... (--wide)"
+
     for row in rows:
         state = row.state
+        cells: list[str]
         if state is None:
             failure = row.error.message if row.error else "?"
-            table.append(
-                (row.profile, row.host, "UNKNOWN", "-", "-", "-", "-", "-", failure, "-", "-")
-            )
-            continue
-        if not state.deployed:
-            table.append((row.profile, row.host, "-", "-", "-", "-", "-", "-", "-", "-", "-"))
-            continue
-        last = "-"
-        if state.last_exit is not None and state.last_exit.cls != STOPPED:
-            last = f"{state.last_exit.cls}: {state.last_exit.message}"[:60]
-        commit = (state.git_commit or "-")[:10] + ("+dirty" if state.git_dirty else "")
-        table.append((
-            row.profile, row.host,
-            state_cell(state),
-            str(state.pid or "-"),
-            duration(state.uptime_s),
-            str(state.restarts),
-            str(state.port or "-"),
-            state.run_id or "-",
-            last,
-            state.launch_digest or "-",
-            commit,
-        ))  # fmt: skip
+            cells = [row.profile, row.host, _unknown(row), "-", "-", "-", "-", "-", cut(failure),
+                     "-", "-"]  # fmt: skip
+        elif not state.deployed:
+            cells = [row.profile, row.host, "-", "-", "-", "-", "-", "-", "-", "-", "-"]
+        else:
+            last = "-"
+            if state.last_exit is not None and state.last_exit.cls != STOPPED:
+                last = f"{state.last_exit.cls}: {state.last_exit.message}"
+            if state.state == FATAL and state.message:  # why it is not restarted
+                last = state.message if last == "-" else f"{state.message}; last: {last}"
+            commit = (state.git_commit or "-")[:10] + ("+dirty" if state.git_dirty else "")
+            cells = [
+                row.profile, row.host, state_cell(state), str(state.pid or "-"),
+                duration(state.uptime_s), str(state.restarts), str(state.port or "-"),
+                state.run_id or "-", cut(last), state.launch_digest or "-", commit,
+            ]  # fmt: skip
+        if wide:
+            origin = "-"
+            if state is not None and state.profiles_dir:
+                origin = state.profiles_dir + (
+                    f" ({state.launched_by})" if state.launched_by else ""
+                )
+            cells.append(origin)
+        table.append(tuple(cells))
     return grid(table)
+
+
+def _unknown(row: StatusRow) -> str:
+    """Why a row has no state: its host cannot be reached, or its profile is invalid."""
+    if isinstance(row.error, TransportError):
+        return "UNREACHABLE"
+    if isinstance(row.error, ProfileError):
+        return "INVALID"
+    return "UNKNOWN"
 
 
 def state_cell(state: RunState) -> str:

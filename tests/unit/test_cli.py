@@ -252,7 +252,18 @@ def test_cli_status_shows_an_invalid_profile_as_a_row_and_asks_the_others(
     assert rows[1]["error"] == (
         f"{profile_dir.root}/nan.yaml:3:20: restart.delay_s: expected a finite number, got .nan"
     )
-    assert code == ExitCode.CONNECT  # the worst row: the unreachable host (5) over CONFIG (3)
+    assert code == ExitCode.CONFIG  # every profile listed: an invalid file fails, a host not
+    named, _, _ = _run(["--profiles", str(profile_dir.root), "status", "good"])
+    assert named == ExitCode.CONNECT  # a named deployment that cannot be asked: its error
+
+
+def test_cli_status_in_a_fresh_clone_lists_the_examples_and_succeeds(shipped: Path) -> None:
+    """The example profiles name hosts that do not resolve: rows, not a failed command."""
+    code, out, _ = _run(["--profiles", str(shipped), "status"])
+    assert code == ExitCode.OK
+    rows = {line.split()[0]: line.split()[2] for line in out.splitlines()[1:]}
+    assert rows["qwen36-mtp-b200"] == "UNREACHABLE"
+    assert rows["demo"] == "-"
 
 
 def test_every_subcommand_has_a_description_and_an_example() -> None:
