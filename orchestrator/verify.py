@@ -240,39 +240,27 @@ def expected_fields(
         spelling = spell(table, requested.name)
         if spelling is None:  # validation refuses these; nothing to compare
             continue
-        secret = isinstance(requested.value, SecretRef)
-        value = requested.value
-        if isinstance(value, SecretRef):
-            if value.env_var not in secrets:
-                name = field_name(table, spelling.dest)
-                out.append(
-                    _Expected(
-                        field=name,
-                        requested_as=requested.name if requested.name != name else None,
-                        key_path=requested.key_path,
-                        value=ABSENT,
-                        given=True,
-                        secret=True,
-                        unknown=True,
-                    )
-                )
-                continue
-            value = secrets[value.env_var]
-        tokens = [str(t) for t in arg_tokens(spelling.option, value, spelling.flag)]
         name = field_name(table, spelling.dest)
-        if tokens:
-            parsed = parse_arguments(table, tokens).values
-            typed = parsed.get(name, value)
-        else:
-            typed = value
+        value = requested.value
+        secret = isinstance(value, SecretRef)
+        unknown = isinstance(value, SecretRef) and value.env_var not in secrets
+        typed: Any = ABSENT
+        given = unknown  # an unset secret does reach the command line; its value is unknown
+        if isinstance(value, SecretRef) and not unknown:
+            value = secrets[value.env_var]
+        if not unknown:
+            tokens = [str(t) for t in arg_tokens(spelling.option, value, spelling.flag)]
+            typed = parse_arguments(table, tokens).values.get(name, value) if tokens else value
+            given = bool(tokens)
         out.append(
             _Expected(
                 field=name,
                 requested_as=requested.name if requested.name != name else None,
                 key_path=requested.key_path,
                 value=typed,
-                given=bool(tokens),
+                given=given,
                 secret=secret or name in SECRET_FIELDS,
+                unknown=unknown,
             )
         )
     return tuple(out)
