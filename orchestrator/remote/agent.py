@@ -332,6 +332,9 @@ _MISSING_MODEL_MARKS = (
 )
 _HUB_HTTP_ERROR = re.compile(r"\b(?:401|403|404) client error\b.*huggingface\.co/")
 _PORT_MARKS = ("address already in use", "[errno 98]", "errno: 98", "is used by a process already")
+# sglang/srt/utils/network.py wait_port_available: "<name> at <port> is not available in 30
+# seconds" (it names the holder only when it can find it).
+_PORT_WAIT = re.compile(r" at \d+ is not available in \d+ seconds")
 _OOM_MARKS = (
     "cuda out of memory",
     "cuda error: out of memory",
@@ -450,7 +453,7 @@ def _specific_class(exc_type: str, detail: str) -> str | None:
         or _HUB_HTTP_ERROR.search(detail)
     ):
         return MODEL_NOT_FOUND
-    if any(mark in detail for mark in _PORT_MARKS):
+    if any(mark in detail for mark in _PORT_MARKS) or _PORT_WAIT.search(detail):
         return PORT_IN_USE
     if name == "OutOfMemoryError" or any(mark in detail for mark in _OOM_MARKS):
         return CUDA_OOM

@@ -366,6 +366,15 @@ def test_port_in_use_from_sglangs_own_port_check() -> None:
     assert classify_exit(1, tail, saw_config_line=True, was_ready=False).cls == PORT_IN_USE
 
 
+def test_port_in_use_when_sglang_cannot_name_the_holder() -> None:
+    """wait_port_available's message without the holder (it could not see the process)."""
+    tail = [
+        "ValueError: dist_init_port at 41234 is not available in 30 seconds. dist_init_port "
+        "at 41234 is not available"
+    ]
+    assert classify_exit(1, tail, saw_config_line=False, was_ready=False).cls == PORT_IN_USE
+
+
 def test_a_nccl_watchdog_record_of_torch_is_nccl() -> None:
     tail = [
         "[rank6]:[E1206 18:44:16.997991020 ProcessGroupNCCL.cpp:1515] [PG 1 Rank 6] Process group "

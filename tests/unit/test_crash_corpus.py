@@ -104,8 +104,7 @@ def test_the_corpus_has_enough_real_logs_per_class() -> None:
     per_class = Counter(log.cls for log in logs)
     assert len(logs) >= 30, len(logs)
     assert set(per_class) <= set(CLASSES), per_class
-    # port-in-use: one public example was found (README.md says so); every other class has 3+
-    short = {cls: n for cls, n in per_class.items() if n < 3 and cls != PORT_IN_USE}
+    short = {cls: n for cls in CLASSES if (n := per_class[cls]) < 3}
     assert not short, short
     for log in logs:
         assert log.name.startswith(f"{log.cls}/"), f"{log.name} is labelled {log.cls}"
