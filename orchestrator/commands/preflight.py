@@ -9,15 +9,20 @@ from orchestrator import argtable
 from orchestrator.commands.context import Launch
 from orchestrator.commands.events import Step, UpEvent, Warn
 from orchestrator.errors import PreflightError
-from orchestrator.model import Profile
+from orchestrator.model import Profile, RunState
 from orchestrator.protocol import GpuFacts, HostFacts
 
 
 def check(
-    launch: Launch, facts: HostFacts, environ: Mapping[str, str]
+    launch: Launch,
+    facts: HostFacts,
+    environ: Mapping[str, str],
+    *,
+    replacing: RunState | None = None,
 ) -> Generator[UpEvent, None, Launch]:
     """Check the host against the launch; returns it, spelled for the host's SGLang when the
-    profile leaves the version open."""
+    profile leaves the version open. ``replacing``: the server this launch will replace (its
+    port is in use by it, and will be free)."""
     profile = launch.profile
     host = profile.host.name
     version = facts.sglang_version
@@ -38,7 +43,8 @@ def check(
         if choice.table.version != launch.table.version:
             launch = launch.spelled_for(choice.table, environ)
             yield Step(f"flags spelled for the host's SGLang {version}")
-    if not facts.port.free:
+    ours = replacing is not None and facts.port.holder_pid in (replacing.pid, None)
+    if not facts.port.free and not ours:
         who = ""
         if facts.port.holder_pid:
             who = f" by pid {facts.port.holder_pid} ({' '.join(facts.port.holder_cmdline)})"

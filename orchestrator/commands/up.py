@@ -42,6 +42,7 @@ def up(
     yield Step(f"{profile.name} on {profile.host.name} ({where}), workdir {agent.deployment.dir}")
 
     current = agent.status()
+    replacing: RunState | None = None  # stopped only once the new launch passed its checks
     if current.deployed:
         ownership.check(profile, current, ctx.origin(), "up", take_over=take_over)
     if current.unsupervised:
@@ -62,8 +63,7 @@ def up(
                 f"{current.run_id})",
                 "orch up --replace stops it first; orch down stops it",
             )
-        yield Step("stopping the unsupervised server")
-        agent.stop(profile.stop_timeout_s)
+        replacing = current
     elif current.alive:
         if current.launch_digest == launch.digest:
             yield Attached(current)
@@ -75,18 +75,22 @@ def up(
                 f"(digest {current.launch_digest}, run {current.run_id}, {current.state})",
                 "orch up --replace stops it first; orch status shows what runs",
             )
-        yield Step(f"stopping the running launch {current.launch_digest} (--replace)")
-        agent.stop(profile.stop_timeout_s)
+        replacing = current
     elif current.stale:
         yield Warn("the previous supervisor died without an end; sweeping its run")
         agent.stop(profile.stop_timeout_s)
 
+    # The new launch is checked whole (preflight, SGLang's plan) before a running server is
+    # stopped for it: a launch that would be refused never costs the one that works.
     member = launch.primary
     facts = agent.probe(profile.port, profile.model.path or None, profile.bind, member.env)
-    launch = yield from preflight.check(launch, facts, ctx.environ)
+    launch = yield from preflight.check(launch, facts, ctx.environ, replacing=replacing)
     member = launch.primary
     if check_plan:
         yield from planning.gate(ctx, launch, force=force)
+    if replacing is not None:
+        yield Step(f"stopping the running launch {replacing.launch_digest} (--replace)")
+        agent.stop(profile.stop_timeout_s)
 
     spec = build_spec(profile, member.argv, member.env, launch.meta(ctx.origin()))
     reply = agent.start(spec, render.launcher_script(member.command))

@@ -186,3 +186,32 @@ def test_plan_and_diff_effective_do_without_the_secrets_set_here(
     assert planned.code == ExitCode.OK, planned.out + planned.err
     assert "TEAM_TOKEN not set here" in planned.out
     assert local_workspace.orch("up", name).code == ExitCode.RENDER  # launching needs it
+
+
+def test_up_replace_with_a_launch_sglang_rejects_leaves_the_running_server(
+    local_workspace: Workspace,
+) -> None:
+    """--replace checks the new launch whole (preflight, SGLang's plan) before it stops the
+    server that works: a refused one costs nothing."""
+    name = local_workspace.profile("svc", version="0.5.11")
+    assert local_workspace.orch("up", name).code == ExitCode.OK
+    (before,) = local_workspace.orch("status", name, "--json").json()
+    port = before["port"]
+    local_workspace.profile(  # the incident: 0.5.11, spec decoding, no mamba strategy
+        "svc",
+        "spec_decode: {algorithm: EAGLE, num_steps: 3, eagle_topk: 1, num_draft_tokens: 4}\n",
+        version="0.5.11",
+        port=port,
+    )
+    refused = local_workspace.orch("up", name, "--replace")
+    assert refused.code == ExitCode.PLAN_REFUSED, refused.err
+    (after,) = local_workspace.orch("status", name, "--json").json()
+    assert (after["state"], after["pid"], after["run_id"]) == ("READY", before["pid"],
+                                                              before["run_id"])  # fmt: skip
+
+    local_workspace.profile("svc", version="0.5.11", port=port, args={"context_length": 4096})
+    replaced = local_workspace.orch("up", name, "--replace")
+    assert replaced.code == ExitCode.OK, replaced.err
+    (new,) = local_workspace.orch("status", name, "--json").json()
+    assert new["run_id"] != before["run_id"]
+    assert not psutil.pid_exists(before["pid"])
