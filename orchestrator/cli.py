@@ -108,8 +108,22 @@ def _parser() -> argparse.ArgumentParser:
     _launch_options(up)
     up.set_defaults(handler=_cmd_up)
 
-    down = commands.add_parser("down", help="stop a profile's server and sweep its processes")
+    down = commands.add_parser(
+        "down",
+        help="stop a profile's server and sweep its processes",
+        description="SIGTERM to the server's process group, up to the profile's stop_timeout_s "
+        "seconds for it to drain, then SIGKILL, then a sweep of any process of the run that "
+        "escaped the group. Says what it sent and how long it may wait before it waits.",
+    )
     down.add_argument("profile", metavar="PROFILE")
+    _take_over_option(down)
+    down.add_argument(
+        "--timeout",
+        type=float,
+        metavar="S",
+        help="seconds to let the server drain before SIGKILL, for this stop "
+        "(default: the profile's stop_timeout_s)",
+    )
     down.set_defaults(handler=_cmd_down)
 
     restart = commands.add_parser(
@@ -130,12 +144,38 @@ def _parser() -> argparse.ArgumentParser:
     )
     status.set_defaults(handler=_cmd_status)
 
-    logs = commands.add_parser("logs", help="a run's server log (reads only what it shows)")
+    logs = commands.add_parser(
+        "logs",
+        help="a run's server log (reads only what it shows)",
+        description="The tail of a run's server.log. With -f, what follows, across the "
+        "deployment's restarts (a marker line between runs, each new run from its start) and "
+        "log rotations, until the deployment ends: then the exit code is the last run's crash "
+        "class (docs/exit-codes.md), 0 when it was stopped on request.",
+    )
     logs.add_argument("profile", metavar="PROFILE")
-    logs.add_argument("-f", "--follow", action="store_true", help="keep printing new lines")
-    logs.add_argument("--run", metavar="ID", help="a run id (default: the current or last run)")
+    logs.add_argument(
+        "-f", "--follow", action="store_true", help="keep printing new lines, and the next runs"
+    )
+    logs.add_argument(
+        "--run",
+        metavar="ID",
+        help="a run id or a unique prefix of one (0003), or -1 for the last run, -2 for the one "
+        "before (default: the current run); `orch runs PROFILE` lists them",
+    )
     logs.add_argument("-n", "--lines", type=int, default=100, help="lines of the tail to show")
     logs.set_defaults(handler=_cmd_logs)
+
+    runs = commands.add_parser(
+        "runs",
+        help="a deployment's runs (server starts): start, end, duration, verdict",
+        description="Every run of a profile's deployment, from the agent's events: when it "
+        "started and ended, how long it ran, how long it took to READY, and its verdict "
+        "(crash class and exit status or signal). Run ids (or a prefix, -1, -2) go to "
+        "`orch logs --run`.",
+    )
+    runs.add_argument("profile", metavar="PROFILE")
+    runs.add_argument("--json", action="store_true", help="machine-readable output")
+    runs.set_defaults(handler=_cmd_runs)
 
     plan = commands.add_parser(
         "plan",
@@ -484,8 +524,16 @@ def _cmd_down(args: argparse.Namespace, output: _Output) -> int:
     from orchestrator.commands import ops
 
     ctx = _context(args, output)
+    reply = None
     try:
-        reply = ops.down(ctx, args.profile)
+        # restart comes through here too, without a --timeout of its own
+        for step in ops.down(
+            ctx, args.profile, timeout_s=getattr(args, "timeout", None), take_over=args.take_over
+        ):
+            if isinstance(step, ops.Stopping):
+                output.write(show.stopping(step))
+            else:
+                reply = step
     finally:
         ctx.close()
     output.write(show.down(args.profile, reply))
@@ -536,17 +584,43 @@ def _cmd_status(args: argparse.Namespace, output: _Output) -> int:
 
 
 def _cmd_logs(args: argparse.Namespace, output: _Output) -> int:
+    from orchestrator import show
+    from orchestrator.commands import ops
+
+    ctx = _context(args, output)
+    at_line_start = True
+    try:
+        for item in ops.logs(
+            ctx, args.profile, run=args.run, follow_log=args.follow, lines=args.lines
+        ):
+            if isinstance(item, ops.RunEnded):
+                output.write(show.run_ended(item, at_line_start=at_line_start))
+                at_line_start = True
+                if item.next_run is None:
+                    return item.exit_code
+                continue
+            output.out.write(item.text)
+            output.out.flush()
+            if item.text:
+                at_line_start = item.text.endswith("\n")
+    finally:
+        ctx.close()
+    return ExitCode.OK
+
+
+def _cmd_runs(args: argparse.Namespace, output: _Output) -> int:
+    from orchestrator import show
     from orchestrator.commands import ops
 
     ctx = _context(args, output)
     try:
-        for chunk in ops.logs(
-            ctx, args.profile, run_id=args.run, follow_log=args.follow, lines=args.lines
-        ):
-            output.out.write(chunk.text)
-            output.out.flush()
+        view = ops.runs(ctx, args.profile)
     finally:
         ctx.close()
+    if args.json:
+        output.print(json.dumps(show.runs_json(view), indent=2))
+    else:
+        output.print(show.runs_table(view))
     return ExitCode.OK
 
 

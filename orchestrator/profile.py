@@ -40,6 +40,7 @@ MAX_NAME = 200
 def valid_name(name: str) -> bool:
     return len(name) <= MAX_NAME and _NAME_RE.match(name) is not None
 
+
 _NOT_INHERITED = ("extends", "abstract")
 _HOST_KEYS = ("address", "port", "user", "identity_file", "known_hosts", "python", "workdir")
 

@@ -81,9 +81,22 @@ class StopReply:
 
 @dataclass(frozen=True)
 class RunInfo:
+    """One run (a server start) of a deployment; what events.jsonl kept of it (agents before
+    this version answered only ``run_id``, ``log`` and ``size``)."""
+
     run_id: str
     log: str
     size: int | None  # bytes of its server.log; None when it has none
+    started_at: float | None = None  # the host's wall clock
+    ready_at: float | None = None
+    pid: int | None = None
+    exit: ExitInfo | None = None  # how it ended; None while it runs, or when not recorded
+
+
+@dataclass(frozen=True)
+class RunsReply:
+    runs: tuple[RunInfo, ...]
+    now: float | None  # the host's wall clock when it answered (None: an older agent)
 
 
 @dataclass(frozen=True)
@@ -254,16 +267,7 @@ def decode_state(document: Any, *, agent_alive: bool | None = None) -> RunState:
         return RunState(deployed=False)
     last_exit = None
     if (raw_exit := reader.child("last_exit")) is not None:
-        last_exit = ExitInfo(
-            run_id=raw_exit.text("run_id"),
-            returncode=raw_exit.integer("returncode"),
-            cls=raw_exit.text("class"),
-            message=raw_exit.text("message"),
-            at=raw_exit.number("at"),
-            was_ready=raw_exit.flag("was_ready"),
-            signal=raw_exit.opt_text("signal"),
-            swept_pids=tuple(int(pid) for pid in raw_exit.items("swept_pids")),
-        )
+        last_exit = _exit_info(raw_exit)
     meta = reader.child("meta") or _Reader({}, "agent state.meta")
     # Agents up to this version wrote the launch digest as "plan_hash".
     digest = meta.opt_text("launch_digest") or meta.opt_text("plan_hash")
@@ -318,6 +322,19 @@ def decode_start(document: Any) -> StartReply:
     )
 
 
+def _exit_info(reader: _Reader) -> ExitInfo:
+    return ExitInfo(
+        run_id=reader.text("run_id"),
+        returncode=reader.integer("returncode"),
+        cls=reader.text("class"),
+        message=reader.text("message"),
+        at=reader.number("at"),
+        was_ready=reader.flag("was_ready"),
+        signal=reader.opt_text("signal"),
+        swept_pids=tuple(int(pid) for pid in reader.items("swept_pids")),
+    )
+
+
 def decode_stop(document: Any) -> StopReply:
     refused(document)
     reader = _Reader(document, "agent stop")
@@ -326,12 +343,24 @@ def decode_stop(document: Any) -> StopReply:
 
 
 def decode_runs(document: Any) -> tuple[RunInfo, ...]:
+    return decode_runs_reply(document).runs
+
+
+def decode_runs_reply(document: Any) -> RunsReply:
+    """``runs``: each run with its start, READY and exit when the agent recorded them."""
     refused(document)
+    reader = _Reader(document, "agent runs")
     runs = []
-    for index, raw in enumerate(_Reader(document, "agent runs").items("runs")):
+    for index, raw in enumerate(reader.items("runs")):
         run = _Reader(raw, f"agent runs.runs[{index}]")
-        runs.append(RunInfo(run.text("run_id"), run.text("log"), run.opt_integer("size")))
-    return tuple(runs)
+        ended = run.child("exit")
+        info = RunInfo(
+            run.text("run_id"), run.text("log"), run.opt_integer("size"),
+            started_at=run.opt_number("started_at"), ready_at=run.opt_number("ready_at"),
+            pid=run.opt_integer("pid"), exit=None if ended is None else _exit_info(ended),
+        )  # fmt: skip
+        runs.append(info)
+    return RunsReply(tuple(runs), reader.opt_number("now"))
 
 
 def decode_probe(document: Any) -> HostFacts:

@@ -7,6 +7,7 @@ warnings and notices on stderr. Nothing here prints.
 from __future__ import annotations
 
 import dataclasses
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,12 +25,12 @@ from orchestrator.commands.events import (
     UpEvent,
     Warn,
 )
-from orchestrator.commands.ops import StatusRow
+from orchestrator.commands.ops import RunEnded, RunsView, StatusRow, Stopping
 from orchestrator.errors import ExitCode, ProfileError, TransportError
-from orchestrator.model import Finding, RunState, Severity
+from orchestrator.model import ExitInfo, Finding, RunState, Severity
 from orchestrator.observe import LogEvent
-from orchestrator.protocol import StopReply
-from orchestrator.remote.agent import FATAL, READY, STOPPED
+from orchestrator.protocol import RunInfo, StopReply
+from orchestrator.remote.agent import FATAL, LOST_RETURNCODE, READY, STOPPED
 
 
 @dataclass(frozen=True)
@@ -239,6 +240,99 @@ def down(name: str, reply: StopReply | None) -> list[Text]:
         killed = list(reply.leftovers_killed)
         texts.append(line(f"  killed {len(killed)} leftover process(es): {killed}"))
     return texts
+
+
+def stopping(event: Stopping) -> list[Text]:
+    """Said before ``down``'s stop call, which blocks while the server drains."""
+    if event.pid is None:
+        what = f"stopping {event.profile} ({event.state or 'no server running'})"
+    else:
+        what = f"SIGTERM sent to {event.profile} (pid {event.pid})"
+    return [Text(f"{what}; draining, up to {event.timeout_s:g} s\n", flush=True)]
+
+
+# -- runs and logs -------------------------------------------------------------------------------
+
+
+def utc(at: float | None) -> str:
+    """A host's wall-clock time as users read it (UTC, as the run ids)."""
+    return "-" if at is None else time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(at))
+
+
+def run_verdict(ended: ExitInfo | None) -> str:
+    """``cuda-oom (SIGKILL)``, ``crashed (exit 1)``: the class and the exit status."""
+    if ended is None:
+        return "no exit recorded"
+    if ended.signal:
+        status = ended.signal
+    elif ended.returncode == LOST_RETURNCODE:
+        status = "status unknown"
+    else:
+        status = f"exit {ended.returncode}"
+    return f"{ended.cls} ({status})"
+
+
+def run_ended(event: RunEnded, *, at_line_start: bool = True) -> list[Text]:
+    """The marker between two runs in ``orch logs -f``, and at the deployment's end."""
+    head = f"-- run {event.run_id} ended: {run_verdict(event.verdict)}; "
+    if event.next_run is not None:
+        tail = f"following run {event.next_run} --"
+    else:
+        tail = f"{event.state}{': ' + event.message if event.message else ''}; no new run --"
+    return [Text(("" if at_line_start else "\n") + head + tail + "\n", flush=True)]
+
+
+def _run_cells(view: RunsView, run: RunInfo) -> dict[str, Any]:
+    current = view.current if view.current and view.current.run_id == run.run_id else None
+    ended_at = run.exit.at if run.exit else None
+    length = None
+    if run.started_at is not None:
+        if ended_at is not None:
+            length = ended_at - run.started_at
+        elif current is not None and view.now is not None:
+            length = view.now - run.started_at
+    if run.exit is not None:
+        verdict = run_verdict(run.exit)
+    elif current is not None:
+        verdict = current.state or "?"
+    else:
+        verdict = "no exit recorded"
+    return {
+        "ended_at": ended_at, "duration_s": length, "verdict": verdict,
+        "state": current.state if current else None, "current": current is not None,
+    }  # fmt: skip
+
+
+def runs_table(view: RunsView) -> str:
+    table = [("RUN", "STARTED (UTC)", "ENDED (UTC)", "DURATION", "READY AFTER", "VERDICT")]
+    for run in view.runs:
+        cells = _run_cells(view, run)
+        ready = None
+        if run.ready_at is not None and run.started_at is not None:
+            ready = run.ready_at - run.started_at
+        table.append((
+            run.run_id, utc(run.started_at), utc(cells["ended_at"]), duration(cells["duration_s"]),
+            duration(ready), cells["verdict"],
+        ))  # fmt: skip
+    return grid(table)
+
+
+def runs_json(view: RunsView) -> dict[str, Any]:
+    rows = []
+    for run in view.runs:
+        cells = _run_cells(view, run)
+        rows.append({
+            "run_id": run.run_id, "log": run.log, "log_bytes": run.size, "pid": run.pid,
+            "started_at": run.started_at, "ready_at": run.ready_at, "ended_at": cells["ended_at"],
+            "duration_s": cells["duration_s"], "current": cells["current"],
+            "state": cells["state"],
+            "exit": None if run.exit is None else {
+                "class": run.exit.cls, "returncode": run.exit.returncode,
+                "signal": run.exit.signal, "message": run.exit.message,
+                "was_ready": run.exit.was_ready, "swept_pids": list(run.exit.swept_pids),
+            },
+        })  # fmt: skip
+    return {"profile": view.profile, "host": view.host, "runs": rows}
 
 
 def status_json(row: StatusRow) -> dict[str, object]:

@@ -29,12 +29,13 @@ from orchestrator.protocol import (
     HostFacts,
     LastRun,
     RunInfo,
+    RunsReply,
     StartReply,
     StopReply,
     decode_inspect,
     decode_plan_answer,
     decode_probe,
-    decode_runs,
+    decode_runs_reply,
     decode_start,
     decode_state,
     decode_stop,
@@ -249,7 +250,11 @@ class Agent:
         return decode_stop(document)
 
     def runs(self) -> tuple[RunInfo, ...]:
-        return decode_runs(self.call("runs", "--dir", self.deployment.dir))
+        return self.runs_reply().runs
+
+    def runs_reply(self) -> RunsReply:
+        """Every run with its start, READY and exit, and the host's clock."""
+        return decode_runs_reply(self.call("runs", "--dir", self.deployment.dir))
 
     def plan(self, request: Mapping[str, Any], timeout: float = 300.0) -> PlanAnswer:
         """Run SGLang's parsing and resolution on the host (``sglang_probe.py``); the request,

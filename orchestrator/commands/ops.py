@@ -1,27 +1,47 @@
-"""down, status, logs: the deployment as it is on its host."""
+"""down, status, runs, logs: the deployment as it is on its host."""
 
 from __future__ import annotations
 
+import codecs
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
+from orchestrator.commands import ownership
 from orchestrator.commands.context import Context
-from orchestrator.errors import NotDeployed, OrchError, TransportError
-from orchestrator.model import Profile, RunState
-from orchestrator.protocol import StopReply
+from orchestrator.commands.follow import EXIT_CODES
+from orchestrator.errors import ExitCode, NotDeployed, OrchError, TransportError
+from orchestrator.model import ExitInfo, Profile, RunState
+from orchestrator.protocol import RunInfo, StopReply
+from orchestrator.remote.agent import EXITED, STOPPED, TERMINAL_STATES
+from orchestrator.transport import Transport
 
-LOG_FOLLOW_POLL_S = 0.25
+
+@dataclass(frozen=True)
+class Stopping:
+    """``down`` is about to ask the agent to stop (the call blocks for up to ``timeout_s``)."""
+
+    profile: str
+    pid: int | None  # the server's, when one runs (none in BACKOFF)
+    state: str | None
+    timeout_s: float
 
 
-def down(ctx: Context, name: str) -> StopReply | None:
-    """Stop a profile's server; None when nothing was running."""
+def down(
+    ctx: Context, name: str, *, timeout_s: float | None = None, take_over: bool = False
+) -> Iterator[Stopping | StopReply]:
+    """Stop a profile's server: ``Stopping`` before the (blocking) stop, then its reply; nothing
+    when nothing was running. ``timeout_s`` overrides the profile's ``stop_timeout_s``. A
+    deployment launched from another profiles repository is refused unless ``take_over``."""
     profile = ctx.launch(name, require_secrets=False).profile
     agent = ctx.agent(profile)
     current = agent.status()
     if not current.deployed or (not current.alive and not current.stale):
-        return None
-    return agent.stop(profile.stop_timeout_s)
+        return
+    ownership.check(profile, current, ctx.origin(), "stop", take_over=take_over)
+    timeout = profile.stop_timeout_s if timeout_s is None else timeout_s
+    yield Stopping(name, current.pid, current.state, timeout)
+    yield agent.stop(timeout)
 
 
 @dataclass(frozen=True)
@@ -57,6 +77,63 @@ def status(ctx: Context, names: Sequence[str]) -> list[StatusRow]:
     return sorted((row for rows in results for row in rows), key=lambda r: order[r.profile])
 
 
+# -- runs ------------------------------------------------------------------------------------------
+
+RECENT_RUNS = 5  # named when a --run is unknown or ambiguous
+
+
+def pick_run(runs: Sequence[RunInfo], wanted: str, where: str) -> RunInfo:
+    """A run by its id, a unique prefix of one (``0003``), or ``-1`` (the last), ``-2`` (the one
+    before) ...; anything else is an error naming the recent runs."""
+    recent = ", ".join(run.run_id for run in runs[-RECENT_RUNS:]) or "none"
+    if wanted.startswith("-") and wanted[1:].isdigit() and int(wanted[1:]) >= 1:
+        back = int(wanted[1:])
+        if back > len(runs):
+            raise NotDeployed(
+                f"no run {wanted} of {where}: it has {len(runs)} run(s)", f"recent runs: {recent}"
+            )
+        return runs[-back]
+    matches = [run for run in runs if run.run_id == wanted] or [
+        run for run in runs if run.run_id.startswith(wanted)
+    ]
+    if len(matches) == 1:
+        return matches[0]
+    if not matches:
+        raise NotDeployed(f"no run {wanted!r} of {where}", f"recent runs: {recent}")
+    named = ", ".join(run.run_id for run in matches[-RECENT_RUNS:])
+    raise NotDeployed(
+        f"run {wanted!r} of {where} is ambiguous: {len(matches)} runs start with it ({named})",
+        "give more of the run id, or -1 for the last run, -2 for the one before",
+    )
+
+
+@dataclass(frozen=True)
+class RunsView:
+    profile: str
+    host: str
+    runs: tuple[RunInfo, ...]
+    current: RunState | None  # state.json as recorded: the current run's live state
+    now: float | None  # the host's clock when it answered (None: an older agent)
+
+
+def runs(ctx: Context, name: str) -> RunsView:
+    """The deployment's runs with their start, end and verdict: one agent call (and state.json
+    read directly, for the live state of the current run)."""
+    profile = ctx.launch(name, require_secrets=False).profile
+    agent = ctx.agent(profile)
+    reply = agent.runs_reply()
+    if not reply.runs:
+        raise NotDeployed(f"{name} has no runs on {profile.host.name}", f"orch up {name}")
+    return RunsView(name, profile.host.name, reply.runs, agent.read_state(), reply.now)
+
+
+# -- logs ------------------------------------------------------------------------------------------
+
+LOG_FOLLOW_POLL_S = 0.25
+READ_BYTES = 1 << 20  # per read of the transport
+TAIL_BYTES_PER_LINE = 512  # the window read for -n N: N x this, from the end
+
+
 @dataclass(frozen=True)
 class LogChunk:
     text: str
@@ -64,43 +141,175 @@ class LogChunk:
     path: str
 
 
+@dataclass(frozen=True)
+class RunEnded:
+    """The followed run ended. With ``next_run`` the agent started another, followed from its
+    start; without, the deployment ended (``state`` EXITED or FATAL) and so does ``logs``,
+    with ``exit_code``."""
+
+    run_id: str
+    verdict: ExitInfo | None  # None when no exit of the run was recorded
+    next_run: str | None
+    state: str | None = None
+    message: str = ""
+    exit_code: ExitCode = ExitCode.OK
+
+
+def ended_exit_code(verdict: ExitInfo | None, state: str | None) -> ExitCode:
+    """0 for a run stopped on request, else its crash class's code (docs/exit-codes.md)."""
+    if verdict is None:
+        return ExitCode.OK if state == EXITED else ExitCode.SUPERVISOR
+    if verdict.cls == STOPPED:
+        return ExitCode.OK
+    return EXIT_CODES.get(verdict.cls, ExitCode.CRASHED)
+
+
+class LogTail:
+    """One run's ``server.log``, read from an offset: only what is shown, whatever its size.
+
+    The agent rotates the log to ``server.log.1`` at a size cap (``LogSink``). A rotation shows
+    as the file shrinking below the offset, or as ``server.log.1`` changing (its size is the
+    identity the transport shows): the rest of ``server.log.1`` is read from the offset, then
+    the new file from 0, so no line is lost. One rotation between two reads is assumed (the cap
+    is 256 MiB). Bytes are decoded incrementally: a character cut by a read or by the rotation
+    is whole when shown."""
+
+    def __init__(self, transport: Transport, path: str) -> None:
+        self.transport = transport
+        self.path = path
+        self.rotated_path = f"{path}.1"
+        self.offset = 0
+        self._rotated_size = transport.size(self.rotated_path)
+        self._decoder = codecs.getincrementaldecoder("utf-8")("replace")
+
+    def last_lines(self, lines: int) -> str | None:
+        """The last ``lines`` (from ``server.log.1`` too when the file holds fewer); later reads
+        go on from the end. None when the run has no log."""
+        size = self.transport.size(self.path)
+        if size is None:
+            return None
+        self.offset = size
+        if lines <= 0:
+            return ""
+        window = lines * TAIL_BYTES_PER_LINE
+        text = self._window(self.path, size, window)
+        if size < window and self._rotated_size and text.count("\n") < lines:
+            text = self._window(self.rotated_path, self._rotated_size, window - size) + text
+        return "".join(text.splitlines(keepends=True)[-lines:])
+
+    def read_new(self) -> Iterator[str]:
+        """What was written since the last read, across a rotation, in pieces of READ_BYTES."""
+        rotated = self.transport.size(self.rotated_path)
+        size = self.transport.size(self.path)
+        shrunk = size is not None and size < self.offset
+        if shrunk or (rotated is not None and rotated != self._rotated_size):
+            # the file read so far is server.log.1 now (asked again: it may have rotated
+            # between the two questions): its rest, then the new file from its start
+            rotated = self.transport.size(self.rotated_path)
+            if rotated is not None:
+                yield from self._pieces(self.rotated_path, rotated)
+            self.offset = 0
+            self._rotated_size = rotated
+        if size is not None:
+            yield from self._pieces(self.path, size)
+
+    def flush(self) -> str:
+        """The end of the log: an incomplete character left by the last read."""
+        return self._decoder.decode(b"", final=True)
+
+    def _pieces(self, path: str, end: int) -> Iterator[str]:
+        while self.offset < end:
+            try:
+                data = self.transport.read(path, self.offset, min(end - self.offset, READ_BYTES))
+            except FileNotFoundError:
+                return
+            if not data:
+                return
+            self.offset += len(data)
+            yield self._decoder.decode(data)
+
+    def _window(self, path: str, size: int, window: int) -> str:
+        """The lines in the last ``window`` bytes of ``path`` (a line cut at the start left out)."""
+        start = max(size - window, 0)
+        parts = []
+        offset = start
+        try:
+            while offset < size:
+                data = self.transport.read(path, offset, min(size - offset, READ_BYTES))
+                if not data:
+                    break
+                parts.append(data)
+                offset += len(data)
+        except FileNotFoundError:
+            return ""
+        text = b"".join(parts).decode("utf-8", "replace")
+        if start > 0:
+            text = text.split("\n", 1)[1] if "\n" in text else ""
+        return text
+
+
 def logs(
-    ctx: Context, name: str, *, run_id: str | None, follow_log: bool, lines: int,
-) -> Iterator[LogChunk]:  # fmt: skip
-    """The last ``lines`` of a run's log, then (``follow_log``) what is appended to it.
-    Reads only what it shows, from an offset, whatever the log's size."""
+    ctx: Context, name: str, *, run: str | None, follow_log: bool, lines: int,
+) -> Iterator[LogChunk | RunEnded]:  # fmt: skip
+    """The last ``lines`` of a run's log (``run``: see ``pick_run``; default the current run);
+    then (``follow_log``) what is appended to it, and when the run ends, the deployment's next
+    run from its start, until the deployment ends (RunEnded without ``next_run``). Reads only
+    what it shows, from offsets; state.json is read when the log is idle."""
     profile = ctx.launch(name, require_secrets=False).profile
     agent = ctx.agent(profile)
-    transport = agent.transport
-    if run_id is None:
+    where = f"{name} on {profile.host.name}"
+    run_id: str | None
+    if run is not None:
+        run_id = pick_run(agent.runs(), run, where).run_id
+    else:
         current = agent.read_state()
         run_id = current.run_id if current else None
     if run_id is None:  # no state yet: the newest run on disk
-        runs = agent.runs()
-        if not runs:
+        known = agent.runs()
+        if not known:
             raise NotDeployed(f"{name} has no runs on {profile.host.name}", f"orch up {name}")
-        run_id = runs[-1].run_id
+        run_id = known[-1].run_id
     path = agent.deployment.run_log(run_id)
-    size = transport.size(path)
-    if size is None:
-        known = ", ".join(run.run_id for run in agent.runs()[-5:])
-        raise NotDeployed(f"no log for run {run_id} of {name}", f"recent runs: {known or 'none'}")
-    window = max(lines, 1) * 512
-    start = max(size - window, 0)
-    data = transport.read(path, start, size - start)
-    text = data.decode("utf-8", "replace")
-    if start > 0:
-        text = text.split("\n", 1)[1] if "\n" in text else ""
-    shown = text.splitlines(keepends=True)[-lines:] if lines else []
-    yield LogChunk("".join(shown), run_id, path)
-    offset = size
+    tail = LogTail(agent.transport, path)
+    text = tail.last_lines(lines)
+    if text is None:
+        recent = ", ".join(run.run_id for run in agent.runs()[-RECENT_RUNS:])
+        raise NotDeployed(f"no log for run {run_id} of {name}", f"recent runs: {recent or 'none'}")
+    yield LogChunk(text, run_id, path)
     while follow_log:
-        now_size = transport.size(path)
-        if now_size is not None and now_size < offset:
-            offset = 0  # rotated: the new file starts over
-        if now_size is not None and now_size > offset:
-            data = transport.read(path, offset, now_size - offset)
-            offset += len(data)
-            yield LogChunk(data.decode("utf-8", "replace"), run_id, path)
-        else:
+        shown = False
+        for piece in tail.read_new():
+            shown = True
+            yield LogChunk(piece, run_id, path)
+        if shown:
+            continue
+        current = agent.read_state()
+        ongoing = current is None or current.run_id is None or (
+            current.run_id == run_id and current.state not in TERMINAL_STATES
+        )  # fmt: skip
+        if ongoing or current is None:
             ctx.sleep(LOG_FOLLOW_POLL_S)
+            continue
+        # The run ended, its log complete: the agent drains a run's output before it starts
+        # another or ends.
+        rest = "".join(tail.read_new()) + tail.flush()
+        if rest:
+            yield LogChunk(rest, run_id, path)
+        if current.run_id == run_id:
+            ended = current.last_exit
+            verdict = ended if ended is not None and ended.run_id == run_id else None
+            code = ended_exit_code(verdict, current.state)
+            yield RunEnded(run_id, verdict, None, current.state, current.message, code)
+            return
+        known = agent.runs()
+        ids = [known_run.run_id for known_run in known]
+        position = ids.index(run_id) if run_id in ids else -1
+        later = known[position + 1 :] if position >= 0 else [r for r in known if r.run_id > run_id]
+        if not later:  # the state names a run not listed yet
+            ctx.sleep(LOG_FOLLOW_POLL_S)
+            continue
+        verdict = known[position].exit if position >= 0 else None
+        yield RunEnded(run_id, verdict, later[0].run_id)
+        run_id = later[0].run_id
+        path = agent.deployment.run_log(run_id)
+        tail = LogTail(agent.transport, path)

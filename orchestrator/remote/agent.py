@@ -643,6 +643,8 @@ class Paths:
         self.agent_log = os.path.join(deployment_dir, "agent.log")
         self.runs = os.path.join(deployment_dir, "runs")
         self.launch_script = os.path.join(deployment_dir, "launch.sh")
+        # `stop --timeout S` for the supervisor that does the stopping: its grace this once
+        self.stop_request = os.path.join(deployment_dir, "stop-request.json")
 
     def files(self) -> tuple[tuple[str, str], ...]:
         """The files the supervisor writes or acts on, named for messages."""
@@ -1158,6 +1160,7 @@ class Supervisor:
         self.clock: Clock = clock if clock is not None else RealClock()
         self.world: World = world if world is not None else RealWorld(self.clock)
         self.stop_requested = threading.Event()
+        self.stop_grace_s: float | None = None  # this stop's grace, when `stop` gave one
         self.state: dict[str, Any] = {
             "protocol": PROTOCOL,
             "deployment": spec.deployment,
@@ -1495,7 +1498,8 @@ class Supervisor:
         grace, then SIGKILL."""
         self._signal(process, signal.SIGTERM)
         self._signal(process, signal.SIGCONT)
-        deadline = self.clock.monotonic() + self.spec.stop_timeout_s
+        grace = self.spec.stop_timeout_s if self.stop_grace_s is None else self.stop_grace_s
+        deadline = self.clock.monotonic() + grace
         while process.poll() is None and self.clock.monotonic() < deadline:
             tracked.refresh()
             self.clock.sleep(0.05)
@@ -1504,6 +1508,13 @@ class Supervisor:
 
     def _stop_process(self, process: ServerProcess, tracked: _Descendants) -> None:
         self._change_state(STOPPING, message="stopping")
+        request = read_json(self.paths.stop_request)  # `orch down --timeout S`
+        if request is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(self.paths.stop_request)
+            grace = request.get("grace_s")
+            if isinstance(grace, (int, float)) and 0 <= grace < 366 * 86400:
+                self.stop_grace_s = float(grace)
         self._terminate(process, tracked)
 
     def _give_up(
@@ -1904,6 +1915,7 @@ def cmd_stop(deployment_dir: str, timeout: float) -> dict[str, Any]:
     clock = RealClock()
     agent = recorded_identity(state, "agent", deployment_dir)
     if verified_alive(agent) and agent is not None:
+        write_json_atomic(paths.stop_request, {"grace_s": timeout})
         os.kill(int(agent["pid"]), signal.SIGTERM)
         deadline = clock.monotonic() + timeout + 10.0
         while verified_alive(agent) and clock.monotonic() < deadline:
@@ -1911,6 +1923,8 @@ def cmd_stop(deployment_dir: str, timeout: float) -> dict[str, Any]:
         if verified_alive(agent):  # it did not finish in time: take over its last duty
             os.kill(int(agent["pid"]), signal.SIGKILL)
             clock.sleep(0.1)
+        with contextlib.suppress(OSError):
+            os.unlink(paths.stop_request)  # not read when it stopped in BACKOFF
     final = read_json(paths.state) or state
     leftovers: list[int] = []
     if final.get("state") not in TERMINAL_STATES:
@@ -1929,6 +1943,7 @@ def _stop_for_a_dead_supervisor(
     recorded (group SIGTERM, grace, SIGKILL, sweep), then record the end as it would have."""
     spec = _spec_for(paths, recorded)
     stopper = Supervisor(spec, paths, clock=clock)
+    stopper.stop_grace_s = timeout
     stopper.resume(recorded)
     server = recorded_identity(recorded, "server", paths.root)
     run_id = str(recorded.get("run_id") or "")
@@ -1959,16 +1974,57 @@ def _spec_for(paths: Paths, state: dict[str, Any]) -> Spec:
         )  # fmt: skip
 
 
-def cmd_runs(deployment_dir: str) -> dict[str, Any]:
+def cmd_runs(deployment_dir: str, events_bytes: int = 4 << 20) -> dict[str, Any]:
+    """Every run of the deployment (its directory under ``runs/``) with its log, and from the
+    last ``events_bytes`` of events.jsonl (whatever its size) its start, READY and exit (class,
+    status, message); ``now`` is this host's clock, for the length of a run still going."""
     paths = Paths(deployment_dir)
     secure_deployment(paths)
+    events: dict[str, dict[str, Any]] = {}
+    tail: list[bytes] = []
+    try:
+        handle = os.fdopen(os.open(paths.events, os.O_RDONLY | _NOFOLLOW), "rb")
+    except FileNotFoundError:
+        handle = None
+    if handle is not None:
+        with handle:
+            events_size = os.fstat(handle.fileno()).st_size
+            handle.seek(max(events_size - events_bytes, 0))
+            tail = handle.read(events_bytes).splitlines()
+            if events_size > events_bytes:
+                tail = tail[1:]  # the first line is cut
+    for raw in tail:
+        try:
+            record = json.loads(raw)
+        except ValueError:
+            continue
+        run_id = record.get("run_id") if isinstance(record, dict) else None
+        if not isinstance(run_id, str):
+            continue
+        known = events.setdefault(run_id, {})
+        kind = record.get("event")
+        if kind == "start":
+            known.update(started_at=record.get("at"), pid=record.get("pid"))
+        elif kind == "ready":
+            known["ready_at"] = record.get("at")
+        elif kind == "exit":
+            known["exit"] = {key: record.get(key) for key in (
+                "run_id", "returncode", "signal", "class", "message", "at", "was_ready",
+            )}  # fmt: skip
+            known["exit"]["swept_pids"] = []
+        elif kind == "swept" and isinstance(known.get("exit"), dict):
+            known["exit"]["swept_pids"] = record.get("pids") or []
     runs_dir = paths.runs
     runs = []
     for name in sorted(os.listdir(runs_dir)) if os.path.isdir(runs_dir) else []:
         log = os.path.join(runs_dir, name, "server.log")
         size = os.path.getsize(log) if os.path.exists(log) else None
-        runs.append({"run_id": name, "log": log, "size": size})
-    return {"protocol": PROTOCOL, "runs": runs}
+        known = events.get(name, {})
+        runs.append({
+            "run_id": name, "log": log, "size": size, "started_at": known.get("started_at"),
+            "ready_at": known.get("ready_at"), "pid": known.get("pid"), "exit": known.get("exit"),
+        })  # fmt: skip
+    return {"protocol": PROTOCOL, "runs": runs, "now": RealClock().wall()}
 
 
 def cmd_inspect(

@@ -83,6 +83,11 @@ def run_logs(space: Workspace, name: str, sshd: SshServer) -> None:
     _ok(_orch(space, "logs", name, "-n", "20"), "The server is fired up and ready to roll!")
 
 
+def run_runs(space: Workspace, name: str, sshd: SshServer) -> None:
+    _up(space, name)
+    _ok(_orch(space, "runs", name), "0001-", "READY")
+
+
 def run_plan(space: Workspace, name: str, sshd: SshServer) -> None:
     _ok(_orch(space, "plan", name), "orch's stand-in, NOT SGLang")
 
@@ -116,7 +121,7 @@ def run_init(space: Workspace, name: str, sshd: SshServer) -> None:
 RUNS: dict[str, Callable[[Workspace, str, SshServer], None]] = {
     "render": run_render, "validate": run_validate, "profiles": run_profiles, "up": run_up,
     "down": run_down, "restart": run_restart, "status": run_status, "logs": run_logs,
-    "plan": run_plan, "lock": run_lock, "diff-effective": run_diff_effective,
+    "runs": run_runs, "plan": run_plan, "lock": run_lock, "diff-effective": run_diff_effective,
     "hosts": run_hosts, "init": run_init,
 }  # fmt: skip
 

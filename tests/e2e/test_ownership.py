@@ -32,6 +32,10 @@ def test_a_deployment_from_another_repository_is_not_ours(local_workspace: Works
     assert refused.code == ExitCode.CONFLICT
     assert "launched from another profiles repository" in refused.err
     assert "--take-over" in refused.err
+    for verb in (("down", theirs), ("restart", theirs)):
+        stopped = other.orch(*verb)
+        assert stopped.code == ExitCode.CONFLICT, (verb, stopped.err)
+        assert "refusing to stop it" in stopped.err
     (row,) = local_workspace.orch("status", mine, "--json").json()
     assert row["state"] == "READY"  # untouched
 

@@ -1,0 +1,221 @@
+"""orch logs -f across restarts and rotations, orch runs, and what orch down says while it
+waits: real agents supervising orch's SGLang stand-in on this machine (host: local)."""
+
+from __future__ import annotations
+
+import re
+import select
+import subprocess
+import time
+from pathlib import Path
+
+from orchestrator.commands.ops import LogTail
+from orchestrator.errors import ExitCode
+from orchestrator.model import Host
+from orchestrator.remote.agent import LogSink
+from orchestrator.transport.local import LocalTransport
+from tests.e2e.conftest import Workspace
+
+MARKER = re.compile(r"^-- run (\S+) ended: (.*?); (.*) --\n", re.MULTILINE)
+# Every start dies of CUDA OOM after loading; the third start within the window is FATAL.
+OOM_LOOP = {"ORCH_STANDIN_FAIL": "cuda-oom", "ORCH_STANDIN_LOAD_S": "1.5"}
+OOM_RESTART = {"mode": "on-failure", "delay_s": 0.2, "max_delay_s": 1, "start_limit": 3}
+
+
+def _state(space: Workspace, name: str) -> dict[str, object]:
+    (row,) = space.orch("status", name, "--json").json()
+    assert isinstance(row, dict)
+    return row
+
+
+def _wait_for(space: Workspace, name: str, state: str, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while _state(space, name)["state"] != state:
+        assert time.monotonic() < deadline, _state(space, name)
+        time.sleep(0.2)
+
+
+def _run_log(space: Workspace, name: str, run_id: str, *, exact: bool = False) -> str:
+    """A run's log as written (``exact``: tqdm's \r kept), else as a text-mode pipe reads it."""
+    path = space.deployment_dir(name) / "runs" / run_id / "server.log"
+    return path.read_bytes().decode() if exact else path.read_text()
+
+
+def _first_line(process: subprocess.Popen[str], timeout: float) -> str:
+    assert process.stdout is not None
+    ready, _, _ = select.select([process.stdout], [], [], timeout)
+    assert ready, "no line in time"
+    return process.stdout.readline()
+
+
+def test_logs_follow_goes_on_with_each_restart_and_ends_with_the_verdict(
+    local_workspace: Workspace,
+) -> None:
+    name = local_workspace.profile("oomloop", env=OOM_LOOP, restart=OOM_RESTART)
+    assert local_workspace.orch("up", name).code == ExitCode.CUDA_OOM  # the agent restarts it
+    follower = local_workspace.spawn("logs", name, "-f", "-n", "100000")
+    out, err = follower.communicate(timeout=90)
+    assert follower.returncode == ExitCode.CUDA_OOM, (out, err)
+    markers = MARKER.findall(out)
+    assert len(markers) >= 2, out  # the follower saw at least one restart
+    runs = [run_id for run_id, _, _ in markers]
+    for (_, verdict, after), following in zip(markers, [*runs[1:], None], strict=True):
+        assert verdict == "cuda-oom (SIGKILL)"
+        if following is None:
+            assert after.startswith("FATAL: cuda-oom: start limit hit"), after
+            assert after.endswith("; no new run")
+        else:
+            assert after == f"following run {following}"
+    assert runs[-1].startswith("0003-")
+    # each run's log whole and in order (the first one from -n), nothing lost or repeated
+    logs = MARKER.split(out)[::4]
+    assert logs[-1] == ""
+    assert logs[:-1] == [_run_log(local_workspace, name, run_id) for run_id in runs]
+
+
+def test_runs_lists_each_run_and_logs_picks_one_by_prefix_or_from_the_end(
+    local_workspace: Workspace,
+) -> None:
+    name = local_workspace.profile("oomruns", env=OOM_LOOP, restart=OOM_RESTART)
+    assert local_workspace.orch("up", name).code == ExitCode.CUDA_OOM
+    _wait_for(local_workspace, name, "FATAL")
+
+    listed = local_workspace.orch("runs", name, "--json")
+    assert listed.code == ExitCode.OK, listed.err
+    document = listed.json()
+    assert document["profile"] == name
+    rows = document["runs"]
+    assert [row["run_id"][:4] for row in rows] == ["0001", "0002", "0003"]
+    for row in rows:
+        assert row["exit"]["class"] == "cuda-oom"
+        assert row["exit"]["signal"] == "SIGKILL"
+        assert row["started_at"] < row["ended_at"]
+        assert 1.5 <= row["duration_s"] < 30
+        assert row["pid"] > 0
+    assert [row["current"] for row in rows] == [False, False, True]
+    assert rows[-1]["state"] == "FATAL"
+
+    table = local_workspace.orch("runs", name)
+    assert table.code == ExitCode.OK
+    header, *lines = table.out.splitlines()
+    assert header.split() == ["RUN", "STARTED", "(UTC)", "ENDED", "(UTC)", "DURATION", "READY",
+                              "AFTER", "VERDICT"]  # fmt: skip
+    assert [line.split()[0] for line in lines] == [row["run_id"] for row in rows]
+    assert all(line.endswith("cuda-oom (SIGKILL)") for line in lines)
+
+    second = rows[1]["run_id"]
+    for pick in ("0002", second, "-2"):
+        shown = local_workspace.orch("logs", name, "--run", pick, "-n", "100000")
+        assert shown.code == ExitCode.OK, shown.err
+        assert shown.out == _run_log(local_workspace, name, second, exact=True)
+    last = local_workspace.orch("logs", name, "--run", "-1", "-n", "3")
+    assert last.out == "".join(
+        _run_log(local_workspace, name, rows[2]["run_id"], exact=True).splitlines(keepends=True)[
+            -3:
+        ]
+    )
+
+    unknown = local_workspace.orch("logs", name, "--run", "0009")
+    assert unknown.code == ExitCode.NOT_DEPLOYED
+    assert "no run '0009'" in unknown.err
+    assert f"recent runs: {', '.join(row['run_id'] for row in rows)}" in unknown.err
+    ambiguous = local_workspace.orch("logs", name, "--run", "000")
+    assert ambiguous.code == ExitCode.NOT_DEPLOYED
+    assert "ambiguous: 3 runs start with it" in ambiguous.err
+    too_far = local_workspace.orch("logs", name, "--run", "-4")
+    assert too_far.code == ExitCode.NOT_DEPLOYED
+    assert "it has 3 run(s)" in too_far.err
+
+
+def test_logs_follow_ends_when_the_deployment_is_stopped(local_workspace: Workspace) -> None:
+    name = local_workspace.profile("stopped")
+    assert local_workspace.orch("up", name).code == ExitCode.OK
+    run_id = _state(local_workspace, name)["run_id"]
+    follower = local_workspace.spawn("logs", name, "-f", "-n", "1")
+    _first_line(follower, 30)  # it follows
+    assert local_workspace.orch("down", name).code == ExitCode.OK
+    out, err = follower.communicate(timeout=30)
+    assert follower.returncode == ExitCode.OK, (out, err)
+    (marker,) = MARKER.findall(out)
+    assert marker[0] == run_id
+    assert marker[1].startswith("stopped (")
+    assert marker[2] == "EXITED: stopped; no new run"
+    assert out.endswith("; no new run --\n")
+
+
+def test_down_says_what_it_sent_before_it_waits(local_workspace: Workspace) -> None:
+    name = local_workspace.profile("stubborn", env={"ORCH_STANDIN_FAIL": "ignore-sigterm"})
+    assert local_workspace.orch("up", name).code == ExitCode.OK
+    pid = _state(local_workspace, name)["pid"]
+    down = local_workspace.spawn("down", name)
+    first = _first_line(down, 20)
+    assert down.poll() is None  # still draining: the server ignores SIGTERM for 3 s
+    assert first == f"SIGTERM sent to {name} (pid {pid}); draining, up to 3 s\n"
+    out, err = down.communicate(timeout=60)
+    assert down.returncode == ExitCode.OK, err
+    assert f"{name}: EXITED" in out
+    help_text, _ = local_workspace.spawn("down", "--help").communicate(timeout=30)
+    assert "--timeout S" in help_text
+    assert "stop_timeout_s" in help_text
+
+
+def test_down_timeout_overrides_stop_timeout_for_this_stop(local_workspace: Workspace) -> None:
+    name = local_workspace.profile("slowstop", env={"ORCH_STANDIN_FAIL": "ignore-sigterm"})
+    path = local_workspace.profiles / f"{name}.yaml"
+    path.write_text(path.read_text().replace("stop_timeout_s: 3", "stop_timeout_s: 8"))
+    assert local_workspace.orch("up", name).code == ExitCode.OK
+    started = time.monotonic()
+    down = local_workspace.orch("down", name, "--timeout", "1")
+    assert down.code == ExitCode.OK, down.err
+    assert "draining, up to 1 s" in down.out
+    assert time.monotonic() - started < 5
+
+
+def test_log_tail_reads_across_rotations_without_losing_a_line(tmp_path: Path) -> None:
+    """The agent's own LogSink rotates at a small cap while a LogTail reads from offsets:
+    polls between writes, several rotations, a new file that grew past the old offset before
+    the next poll, a character cut by a rotation."""
+    path = str(tmp_path / "server.log")
+    tail = LogTail(LocalTransport(Host(name="local", workdir=str(tmp_path))), path)
+    assert tail.last_lines(10) is None  # no log yet
+    sink = LogSink(path, max_bytes=300, keep=3)
+    written: list[str] = []
+    shown: list[str] = []
+
+    def write(first: int, count: int) -> None:
+        for number in range(first, first + count):
+            text = f"line {number:04d} ünïcode {'x' * (number % 17)}\n"
+            written.append(text)
+            data = text.encode()
+            cut = data.index("ü".encode()) + 1  # mid-character: the next write may rotate
+            sink.write(data[:cut])
+            sink.write(data[cut:])
+
+    try:
+        write(0, 5)
+        assert tail.last_lines(3) == "".join(written[2:5])
+        shown.extend(written[:5])
+        for first, count in ((5, 3), (8, 1), (9, 6), (15, 4), (19, 7), (26, 2), (28, 5)):
+            write(first, count)
+            shown.append("".join(tail.read_new()))
+        # rotated, and the new file already longer than the offset read up to: only the
+        # rotated file's identity (server.log.1 changed) tells
+        offset, rotated = tail.offset, Path(f"{path}.1").stat().st_size
+        while Path(f"{path}.1").stat().st_size == rotated or Path(path).stat().st_size <= offset:
+            write(len(written), 1)
+        shown.append("".join(tail.read_new()) + tail.flush())
+    finally:
+        sink.close()
+    assert Path(f"{path}.3").exists()  # it rotated more than the files kept
+    assert "".join(shown) == "".join(written)
+
+
+def test_log_tail_shows_lines_from_before_a_rotation(tmp_path: Path) -> None:
+    path = str(tmp_path / "server.log")
+    sink = LogSink(path, max_bytes=200, keep=3)
+    lines = [f"line {number}\n" for number in range(30)]
+    for text in lines:
+        sink.write(text.encode())
+    sink.close()
+    tail = LogTail(LocalTransport(Host(name="local", workdir=str(tmp_path))), path)
+    assert tail.last_lines(20) == "".join(lines[-20:])
