@@ -3,6 +3,7 @@ OpenSSH sshd on 127.0.0.1 (tests/ssh/sshd.py) for every test that goes over SSH.
 
 from __future__ import annotations
 
+import shutil
 import textwrap
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -17,6 +18,18 @@ __all__ = ["sshd", "sshd_config"]
 
 REPO = Path(__file__).resolve().parent.parent
 SHIPPED_PROFILES = REPO / "profiles"
+# The example profiles orch ships (profiles/, package data). Tests read them by name, or from a
+# copy of just these: a user's own profile in profiles/ (copying demo.yaml is the obvious first
+# move) never changes what a test sees.
+EXAMPLES = ("demo", "qwen36-27b", "qwen36-mtp-b200", "qwen36-mtp-rtxpro6000-tp4")
+
+
+def copy_examples(target: Path) -> Path:
+    """The shipped examples and their host inventory, copied into ``target`` (created)."""
+    target.mkdir(parents=True, exist_ok=True)
+    for name in (*EXAMPLES, "hosts"):
+        shutil.copy(SHIPPED_PROFILES / f"{name}.yaml", target / f"{name}.yaml")
+    return target
 # Real SGLang outputs (tests/fixtures/sglang/README.md says where each comes from).
 CAPTURES = REPO / "tests" / "fixtures" / "sglang" / "captures"
 

@@ -7,26 +7,24 @@ A change in rendering shows up here as a diff to review. Rewrite on purpose with
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest
 
 from orchestrator import render
 from orchestrator.profile import ProfileStore
-from tests.conftest import SHIPPED_PROFILES
+from tests.conftest import EXAMPLES, SHIPPED_PROFILES, copy_examples
 
 GOLDEN = Path(__file__).resolve().parent
 # (golden name, profile, SGLang version override or None)
 _SHIPPED = ProfileStore(SHIPPED_PROFILES)
 CASES = [
-    (name, name, None) for name in _SHIPPED.names() if not _SHIPPED.load(name).profile.abstract
+    (name, name, None) for name in EXAMPLES if not _SHIPPED.load(name).profile.abstract
 ] + [("qwen36-mtp-b200@0.5.23", "qwen36-mtp-b200", "0.5.23")]
 
 
 def _render(tmp_path: Path, profile: str, version: str | None) -> str:
-    root = tmp_path / "profiles"
-    shutil.copytree(SHIPPED_PROFILES, root)
+    root = copy_examples(tmp_path / "profiles")
     if version is not None:
         (root / "variant.yaml").write_text(f'extends: {profile}\nsglang: "{version}"\n')
         profile = "variant"

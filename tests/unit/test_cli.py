@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import io
 import json
-import shutil
 from pathlib import Path
 
 import pytest
 
 from orchestrator.cli import main
 from orchestrator.errors import ExitCode
-from tests.conftest import SHIPPED_PROFILES, ProfileDir
+from tests.conftest import ProfileDir, copy_examples
 
 
 def _run(argv: list[str]) -> tuple[int, str, str]:
@@ -22,9 +21,7 @@ def _run(argv: list[str]) -> tuple[int, str, str]:
 
 @pytest.fixture
 def shipped(tmp_path: Path) -> Path:
-    root = tmp_path / "profiles"
-    shutil.copytree(SHIPPED_PROFILES, root)
-    return root
+    return copy_examples(tmp_path / "profiles")
 
 
 def test_cli_render_json_holds_the_incident_flags_in_0511_spelling(shipped: Path) -> None:

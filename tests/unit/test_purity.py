@@ -5,10 +5,11 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO
+from tests.conftest import REPO, copy_examples
 
 CORE = [
     "orchestrator.profile",
@@ -47,7 +48,8 @@ def test_core_module_imports_no_io_machinery(module: str) -> None:
         ["validate"],
     ],
 )
-def test_fast_commands_never_import_paramiko(argv: list[str]) -> None:
+def test_fast_commands_never_import_paramiko(argv: list[str], tmp_path: Path) -> None:
+    argv = ["--profiles", str(copy_examples(tmp_path / "profiles")), *argv]
     code = (
         "import io, contextlib\n"
         "from orchestrator.cli import main\n"
