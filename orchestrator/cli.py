@@ -189,6 +189,7 @@ def _parser() -> argparse.ArgumentParser:
     plan.add_argument("profile", metavar="PROFILE")
     plan.add_argument("--json", action="store_true", help="the stable machine-readable format")
     plan.add_argument("--all", action="store_true", help="also the defaults SGLang fills in")
+    plan.add_argument("--wide", action="store_true", help="values whole, never cut")
     _local_sglang_arguments(plan)
     plan.set_defaults(handler=_cmd_plan)
 
@@ -213,6 +214,7 @@ def _parser() -> argparse.ArgumentParser:
     diff.add_argument(
         "--all", action="store_true", help="also the fields left to SGLang that it filled in"
     )
+    diff.add_argument("--wide", action="store_true", help="values whole, never cut")
     diff.add_argument("--pid", type=int, help="the server's pid (a server not started by orch)")
     diff.add_argument("--log", metavar="PATH", help="its log on the host, for the server_args line")
     diff.set_defaults(handler=_cmd_diff_effective)
@@ -664,7 +666,7 @@ def _cmd_plan(args: argparse.Namespace, output: _Output) -> int:
     if args.json:
         output.print(json.dumps(show.plan_json(report, args.all), indent=2, default=str))
     else:
-        output.print(show.plan_text(report, args.all))
+        output.print(show.plan_text(report, args.all, wide=args.wide))
     if report.error is not None:
         if not args.json:
             output.error(OrchError(report.refusal(), report.error.hint))
@@ -703,7 +705,7 @@ def _cmd_diff_effective(args: argparse.Namespace, output: _Output) -> int:
     if args.json:
         output.print(json.dumps(show.diff_json(report), indent=2, default=str))
     else:
-        output.print(show.diff_text(report))
+        output.print(show.diff_text(report, wide=args.wide))
     return ExitCode.DRIFT if report.drift else ExitCode.OK
 
 

@@ -347,6 +347,8 @@ def status_json(row: StatusRow) -> dict[str, object]:
 
 
 FAILURE_WIDTH = 60  # the LAST FAILURE column without --wide; `orch status --wide` shows it all
+VALUE_WIDTH = 32  # a value in the plan and diff-effective tables without --wide
+WIDE = 100_000  # with --wide: whole (a model path, a JSON value)
 
 
 def status_table(rows: Sequence[StatusRow], *, wide: bool = False) -> str:
@@ -420,7 +422,8 @@ def state_cell(state: RunState) -> str:
 # -- plan, lock ------------------------------------------------------------------------------------
 
 
-def plan_text(report: plan.PlanReport, include_defaulted: bool) -> str:
+def plan_text(report: plan.PlanReport, include_defaulted: bool, *, wide: bool = False) -> str:
+    width = WIDE if wide else VALUE_WIDTH
     simulated = f", simulated {report.simulated_gpu}" if report.simulated_gpu else ""
     standin = " -- orch's stand-in, NOT SGLang" if report.standin else ""
     lines = [
@@ -438,8 +441,8 @@ def plan_text(report: plan.PlanReport, include_defaulted: bool) -> str:
                 if row.why:
                     by += f": {row.why}"
             table.append((
-                name, verify.display(row.profile, row.secret, 32),
-                verify.display(row.effective, row.secret, 32), by,
+                name, verify.display(row.profile, row.secret, width),
+                verify.display(row.effective, row.secret, width), by,
             ))  # fmt: skip
         lines.append(grid(table))
         changed = report.changed
@@ -511,7 +514,8 @@ def lock_written(target: Path, document: dict[str, Any], report: plan.PlanReport
 # -- diff-effective --------------------------------------------------------------------------------
 
 
-def diff_text(report: verify.Report) -> str:
+def diff_text(report: verify.Report, *, wide: bool = False) -> str:
+    width = WIDE if wide else VALUE_WIDTH
     found = {"orch": "run by orch", "port": "found by its port", "pid": "given pid"}
     head = (
         f"{report.profile}: SGLang {report.sglang_version}, pid {report.pid or '-'} "
@@ -523,16 +527,16 @@ def diff_text(report: verify.Report) -> str:
         name = row.field + (f" (as {row.requested_as})" if row.requested_as else "")
         table.append((
             name,
-            verify.display(row.profile, row.secret, 32),
-            verify.display(row.received, row.secret, 32),
-            verify.display(row.resolved, row.secret, 32),
+            verify.display(row.profile, row.secret, width),
+            verify.display(row.received, row.secret, width),
+            verify.display(row.resolved, row.secret, width),
             row.verdict,
             row.why or "",
         ))  # fmt: skip
     for env in report.env:
         table.append((
-            f"env {env.name}", verify.display(env.profile, False, 32),
-            "-" if env.received is None else verify.display(env.received, False, 32),
+            f"env {env.name}", verify.display(env.profile, False, width),
+            "-" if env.received is None else verify.display(env.received, False, width),
             "", env.verdict, "",
         ))  # fmt: skip
     lines = [head, grid(table)]

@@ -13,7 +13,7 @@ import psutil
 import pytest
 
 from orchestrator.errors import ExitCode
-from tests.e2e.conftest import Workspace, free_port
+from tests.e2e.conftest import MODEL, Workspace, free_port
 
 
 def test_up_ready_status_logs_down(local_workspace: Workspace) -> None:
@@ -33,6 +33,11 @@ def test_up_ready_status_logs_down(local_workspace: Workspace) -> None:
 
     logs = local_workspace.orch("logs", name, "-n", "5")
     assert "The server is fired up and ready to roll!" in logs.out
+
+    model = str(MODEL)  # longer than a table cell: cut, unless --wide
+    assert model not in local_workspace.orch("diff-effective", name).out
+    assert model in local_workspace.orch("diff-effective", name, "--wide").out
+    assert model in local_workspace.orch("plan", name, "--wide").out
 
     down = local_workspace.orch("down", name)
     assert down.code == ExitCode.OK

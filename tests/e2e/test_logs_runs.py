@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 import select
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -14,6 +15,7 @@ from orchestrator.errors import ExitCode
 from orchestrator.model import Host
 from orchestrator.remote.agent import LogSink
 from orchestrator.transport.local import LocalTransport
+from tests.conftest import REPO
 from tests.e2e.conftest import Workspace
 
 MARKER = re.compile(r"^-- run (\S+) ended: (.*?); (.*) --\n", re.MULTILINE)
@@ -219,3 +221,17 @@ def test_log_tail_shows_lines_from_before_a_rotation(tmp_path: Path) -> None:
     sink.close()
     tail = LogTail(LocalTransport(Host(name="local", workdir=str(tmp_path))), path)
     assert tail.last_lines(20) == "".join(lines[-20:])
+
+
+def test_logs_follow_into_a_pipe_that_closes_ends_quietly(local_workspace: Workspace) -> None:
+    """`orch logs -f | head -n 1`: the reader goes away; orch ends with 0 and no traceback."""
+    name = local_workspace.profile("piped")
+    assert local_workspace.orch("up", name).code == ExitCode.OK
+    pipeline = subprocess.run(
+        ["bash", "-c", 'set -o pipefail; "$0" -m orchestrator --profiles "$1" logs "$2" -f '
+         '-n 50 | head -n 1 >/dev/null', sys.executable, str(local_workspace.profiles), name],
+        cwd=REPO, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert pipeline.returncode == 0, pipeline.stderr
+    assert "Traceback" not in pipeline.stderr
+    assert pipeline.stderr == ""
