@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.cli import _parser
+from orchestrator.arguments import parser
 from orchestrator.errors import ExitCode
 from tests.conftest import REPO
 from tests.e2e.conftest import Workspace
@@ -23,7 +23,7 @@ ORCH = Path(sys.executable).parent / "orch"
 
 
 def _subcommands() -> list[str]:
-    for action in _parser()._actions:
+    for action in parser()._actions:
         if isinstance(action, argparse._SubParsersAction):
             return sorted(action.choices)
     raise AssertionError("orch has no subcommands")

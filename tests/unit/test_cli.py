@@ -266,9 +266,9 @@ def test_cli_status_in_a_fresh_clone_lists_the_examples_and_succeeds(shipped: Pa
 def test_every_subcommand_has_a_description_and_an_example() -> None:
     import argparse
 
-    from orchestrator.cli import _parser
+    from orchestrator.arguments import parser
 
-    (commands,) = [a for a in _parser()._actions if isinstance(a, argparse._SubParsersAction)]
+    (commands,) = [a for a in parser()._actions if isinstance(a, argparse._SubParsersAction)]
     for name, sub in commands.choices.items():
         shown = sub.format_help()
         assert sub.description, name

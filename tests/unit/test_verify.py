@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from orchestrator import render, sglang_config, show, verify
+from orchestrator import render, sglang_config, show_reports, verify
 from orchestrator.argtable import load_table
 from orchestrator.model import Profile
 from orchestrator.profile import ProfileStore
@@ -335,7 +335,7 @@ def test_overridden_extra_env_and_secrets() -> None:
     assert env["CUDA_HOME"].verdict == verify.ENV_MISSING
     assert env["HF_TOKEN"].verdict == verify.ENV_OTHER
     assert (env["HF_TOKEN"].profile, env["HF_TOKEN"].received) == ("<secret>", "<secret>")
-    shown = json.dumps(show.diff_json(report))
+    shown = json.dumps(show_reports.diff_json(report))
     assert "hf_real" not in shown
     assert "leaked?" not in shown
     assert {r.field for r in report.pinned_drift(["context_length"], T0511)} == {"context_length"}
