@@ -537,8 +537,12 @@ class RestartPolicy:
 
     def delay(self, consecutive_failures: int) -> float:
         """Delay before the next start after ``consecutive_failures`` failures (>= 1)."""
-        steps = max(consecutive_failures - 1, 0)
-        return float(min(self.delay_s * (self.multiplier**steps), self.max_delay_s))
+        delay = self.delay_s
+        for _ in range(max(consecutive_failures - 1, 0)):  # stops growing at the cap: a crash
+            if delay >= self.max_delay_s:  # loop of any length never overflows a float
+                break
+            delay *= self.multiplier
+        return float(min(delay, self.max_delay_s))
 
     def wants_restart(self, verdict: ExitVerdict, returncode: int) -> bool:
         if verdict.deterministic or self.mode == "no":

@@ -591,3 +591,10 @@ def test_the_received_snapshot_is_kept_beside_the_run(tmp_path: Path) -> None:
     assert snapshot["argv"] == ["python3", "-m", "sglang"]
     assert taken["exe"] == "/usr/bin/python3"
     assert Path(outcome.state["run_dir"], "received.json").stat().st_mode & 0o777 == 0o600
+
+
+def test_the_backoff_of_a_very_long_crash_loop_stays_at_its_cap() -> None:
+    policy = RestartPolicy(delay_s=5.0, multiplier=2.0, max_delay_s=300.0)
+    assert policy.delay(1) == 5.0
+    assert policy.delay(4) == 40.0
+    assert policy.delay(5000) == 300.0  # 2 ** 4999 would overflow a float
