@@ -62,7 +62,8 @@ SECRET_SHOWN = "<secret>"  # noqa: S105 - the mask, not a secret
 # How SGLang writes a value it hides in /server_info, its launch_command and its config line
 # (sglang/srt/sampling/watermarking/core.py: redact_watermark_command_line, 0.5.23).
 SGLANG_MASK = "<redacted>"
-# Fields SGLang itself masks or that carry credentials: never shown, whatever the profile says.
+# Fields that carry credentials (SGLang shows them as given): never shown, whatever the profile
+# says.
 SECRET_FIELDS = frozenset({"api_key", "admin_api_key", "ssl_keyfile_password"})
 
 

@@ -55,7 +55,8 @@ def test_the_standin_answers_0_5_11_through_traced_post_init_writes(tmp_path: Pa
 
 def test_the_standin_answers_0_5_23_with_declared_overrides(tmp_path: Path) -> None:
     model = write_model(tmp_path / "Qwen3.6-27B")
-    args = ["--model-path", str(model), *SPEC_ARGS, "--api-key", "sekrit"]
+    args = ["--model-path", str(model), *SPEC_ARGS, "--api-key", "sekrit",
+            "--watermark-config", '{"key": "wm-sekrit"}']  # fmt: skip
     answer = run_probe(sys.executable, tmp_path, args, standin_env("0.5.23"))
     assert answer["ok"] is True, answer.get("error")
     assert (answer["standin"], answer["mode"]) == (True, "prepare_server_args + resolve_once")
@@ -65,8 +66,10 @@ def test_the_standin_answers_0_5_23_with_declared_overrides(tmp_path: Path) -> N
         {"source": "standin:eagle_family", "value": 4}
     ]
     assert any("speculative_num_draft_tokens is adjusted" in line for line in answer["logs"])
-    assert "--api-key <redacted>" in answer["launch_command"]
-    assert "sekrit" not in answer["launch_command"]
+    # as SGLang 0.5.23: only the watermark configuration is masked (redact_watermark_command_line)
+    assert "--api-key sekrit" in answer["launch_command"]
+    assert "--watermark-config <redacted>" in answer["launch_command"]
+    assert "wm-sekrit" not in answer["launch_command"]
 
 
 @pytest.mark.parametrize("version", ["0.5.11", "0.5.23"])

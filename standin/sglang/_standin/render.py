@@ -2,8 +2,10 @@
 
 <= 0.5.18: ``server_args=ServerArgs(model_path='...', ...)`` (the dataclass repr, every field);
 >= 0.5.19: ``server_args={'model_path': '...', ...}`` (the resolved dict). Both parse with
-``ast.literal_eval``. Secrets never appear: SGLang 0.5.23 prints the watermark keys as
-``'<redacted>'`` and the stand-in does the same for API keys and the SSL key password.
+``ast.literal_eval``. As in SGLang, only the watermark configuration is masked (0.5.23:
+``redact_watermark_secrets`` and ``redact_watermark_command_line`` in
+sglang/srt/sampling/watermarking/core.py, as ``'<redacted>'``); an API key or the SSL key
+password is shown as given, in the config line, ``/server_info`` and ``launch_command``.
 """
 
 from __future__ import annotations
@@ -13,18 +15,15 @@ from typing import Any
 
 REDACTED = "<redacted>"
 ALWAYS_REDACTED = frozenset({"watermark_config", "watermark_key", "watermark_key_b"})
-SECRET_FIELDS = frozenset({"api_key", "admin_api_key", "ssl_keyfile_password"})
-SECRET_FLAGS = frozenset({"--api-key", "--admin-api-key", "--ssl-keyfile-password"})
+WATERMARK_FLAG = "--watermark-config"
 
 
 def redacted(values: dict[str, Any], dict_style: bool) -> dict[str, Any]:
     shown = dict(values)
-    for name in SECRET_FIELDS:
-        if shown.get(name) is not None:
-            shown[name] = REDACTED
     if dict_style:
         for name in ALWAYS_REDACTED & shown.keys():
-            shown[name] = REDACTED
+            if shown[name] is not None:
+                shown[name] = REDACTED
     return shown
 
 
@@ -37,21 +36,19 @@ def server_args_line(values: dict[str, Any], dict_style: bool) -> str:
 
 
 def launch_command(argv: Sequence[str]) -> str:
-    """The arguments only, joined by spaces, unquoted (docs/sglang-facts.md §3), secrets masked."""
+    """The arguments only, joined by spaces, unquoted (docs/sglang-facts.md §3), the watermark
+    configuration masked as SGLang 0.5.23's ``redact_watermark_command_line`` does."""
     shown: list[str] = []
     hide_next = False
     for token in argv:
         if hide_next:
             shown.append(REDACTED)
             hide_next = False
-            continue
-        flag, equals, _ = token.partition("=")
-        if flag in SECRET_FLAGS:
-            if equals:
-                shown.append(f"{flag}={REDACTED}")
-            else:
-                shown.append(token)
-                hide_next = True
-            continue
-        shown.append(token)
+        elif token == WATERMARK_FLAG:
+            shown.append(token)
+            hide_next = True
+        elif token.startswith(WATERMARK_FLAG + "="):
+            shown.append(f"{WATERMARK_FLAG}={REDACTED}")
+        else:
+            shown.append(token)
     return " ".join(shown)
