@@ -342,10 +342,6 @@ def decode_stop(document: Any) -> StopReply:
     return StopReply(decode_state(document), killed)
 
 
-def decode_runs(document: Any) -> tuple[RunInfo, ...]:
-    return decode_runs_reply(document).runs
-
-
 def decode_runs_reply(document: Any) -> RunsReply:
     """``runs``: each run with its start, READY and exit when the agent recorded them."""
     refused(document)

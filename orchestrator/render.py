@@ -159,12 +159,14 @@ def launcher_script(command: ServerCommand) -> str:
 
 
 def resolve_secrets(
-    command: ServerCommand, environ: Mapping[str, str]
+    command: ServerCommand, environ: Mapping[str, str], *, unset: str | None = None
 ) -> tuple[tuple[str, ...], dict[str, str], dict[str, str]]:
     """The concrete argv and env for a launch, with each ``{from_env: NAME}`` read from
-    ``environ`` (the local environment), and the secrets read (name -> value) for redaction."""
+    ``environ`` (the local environment), and the secrets read (name -> value) for redaction.
+    A variable that is not set is an error, or, given ``unset``, that placeholder (for commands
+    that compare a secret they cannot read as unverifiable)."""
     missing = [name for name in command.secret_names() if not environ.get(name)]
-    if missing:
+    if missing and unset is None:
         raise RenderError(
             f"profile {command.profile!r} takes {', '.join(missing)} from your environment, "
             "but it is not set",
@@ -172,11 +174,13 @@ def resolve_secrets(
         )
 
     def concrete(token: ArgvToken) -> str:
-        return environ[token.env_var] if isinstance(token, SecretRef) else token
+        if isinstance(token, SecretRef):
+            return environ.get(token.env_var) or unset or ""
+        return token
 
     argv = tuple(concrete(token) for token in command.argv)
     env = {name: concrete(value) for name, value in command.env.items()}
-    secrets = {name: environ[name] for name in command.secret_names()}
+    secrets = {name: environ[name] for name in command.secret_names() if name not in missing}
     return argv, env, secrets
 
 

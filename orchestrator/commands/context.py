@@ -19,7 +19,7 @@ from pathlib import Path
 
 from orchestrator import __version__, render
 from orchestrator.argtable import ArgTable
-from orchestrator.model import Host, Profile, SecretRef, ServerCommand
+from orchestrator.model import Host, Profile, ServerCommand
 from orchestrator.profile import LoadedProfile, ProfileStore
 from orchestrator.supervise import Agent, Deployment, locate
 from orchestrator.transport import Transport
@@ -92,33 +92,13 @@ def _make_launch(
     loaded: LoadedProfile, environ: Mapping[str, str], *, require_secrets: bool
 ) -> Launch:
     command = render.render(loaded.profile, loaded.table)
-    if require_secrets:
-        argv, env, secrets = render.resolve_secrets(command, environ)
-    else:
-        available = {name: environ[name] for name in command.secret_names() if environ.get(name)}
-        argv, env, secrets = _partial_secrets(command, available)
+    unset = None if require_secrets else UNSET_SECRET
+    argv, env, secrets = render.resolve_secrets(command, environ, unset=unset)
     member = Member(0, loaded.profile.host, command, argv, env)
     return Launch(loaded, (member,), secrets, render.launch_digest(command))
 
 
 UNSET_SECRET = "orch-unset-secret"  # noqa: S105 - a placeholder for an unset from_env value
-
-
-def _partial_secrets(
-    command: ServerCommand, available: Mapping[str, str]
-) -> tuple[tuple[str, ...], dict[str, str], dict[str, str]]:
-    """For commands that can do without a secret (status, logs, down; plan and diff-effective
-    compare it as unverifiable): the secrets that are set, each unset one replaced by
-    ``UNSET_SECRET`` in the argv and env."""
-
-    def concrete(token: str | SecretRef) -> str:
-        if isinstance(token, SecretRef):
-            return available.get(token.env_var, UNSET_SECRET)
-        return token
-
-    argv = tuple(concrete(token) for token in command.argv)
-    env = {name: concrete(value) for name, value in command.env.items()}
-    return argv, env, dict(available)
 
 
 @dataclass(frozen=True)

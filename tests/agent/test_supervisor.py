@@ -17,7 +17,7 @@ from typing import Any
 import psutil
 import pytest
 
-from orchestrator.protocol import decode_runs, decode_start, decode_state, decode_stop
+from orchestrator.protocol import decode_runs_reply, decode_start, decode_state, decode_stop
 from orchestrator.remote import agent
 
 AGENT = Path(agent.__file__)
@@ -131,7 +131,7 @@ def test_agent_detaches_and_reports_ready(deployment: Deployment) -> None:
     log = Path(status["log"]).read_text()
     assert agent.READY_LINE in log
     assert oct((deployment.dir / "spec.json").stat().st_mode & 0o777) == "0o600"
-    (run,) = decode_runs(_agent("runs", "--dir", str(deployment.dir)))
+    (run,) = decode_runs_reply(_agent("runs", "--dir", str(deployment.dir))).runs
     assert run.run_id == status["run_id"]
     stopped = decode_stop(deployment.stop())
     assert stopped.state.state == agent.EXITED

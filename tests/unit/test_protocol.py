@@ -112,7 +112,7 @@ def test_this_agents_state_file_read_directly_decodes_the_same(supervised: agent
 
 
 def test_this_agents_runs_and_inspect_decode(supervised: agent.Paths) -> None:
-    (run,) = protocol.decode_runs(agent.cmd_runs(supervised.root))
+    (run,) = protocol.decode_runs_reply(agent.cmd_runs(supervised.root)).runs
     assert run.log.endswith(f"{run.run_id}/server.log")
     observed, last_run = protocol.decode_inspect(
         agent.cmd_inspect(supervised.root, None, None, "127.0.0.1", ["SGLANG_ENABLE_SPEC_V2"], None)
@@ -158,7 +158,7 @@ def test_previous_agents_answers_decode() -> None:
     assert ready.launch_digest == "3f1c2a9be071"  # written as plan_hash by that version
     direct = protocol.decode_state(answers["state.json"], agent_alive=True)
     assert direct.run_id == ready.run_id
-    (run,) = protocol.decode_runs(answers["runs"])
+    (run,) = protocol.decode_runs_reply(answers["runs"]).runs
     assert run.run_id == ready.run_id
     assert run.size
     observed, last_run = protocol.decode_inspect(answers["inspect"])
