@@ -21,7 +21,7 @@ from orchestrator import __version__, render
 from orchestrator.argtable import ArgTable
 from orchestrator.model import Host, Profile, ServerCommand
 from orchestrator.profile import LoadedProfile, ProfileStore
-from orchestrator.supervise import Agent, Deployment, locate
+from orchestrator.supervise import Agent, locate
 from orchestrator.transport import Transport
 
 KNOWN_HOSTS_FILE = "known_hosts"  # the team's pinned host keys, beside the profiles
@@ -193,9 +193,6 @@ class Context:
         if self._origin is None:
             self._origin = profiles_origin(self.store.root)
         return self._origin
-
-    def deployment(self, profile: Profile) -> Deployment:
-        return self.agent(profile).deployment
 
     def close(self) -> None:
         for transport in self._transports.values():

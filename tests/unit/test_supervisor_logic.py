@@ -258,18 +258,7 @@ def supervise(
     stop_at: float | None = None,
     stop_timeout_s: float = 30.0,
 ) -> Outcome:
-    paths = _paths(tmp_path)
-    clock = FakeClock()
-    world = ScriptedWorld(clock, scripts)
-    supervisor = agent.Supervisor(_spec(restart, stop_timeout_s), paths, clock=clock, world=world)
-    if stop_at is not None:
-        clock.at(stop_at, supervisor.stop_requested.set)
-    assert supervisor.run() == 0
-    state = json.loads(Path(paths.state).read_text())
-    lines = Path(paths.events).read_text().splitlines()
-    outcome = Outcome(state, tuple(json.loads(line) for line in lines), len(world.servers))
-    _assert_every_change_was_checked(outcome)
-    return outcome
+    return supervise_spec(tmp_path, _spec(restart, stop_timeout_s), *scripts, stop_at=stop_at)
 
 
 def _assert_every_change_was_checked(outcome: Outcome) -> None:
@@ -515,12 +504,15 @@ def _liveness_spec(**changes: Any) -> agent.Spec:
     return dataclasses.replace(_spec(RestartPolicy(), 30.0), **changes)
 
 
-def supervise_spec(tmp_path: Path, spec: agent.Spec, *scripts: Script, stop_at: float) -> Outcome:
+def supervise_spec(
+    tmp_path: Path, spec: agent.Spec, *scripts: Script | OSError, stop_at: float | None = None
+) -> Outcome:
     paths = _paths(tmp_path)
     clock = FakeClock()
     world = ScriptedWorld(clock, scripts)
     supervisor = agent.Supervisor(spec, paths, clock=clock, world=world)
-    clock.at(stop_at, supervisor.stop_requested.set)
+    if stop_at is not None:
+        clock.at(stop_at, supervisor.stop_requested.set)
     assert supervisor.run() == 0
     state = json.loads(Path(paths.state).read_text())
     lines = Path(paths.events).read_text().splitlines()
