@@ -173,7 +173,15 @@ def test_agent_killed_during_startup_up_reports_it_within_a_second(
             assert time.monotonic() < deadline
             assert up.poll() is None
             time.sleep(0.05)
-        time.sleep(0.5)  # up is following the startup
+        # Kill it once the server has printed its last line before the hang: a server that
+        # writes after its supervisor (the reader of its output pipe) died gets EPIPE, and the
+        # stand-in's scheduler, like any process whose print() raises, dies of it.
+        log = Path(json.loads(state_file.read_text())["log"])
+        while "Load weight begin" not in log.read_text(errors="replace"):
+            assert time.monotonic() < deadline
+            assert up.poll() is None
+            time.sleep(0.05)
+        time.sleep(0.2)  # up is following the startup
         _kill_agent(local_workspace, name)
         killed = time.monotonic()
         _, err = up.communicate(timeout=30)
