@@ -39,7 +39,7 @@ DEMO_MODEL := /tmp/orch-demo/models/Qwen3.6-27B
 demo: $(STAMP)
 	$(BIN)/orch validate
 	$(BIN)/orch render demo
-	mkdir -p $(DEMO_MODEL) && cp standin/models/Qwen3.6-27B/config.json $(DEMO_MODEL)/
+	mkdir -p $(DEMO_MODEL) && cp standin/models/Qwen3.6-27B/config.json standin/models/Qwen3.6-27B/model.safetensors.index.json $(DEMO_MODEL)/
 	@# The same launch already running is followed, not restarted. A different demo (another
 	@# checkout's, someone else's) is never stopped: orch refuses and says how to stop it.
 	$(BIN)/orch up demo

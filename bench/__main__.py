@@ -571,6 +571,65 @@ def ready_with_long_line(root: Path, sizes: Sequence[int], runs: int) -> Section
     )
 
 
+# -- 7. the memory plan ------------------------------------------------------------------------
+
+MEMORY_LOGS = REPO / "tests" / "fixtures" / "sglang" / "memory-logs"
+
+
+def memory_plan(runs: int) -> Section:
+    """What the plan's memory arithmetic and the log reader cost, and what the real captures
+    allow: each is read, and its figures are listed; a prediction error needs the inputs of the
+    run that wrote it (model config, GPU free memory, flags), which no public capture carries."""
+    from orchestrator import memory, observe
+
+    config = json.loads((MODEL / "config.json").read_text())
+    model = memory.mirrored_model(config, attention_tp=1)
+    assert model is not None
+    gpu = memory.nominal_gpu("H200", 141)
+    inputs = memory.BudgetInputs(
+        mem_fraction_static=0.92, max_running_requests=48, max_mamba_cache_size=24,
+        extra_buffer=True, speculative=True, speculative_algorithm="EAGLE",
+        speculative_num_draft_tokens=4, context_len=8192, chunked_prefill_size=8192,
+        cuda_graph_max_bs=256,
+    )  # fmt: skip
+    times = []
+    for _ in range(runs * 200):
+        started = time.perf_counter()
+        memory.plan_budget(model, (gpu,), inputs, version=(0, 5, 11))
+        times.append(time.perf_counter() - started)
+    rows = [Row("memory plan", "one budget (the incident on an H200, 0.5.11 rules)",
+                f"{median(times) * 1e6:.0f} us", "")]  # fmt: skip
+    lines = [line for path in sorted(MEMORY_LOGS.glob("*.log"))
+             for line in path.read_text().splitlines()]  # fmt: skip
+    many = lines * max(1, 200_000 // max(1, len(lines)))
+    started = time.perf_counter()
+    observe.memory_figures(many)
+    took = time.perf_counter() - started
+    rows.append(Row("memory plan", f"read {len(many):,} log lines for memory figures",
+                    ms(took), ""))  # fmt: skip
+    for path in sorted(MEMORY_LOGS.glob("*.log")):
+        ranks = observe.memory_figures(path.read_text().splitlines())
+        found = sorted({name for rank in ranks for name, value in
+                        memory.measured_figures(rank).items() if value is not None})  # fmt: skip
+        rows.append(Row("memory plan", f"capture {path.stem}",
+                        f"{len(ranks)} rank(s): {', '.join(found) or 'no comparable figure'}",
+                        "prediction: inputs not in the capture"))  # fmt: skip
+    return Section(
+        "Memory plan",
+        "The budget's arithmetic (`memory.plan_budget`, pure) and the reader of SGLang's memory "
+        "lines (`observe.memory_figures`) on this machine; then each real capture in "
+        "tests/fixtures/sglang/memory-logs (public GitHub threads) with the figures orch reads "
+        "in it. None of them carries what a prediction needs (the model's config.json, the "
+        "GPU's free memory and every flag), so no prediction error is reported for them; the "
+        "arithmetic is checked instead against SGLang's own sizing functions, run on the same "
+        "inputs (tests/sglang_real/test_memory_sglang.py), and the model shapes against "
+        "SGLang's own classes (test_memory_real.py). No GPU was lent to this work: the "
+        "`--load-format dummy` calibration against real SGLang (docs/memory.md) is still to do. "
+        f"Median of {runs * 200} budgets.",
+        rows,
+    )
+
+
 # -- report -------------------------------------------------------------------------------------
 
 
@@ -613,7 +672,7 @@ def render_markdown(sections: Sequence[Section], command: str, took: float) -> s
     return "\n".join(out) + "\n"
 
 
-BENCHMARKS = ("verdict", "up", "hosts", "cli", "logs", "ready")
+BENCHMARKS = ("verdict", "up", "hosts", "cli", "logs", "ready", "memory")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -640,6 +699,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             sections.append(cli_startup(runs=3 if quick else 15))
         if "ready" in args.only:
             sections.append(ready_with_long_line(Path(scratch), (0, 30_000_000), 1 if quick else 3))
+        if "memory" in args.only:
+            sections.append(memory_plan(runs=1 if quick else 5))
         if "logs" in args.only:
             sizes_mb = (1, 16) if quick else (1, 100, 1024)
             sections.append(large_log(lab, hosts[0], sizes_mb, runs=1 if quick else 5))

@@ -379,10 +379,20 @@ def _cmd_plan(args: argparse.Namespace, output: _Output) -> int:
     if args.json:
         output.print(json.dumps(show_reports.plan_json(report, args.all), indent=2, default=str))
     else:
-        output.print(show_reports.plan_text(report, args.all, wide=args.wide))
+        output.print(
+            show_reports.plan_text(report, args.all, wide=args.wide, tty=output.out.isatty())
+        )
     if report.error is not None:
         if not args.json:
             output.error(OrchError(report.refusal(), report.error.hint))
+        return ExitCode.PLAN_REFUSED
+    budget = report.budget
+    if budget is not None and budget.failure is not None:
+        if not args.json:
+            hint = budget.hints[0] if budget.hints else None
+            output.error(
+                OrchError(f"the memory plan says SGLang will fail: {budget.failure}", hint)
+            )
         return ExitCode.PLAN_REFUSED
     if report.pinned_changes(launch.profile.pin, launch.table):
         return ExitCode.DRIFT

@@ -203,6 +203,21 @@ class ExitInfo:
 
 
 @dataclass(frozen=True)
+class MemoryLoad:
+    """One DP rank's memory as the running server reports it (``/v1/loads?include=memory``):
+    SGLang's GB are GiB."""
+
+    dp_rank: int | None
+    weight_gib: float | None
+    kv_cache_gib: float | None
+    graph_gib: float | None
+    token_capacity: int | None
+    max_running_requests: int | None
+    running_requests: int | None
+    token_usage: float | None
+
+
+@dataclass(frozen=True)
 class RunState:
     """One deployment's state on its host, as its agent reports it."""
 
@@ -236,6 +251,8 @@ class RunState:
     launched_by: str | None = None
     profiles_repo: str | None = None  # the identity of the profiles' repository it came from
     profiles_dir: str | None = None
+    memory_loads: tuple[MemoryLoad, ...] = ()  # GET /v1/loads?include=memory, once READY
+    memory_loads_error: str | None = None
 
     @property
     def alive(self) -> bool:

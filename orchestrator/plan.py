@@ -15,8 +15,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from orchestrator import sglang_config, verify
+from orchestrator import memory, sglang_config, verify
 from orchestrator.argtable import RENAMES, ArgTable, format_version, spell
+from orchestrator.memory import MemoryAnswer
 from orchestrator.model import GpuType, Profile
 
 LOCK_FORMAT = "orch.lock/1"
@@ -103,6 +104,8 @@ class PlanReport:
     effective: Mapping[str, Any]  # every field, for the lock
     defaults: Mapping[str, Any]
     notes: tuple[str, ...] = ()
+    budget: memory.Budget | None = None  # SGLang's pools predicted (planning.predict)
+    budget_notes: tuple[str, ...] = ()  # what the budget rests on, or why there is none
 
     @property
     def ok(self) -> bool:
@@ -154,6 +157,9 @@ class PlanAnswer:
     provenance: Mapping[str, tuple[Provenance, ...]]
     logs: tuple[str, ...]
     plugins: tuple[str, ...] = ()  # SGLang plugins the probe loaded, as the entrypoints do
+    # what the host knows for the memory budget (the probe's "memory" section); None from a
+    # probe older than it, and when SGLang refused the command line
+    memory: MemoryAnswer | None = None
 
 
 def report(

@@ -14,9 +14,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from orchestrator import sglang_config
+from orchestrator import memory, sglang_config
 from orchestrator.errors import PreflightError, SupervisorError
-from orchestrator.model import ExitInfo, Profile, RunState, frozen_map
+from orchestrator.memory import GpuMemory, MemoryAnswer, ModelMemory
+from orchestrator.model import ExitInfo, MemoryLoad, Profile, RunState, frozen_map
 from orchestrator.plan import PlanAnswer, Provenance
 from orchestrator.remote.agent import PROTOCOL
 from orchestrator.verify import Observation
@@ -304,6 +305,25 @@ def decode_state(document: Any, *, agent_alive: bool | None = None) -> RunState:
         launched_by=meta.opt_text("launched_by"),
         profiles_repo=meta.opt_text("profiles_repo"),
         profiles_dir=meta.opt_text("profiles_dir"),
+        memory_loads=tuple(
+            _memory_load(_Reader(load, f"agent state.memory_loads[{index}]"))
+            for index, load in enumerate(reader.items("memory_loads"))
+        ),
+        memory_loads_error=reader.opt_text("memory_loads_error"),
+    )
+
+
+def _memory_load(reader: _Reader) -> MemoryLoad:
+    memory = reader.child("memory") or _Reader({}, f"{reader.what}.memory")
+    return MemoryLoad(
+        dp_rank=reader.opt_integer("dp_rank"),
+        weight_gib=memory.opt_number("weight_gb"),
+        kv_cache_gib=memory.opt_number("kv_cache_gb"),
+        graph_gib=memory.opt_number("graph_gb"),
+        token_capacity=memory.opt_integer("token_capacity"),
+        max_running_requests=reader.opt_integer("max_running_requests"),
+        running_requests=reader.opt_integer("num_running_reqs"),
+        token_usage=reader.opt_number("token_usage"),
     )
 
 
@@ -421,6 +441,19 @@ def _decode_gpus(reader: _Reader | None) -> GpuFacts:
     return GpuFacts(True, "", reader.opt_text("driver"), tuple(devices))
 
 
+def _memory_plan(reader: _Reader | None) -> Mapping[str, float | None] | None:
+    """The figures ``up``'s plan predicted, as the run kept them (``memory.predicted_figures``)."""
+    if reader is None:
+        return None
+    figures: dict[str, float | None] = {}
+    for name, _unit in memory.FIGURES:
+        value = reader.document.get(name)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+            raise reader._bad(name, "a number")
+        figures[name] = None if value is None else float(value)
+    return figures
+
+
 def decode_inspect(document: Any) -> tuple[Observation, LastRun | None]:
     """``inspect``: what the server received and resolved, and the deployment's last run."""
     refused(document)
@@ -472,6 +505,8 @@ def decode_inspect(document: Any) -> tuple[Observation, LastRun | None]:
         log=reader.opt_text("log"),
         notes=tuple(notes),
         server_version=server_version,
+        memory_lines=reader.texts("memory_lines") if reader.has("memory_lines") else (),
+        memory_plan=_memory_plan(reader.child("memory_plan")),
     )
     last_run = None
     if last is not None and last.opt_text("run_id"):
@@ -531,6 +566,104 @@ def decode_plan_answer(document: Any) -> PlanAnswer:
         provenance=frozen_map(provenance),
         logs=reader.texts("logs"),
         plugins=reader.texts("plugins"),
+        memory=decode_memory(reader.child("memory")),
+    )
+
+
+def decode_memory(reader: _Reader | None) -> MemoryAnswer | None:
+    """The probe's ``memory`` section (docs/agent.md): None when it has none (a refusal, a
+    probe older than it)."""
+    if reader is None:
+        return None
+    if reader.has("error"):
+        return MemoryAnswer(model=None, error=reader.text("error"))
+    weights = _checkpoint(reader.child("weights"))
+    draft = _checkpoint(reader.child("draft_weights"))
+    shapes = reader.child("shapes")
+    text_config = reader.child("text_config")
+    env = {str(k): v for k, v in reader.mapping("env").items() if v is not None}
+    if not all(isinstance(v, str) for v in env.values()):
+        raise reader._bad("env", "an object of strings")
+    gpus = tuple(
+        _gpu_memory(_Reader(raw, f"{reader.what}.gpus[{index}]"))
+        for index, raw in enumerate(reader.items("gpus"))
+    )
+    return MemoryAnswer(
+        model=None if shapes is None else _model_memory(shapes, weights, draft),
+        shapes_error=reader.opt_text("shapes_error"),
+        text_config=None if text_config is None else frozen_map(text_config.document),
+        weights_bytes=weights[0],
+        weights_basis=weights[1],
+        weights_error=weights[2],
+        gpus=gpus,
+        gpu_error=reader.opt_text("gpu_error"),
+        default_mem_fraction_static=reader.opt_number("default_mem_fraction_static"),
+        default_error=reader.opt_text("default_mem_fraction_static_error"),
+        draft_weights_bytes=draft[0],
+        draft_weights_basis=draft[1],
+        draft_weights_error=draft[2],
+        env=frozen_map(env),
+    )
+
+
+def _checkpoint(reader: _Reader | None) -> tuple[int | None, str | None, str | None]:
+    """A checkpoint's bytes, where they were read from, and why not."""
+    if reader is None:
+        return None, None, None
+    return reader.opt_integer("bytes"), reader.opt_text("basis"), reader.opt_text("error")
+
+
+def _draft_worker_layers(draft: _Reader | None) -> int | None:
+    """The draft worker's own KV layers: its MTP layers in draft mode, else all its layers."""
+    if draft is None:
+        return None
+    nextn = draft.opt_integer("nextn_predict_layers")
+    return nextn if nextn is not None else draft.opt_integer("layers")
+
+
+def _model_memory(
+    shapes: _Reader,
+    weights: tuple[int | None, str | None, str | None],
+    draft: tuple[int | None, str | None, str | None],
+) -> ModelMemory:
+    mamba = shapes.child("mamba")
+    draft_model = shapes.child("draft")
+    return ModelMemory(
+        basis="SGLang's classes: " + ", ".join(shapes.texts("sources")),
+        architecture=shapes.opt_text("architecture"),
+        context_len=shapes.opt_integer("context_len"),
+        attention_tp=shapes.integer("attn_tp_size"),
+        full_attention_layers=shapes.integer("full_attention_layers"),
+        kv_cell_bytes=shapes.integer("kv_cell_bytes"),
+        kv_dtype=shapes.text("kv_dtype"),
+        hybrid=mamba is not None,
+        mamba_layers=mamba.integer("layers") if mamba is not None else 0,
+        mamba_slot_bytes=mamba.integer("slot_bytes") if mamba is not None else 0,
+        mamba_conv_bytes=mamba.integer("conv_bytes") if mamba is not None else 0,
+        mamba_ssm_bytes=mamba.integer("ssm_bytes") if mamba is not None else 0,
+        mamba_conv_dtype=mamba.text("conv_dtype") if mamba is not None else None,
+        mamba_ssm_dtype=mamba.text("ssm_dtype") if mamba is not None else None,
+        weights_bytes=weights[0],
+        weights_basis=weights[1],
+        draft_weights_bytes=draft[0],
+        # the draft layers 0.5.23's EAGLE KV cell holds besides the target's (docs/agent.md)
+        draft_kv_layers=draft_model.opt_integer("eagle_draft_layers") if draft_model else None,
+        draft_worker_layers=_draft_worker_layers(draft_model),
+        multimodal=shapes.flag("multimodal"),
+        notes=shapes.texts("notes"),
+    )
+
+
+def _gpu_memory(gpu: _Reader) -> GpuMemory:
+    total = gpu.integer("total_bytes")
+    free = gpu.opt_integer("free_bytes")
+    name = gpu.text("name")
+    basis = gpu.text("basis")
+    if free is None:  # a simulated GPU: its nominal size, all free
+        free = total
+        basis = f"{basis} {name}: the plan's gpu.type, free memory not measured (taken as all free)"
+    return GpuMemory(
+        name=name, total_bytes=total, free_bytes=free, basis=basis, index=gpu.opt_integer("index")
     )
 
 

@@ -17,6 +17,7 @@ from orchestrator.commands.events import (
     Attached,
     Effective,
     LogLine,
+    MemoryMeasured,
     Outcome,
     Planned,
     Started,
@@ -26,7 +27,7 @@ from orchestrator.commands.events import (
 )
 from orchestrator.commands.ops import RunEnded, RunsView, StatusRow, Stopping
 from orchestrator.errors import ExitCode, ProfileError, TransportError
-from orchestrator.model import ExitInfo, Finding, RunState, Severity
+from orchestrator.model import ExitInfo, Finding, MemoryLoad, RunState, Severity
 from orchestrator.observe import LogEvent
 from orchestrator.protocol import RunInfo, StopReply
 from orchestrator.remote.agent import FATAL, LOST_RETURNCODE, READY, STOPPED
@@ -123,6 +124,8 @@ class UpView:
             texts += plan_in_up(event.report)
         elif isinstance(event, Effective):
             texts += effective_in_up(event)
+        elif isinstance(event, MemoryMeasured):
+            texts += memory_in_up(event)
         else:
             texts += self._outcome(event)
         return texts
@@ -182,7 +185,8 @@ def plan_in_up(report: plan.PlanReport) -> list[Text]:
                 if changed
                 else "no field the profile sets changes"
             )
-        )
+        ),
+        *budget_in_up(report),
     ]
     for field in changed:
         by = ", ".join(p.source for p in field.provenance) or "SGLang"
@@ -193,6 +197,37 @@ def plan_in_up(report: plan.PlanReport) -> list[Text]:
             field.why,
         ))  # fmt: skip
     return texts
+
+
+def budget_in_up(report: plan.PlanReport) -> list[Text]:
+    """The plan's memory budget in one line, its warnings as notices."""
+    budget = report.budget
+    if budget is None:
+        return [line(f"  memory: {note}") for note in report.budget_notes[:1]]
+    mamba = f", {budget.mamba.slots} mamba slots" if budget.mamba else ""
+    texts = [
+        line(
+            f"  memory: {budget.verdict} on {budget.gpu_name} (SGLang {budget.family}+ sizing): "
+            f"weights {budget.weights_gib or 0:.1f} GiB, KV {budget.kv_tokens:,} tokens{mamba}, "
+            f"max_running_requests {budget.max_running_requests}, headroom "
+            f"{budget.headroom_gib:.1f} GiB"
+        )
+    ]
+    for warning in budget.warnings:
+        texts += finding(Finding(Severity.NOTICE, f"memory: {warning}"))
+    return texts
+
+
+def memory_in_up(event: MemoryMeasured) -> list[Text]:
+    from orchestrator import show_budget
+
+    if not event.comparisons:
+        rows = show_budget.measured_lines(event.measured)
+        return [line("  memory as SGLang logged it:"), *(line(f"    {row}") for row in rows)]
+    rank = event.measured[0].rank
+    title = f"  memory, predicted vs measured{f' ({rank})' if rank else ''}:"
+    rows = show_budget.comparison_lines(event.comparisons)
+    return [line(title), *(line(f"    {row}") for row in rows)]
 
 
 def effective_in_up(event: Effective) -> list[Text]:
@@ -389,7 +424,27 @@ def status_table(rows: Sequence[StatusRow], *, wide: bool = False) -> str:
                 )
             cells.append(origin)
         table.append(tuple(cells))
-    return grid(table)
+    lines = [grid(table)]
+    for row in rows:  # what the running servers say of their memory (/v1/loads)
+        for load in row.state.memory_loads if row.state is not None else ():
+            rank = f" DP{load.dp_rank}" if load.dp_rank is not None else ""
+            lines.append(f"{row.profile}{rank}: {memory_load_text(load)}")
+    return "\n".join(lines)
+
+
+def memory_load_text(load: MemoryLoad) -> str:
+    def gib(value: float | None) -> str:
+        return "-" if value is None else f"{value:.1f} GiB"
+
+    tokens = f" ({load.token_capacity:,} tokens)" if load.token_capacity is not None else ""
+    running = ""
+    if load.max_running_requests is not None:
+        running = f"; {load.running_requests or 0} of {load.max_running_requests} requests running"
+    usage = f", KV in use {load.token_usage:.0%}" if load.token_usage is not None else ""
+    return (
+        f"memory: weights {gib(load.weight_gib)}, KV cache {gib(load.kv_cache_gib)}{tokens}, "
+        f"CUDA graphs {gib(load.graph_gib)}{running}{usage}"
+    )
 
 
 def _unknown(row: StatusRow) -> str:

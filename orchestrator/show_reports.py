@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from orchestrator import plan, verify
+from orchestrator import plan, show_budget, verify
 from orchestrator.show import grid
 
 VALUE_WIDTH = 32  # a value in the plan and diff-effective tables without --wide
@@ -16,7 +16,9 @@ WIDE = 100_000  # with --wide: whole (a model path, a JSON value)
 # -- plan, lock ------------------------------------------------------------------------------------
 
 
-def plan_text(report: plan.PlanReport, include_defaulted: bool, *, wide: bool = False) -> str:
+def plan_text(
+    report: plan.PlanReport, include_defaulted: bool, *, wide: bool = False, tty: bool = False
+) -> str:
     width = WIDE if wide else VALUE_WIDTH
     simulated = f", simulated {report.simulated_gpu}" if report.simulated_gpu else ""
     standin = " -- orch's stand-in, NOT SGLang" if report.standin else ""
@@ -45,6 +47,7 @@ def plan_text(report: plan.PlanReport, include_defaulted: bool, *, wide: bool = 
             if changed
             else "SGLang keeps every field the profile sets"
         )
+        lines += show_budget.budget_lines(report.budget, report.budget_notes, tty=tty)
     lines += [f"note: {note}" for note in report.notes]
     return "\n".join(lines)
 
@@ -93,6 +96,9 @@ def plan_json(report: plan.PlanReport, include_defaulted: bool) -> dict[str, obj
         "defaulted": [row(f) for f in report.defaulted] if include_defaulted else [],
         "logs": list(report.logs),
         "notes": list(report.notes),
+        "memory": show_budget.budget_json(report.budget, report.budget_notes)
+        if failure is None
+        else None,
     }
 
 
@@ -136,6 +142,16 @@ def diff_text(report: verify.Report, *, wide: bool = False) -> str:
     lines = [head, grid(table)]
     lines += [f"unrecognised on the command line: {token}" for token in report.unknown_received]
     lines += [f"note: {note}" for note in report.notes]
+    if report.memory_measured:
+        rank = report.memory_measured[0].rank
+        at = f" ({rank})" if rank else ""
+        if report.memory_predicted:
+            lines.append(f"memory{at}, predicted at launch vs as SGLang logged it:")
+            lines += ["  " + row for row in show_budget.comparison_lines(report.memory_rows)]
+        else:
+            lines.append("memory as SGLang logged it (no prediction kept: orch up --no-plan, "
+                         "or a server orch did not start):")  # fmt: skip
+            lines += ["  " + row for row in show_budget.measured_lines(report.memory_measured)]
     drift = report.drift
     lines.append(
         f"{len(drift)} field{'s' if len(drift) != 1 else ''} drifted" if drift else "no drift"
@@ -155,6 +171,9 @@ def diff_json(report: verify.Report) -> dict[str, Any]:
     """The stable ``--json`` format (documented in README.md)."""
     return {
         "format": "orch.diff-effective/1",
+        "memory": show_budget.comparison_json(report.memory_measured, report.memory_rows)
+        if report.memory_measured
+        else None,
         "profile": report.profile,
         "sglang_version": report.sglang_version,
         "pid": report.pid,

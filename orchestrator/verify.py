@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from orchestrator.argtable import ArgTable, arg_tokens, spell
+from orchestrator.memory import Comparison, MeasuredMemory
 from orchestrator.model import Profile, SecretRef
 from orchestrator.profile import requested_fields
 from orchestrator.remote.agent import log_record
@@ -157,6 +158,8 @@ class Observation:
     log: str | None = None
     notes: tuple[str, ...] = ()
     server_version: str | None = None  # what /server_info says
+    memory_lines: tuple[str, ...] = ()  # SGLang's startup memory lines (weights, pools, graphs)
+    memory_plan: Mapping[str, Any] | None = None  # what the plan predicted at ``up``
 
 
 @dataclass(frozen=True)
@@ -201,6 +204,11 @@ class Report:
     env: tuple[EnvRow, ...]
     notes: tuple[str, ...] = ()
     unknown_received: tuple[str, ...] = field(default_factory=tuple)
+    # SGLang's startup memory figures per rank, and the first rank's beside the plan's
+    # prediction at launch: information, never drift
+    memory_measured: tuple[MeasuredMemory, ...] = ()
+    memory_rows: tuple[Comparison, ...] = ()
+    memory_predicted: bool = False
 
     @property
     def drift(self) -> tuple[FieldRow | EnvRow, ...]:

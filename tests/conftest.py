@@ -21,7 +21,13 @@ SHIPPED_PROFILES = REPO / "profiles"
 # The example profiles orch ships (profiles/, package data). Tests read them by name, or from a
 # copy of just these: a user's own profile in profiles/ (copying demo.yaml is the obvious first
 # move) never changes what a test sees.
-EXAMPLES = ("demo", "qwen36-27b", "qwen36-mtp-b200", "qwen36-mtp-rtxpro6000-tp4")
+EXAMPLES = (
+    "demo",
+    "qwen36-27b",
+    "qwen36-mtp-b200",
+    "qwen36-mtp-h200",
+    "qwen36-mtp-rtxpro6000-tp4",
+)
 
 
 def copy_examples(target: Path) -> Path:
@@ -30,6 +36,8 @@ def copy_examples(target: Path) -> Path:
     for name in (*EXAMPLES, "hosts"):
         shutil.copy(SHIPPED_PROFILES / f"{name}.yaml", target / f"{name}.yaml")
     return target
+
+
 # Real SGLang outputs (tests/fixtures/sglang/README.md says where each comes from).
 CAPTURES = REPO / "tests" / "fixtures" / "sglang" / "captures"
 

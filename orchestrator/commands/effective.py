@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from orchestrator import argtable, sglang_config, verify
+from orchestrator import argtable, memory, observe, sglang_config, verify
 from orchestrator.commands import lockfile
 from orchestrator.commands.context import Context, Launch
 from orchestrator.commands.follow import StartupLog
@@ -84,6 +84,14 @@ def diff_effective(
             report = dataclasses.replace(report, notes=(*report.notes, note))
         else:
             report = verify.compare_lock(report, locked, observed.resolved)
+    measured = observe.memory_figures(observed.memory_lines)
+    if measured:
+        report = dataclasses.replace(
+            report,
+            memory_measured=measured,
+            memory_rows=memory.compare_figures(observed.memory_plan or {}, measured[0]),
+            memory_predicted=observed.memory_plan is not None,
+        )
     return report
 
 

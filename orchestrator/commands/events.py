@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from orchestrator import verify
+from orchestrator import memory, verify
 from orchestrator.errors import ExitCode
 from orchestrator.model import RunState
 from orchestrator.observe import LogEvent
@@ -57,6 +57,15 @@ class Effective:
 
 
 @dataclass(frozen=True)
+class MemoryMeasured:
+    """Once READY: the pools SGLang logged, beside the plan's prediction (when there was one)."""
+
+    measured: tuple[memory.MeasuredMemory, ...]
+    budget: memory.Budget | None
+    comparisons: tuple[memory.Comparison, ...]
+
+
+@dataclass(frozen=True)
 class Outcome:
     """How ``up`` ends: READY, or the server's failure with its class, or pinned drift."""
 
@@ -68,4 +77,6 @@ class Outcome:
     hint: str | None = None
 
 
-UpEvent = Step | Warn | Planned | Started | Attached | LogLine | Effective | Outcome
+UpEvent = (
+    Step | Warn | Planned | Started | Attached | LogLine | Effective | MemoryMeasured | Outcome
+)

@@ -43,6 +43,7 @@ AGENT_CHECK_S = 0.5
 TIMEOUT_MARGIN_S = 10.0
 TAIL_LINES = 30
 EXPLAINING_LINES = 400  # kept from before the config line: SGLang explains its changes there
+AFTER_LINES = 4000  # kept from after it: the pools' sizes, per rank, until READY
 
 EXIT_CODES = {
     CONFIG_ERROR: ExitCode.CONFIG_ERROR,
@@ -67,9 +68,12 @@ class StartupLog:
 
     config_line: str | None = None
     before: list[str] = field(default_factory=list)
+    after: list[str] = field(default_factory=list)  # to READY: SGLang's memory lines are here
 
     def add(self, line: str, event: LogEvent | None) -> None:
         if self.config_line is not None:
+            if len(self.after) < AFTER_LINES:
+                self.after.append(line)
             return
         if event is not None and event.kind == "config":
             self.config_line = line

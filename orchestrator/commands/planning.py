@@ -10,12 +10,12 @@ import os
 import posixpath
 import subprocess
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Generator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from orchestrator import argtable, plan, sglang_config, verify
+from orchestrator import argtable, memory, plan, sglang_config, verify
 from orchestrator.commands import lockfile
 from orchestrator.commands.context import Context, Launch
 from orchestrator.commands.events import Planned, UpEvent, Warn
@@ -76,19 +76,44 @@ def predict(ctx: Context, launch: Launch, *, local: LocalSGLang | None = None) -
                 f"{member.command.argtable_version}",
             ),
         )
+    if report.ok:
+        gpu = profile.gpu.type
+        found = answer.memory
+        if local is not None and found is not None and found.weights_bytes is None:
+            beside = _weights_beside(local.model_config)
+            if beside is not None:  # the checkpoint is elsewhere; its index was given here
+                found = dataclasses.replace(
+                    found, weights_bytes=beside[0], weights_basis=beside[1], weights_error=None
+                )
+        budget, notes = memory.budget_for(
+            found,
+            report.effective,
+            member.env,
+            version=argtable.parse_version(answered) if answered else table.parsed_version,
+            devices=tuple(profile.gpu.devices),
+            nominal=memory.nominal_gpu(gpu.name, gpu.memory_gb) if gpu is not None else None,
+        )
+        report = dataclasses.replace(report, budget=budget, budget_notes=notes)
     return report
 
 
-def gate(ctx: Context, launch: Launch, *, force: bool) -> Iterator[UpEvent]:
-    """Refuse to launch what SGLang itself rejects, or what would change a pinned field."""
+def gate(ctx: Context, launch: Launch, *, force: bool) -> Generator[UpEvent, None, plan.PlanReport]:
+    """Refuse to launch what SGLang itself rejects, what would not fit in the GPUs' memory, or
+    what would change a pinned field; returns the plan."""
     profile = launch.profile
     report = predict(ctx, launch)
     yield Planned(report)
     problem: str | None = None
     hint = ""
+    budget = report.budget
     if report.error is not None:
         problem = report.refusal()
         hint = report.error.hint or "the server would fail the same way at startup"
+    elif budget is not None and budget.failure is not None:
+        problem = f"the memory plan says SGLang will fail: {budget.failure}"
+        hint = (budget.hints[0] + "; " if budget.hints else "") + (
+            f"orch plan {profile.name} shows the budget"
+        )
     else:
         pinned = report.pinned_changes(profile.pin, launch.table)
         if pinned:
@@ -99,10 +124,11 @@ def gate(ctx: Context, launch: Launch, *, force: bool) -> Iterator[UpEvent]:
             problem = f"SGLang would change pinned field(s): {names}"
             hint = f"orch plan {profile.name} shows which SGLang step changes them"
     if problem is None:
-        return
+        return report
     if not force:
         raise PlanRefused(f"{profile.name}: {problem}", f"{hint}; --force launches anyway")
     yield Warn(f"{problem} (--force: launching anyway)")
+    return report
 
 
 def write_lock(
@@ -152,6 +178,23 @@ def _model_config_for(
     except OSError as exc:
         raise ProfileError(f"--model-config {source}: {exc.strerror or exc}") from exc
     return path, _json_object(text, str(source))
+
+
+def _weights_beside(config: Path | None) -> tuple[int, str] | None:
+    """The checkpoint's size from the ``model.safetensors.index.json`` beside a local copy of
+    its config.json (``--model-config``): how a plan away from the host counts the weights."""
+    if config is None:
+        return None
+    index = config.parent / "model.safetensors.index.json"
+    try:
+        document = json.loads(index.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    metadata = document.get("metadata") if isinstance(document, dict) else None
+    total = metadata.get("total_size") if isinstance(metadata, dict) else None
+    if isinstance(total, bool) or not isinstance(total, int) or total <= 0:
+        return None
+    return total, f"{index.name} total_size, beside --model-config"
 
 
 def _json_object(text: str, where: str) -> dict[str, Any]:

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from orchestrator import render, sglang_config
+from orchestrator import memory, observe, render, sglang_config
 from orchestrator.commands import effective, ownership, planning, preflight
 from orchestrator.commands.context import Context, Launch
 from orchestrator.commands.events import (
     Attached,
     Effective,
+    MemoryMeasured,
     Outcome,
     Started,
     Step,
@@ -86,13 +87,17 @@ def up(
     facts = agent.probe(profile.port, profile.model.path or None, profile.bind, member.env)
     launch = yield from preflight.check(launch, facts, ctx.environ, replacing=replacing)
     member = launch.primary
+    budget: memory.Budget | None = None
     if check_plan:
-        yield from planning.gate(ctx, launch, force=force)
+        budget = (yield from planning.gate(ctx, launch, force=force)).budget
     if replacing is not None:
         yield Step(f"stopping the running launch {replacing.launch_digest} (--replace)")
         agent.stop(profile.stop_timeout_s)
 
-    spec = build_spec(profile, member.argv, member.env, launch.meta(ctx.origin()))
+    meta = launch.meta(ctx.origin())
+    if budget is not None:  # kept with the run: diff-effective compares SGLang's figures with it
+        meta["memory_plan"] = memory.predicted_figures(budget)
+    spec = build_spec(profile, member.argv, member.env, meta)
     reply = agent.start(spec, render.launcher_script(member.command))
     if not reply.ok or reply.state is None:
         winner = _same_launch_winner(ctx, agent, launch.digest)
@@ -111,7 +116,7 @@ def up(
     ended = state.last_exit is not None and state.last_exit.run_id == state.run_id
     if state.pid is not None or not ended:  # a server that could not be spawned has no pid
         yield Started(state.run_id or "?", state.pid, state.log or "")
-    yield from _follow_and_verify(ctx, launch, agent, state)
+    yield from _follow_and_verify(ctx, launch, agent, state, budget)
 
 
 def _adopt(agent: Agent) -> RunState | None:
@@ -122,7 +127,11 @@ def _adopt(agent: Agent) -> RunState | None:
 
 
 def _follow_and_verify(
-    ctx: Context, launch: Launch, agent: Agent, state: RunState
+    ctx: Context,
+    launch: Launch,
+    agent: Agent,
+    state: RunState,
+    budget: memory.Budget | None = None,
 ) -> Iterator[UpEvent]:
     """Follow the startup; then compare what the server got with the profile. Drift in a
     pinned field fails ``up``; other drift is a warning (``diff-effective`` fails on it).
@@ -139,6 +148,11 @@ def _follow_and_verify(
             if startup.config_line is not None:
                 yield from _compare_logged(launch, startup)
             return
+        measured = observe.memory_figures(startup.after)
+        if measured:
+            first = measured[0]
+            comparisons = memory.compare(budget, first) if budget is not None else ()
+            yield MemoryMeasured(measured, budget, comparisons)
         yield from _verify_ready(ctx, launch, event)
         return
 

@@ -701,6 +701,14 @@ class LogSink:
 # the log gets all of it. SGLang's config line is 12 KB (0.5.11) to 19 KB (0.5.23) and grows
 # with inline templates and JSON overrides: a cap that cut it would keep a server from READY.
 LINE_SCAN_BYTES = 1 << 20
+# SGLang's startup memory lines (weights, pools, graphs, the capacity summary), in 0.5.11's and
+# 0.5.23's words; kept per run in MEMORY_FILE, at most MEMORY_LINES of them (TP ranks x ~8).
+MEMORY_MARKERS = (
+    "avail mem=", "KV Cache is allocated", "KV cache allocated", "Mamba Cache is allocated",
+    "max_total_num_tokens=", "is capped to",
+)  # fmt: skip
+MEMORY_LINES = 400
+MEMORY_FILE = "memory_lines.json"
 TAIL_LINE_CHARS = 16 << 10  # per line of the 400 kept for the exit verdict
 _LINE_BREAK = re.compile(rb"[\r\n]")
 
@@ -718,6 +726,7 @@ class OutputWatcher:
         self.tail: deque[str] = deque(maxlen=tail_lines)
         self.saw_config_line = False
         self.saw_ready_line = False
+        self.memory_lines: list[str] = []
         # The line being received: its first LINE_SCAN_BYTES, in pieces (never re-joined per
         # read: a 30 MB line without a newline took READY from 0.1 s to 68 s when it was).
         self._partial: list[bytes] = []
@@ -761,8 +770,25 @@ class OutputWatcher:
         if not self.saw_config_line and config_line_payload(line) is not None:
             self.saw_config_line = True
             self._keep_config(line)
+        elif (
+            self.saw_config_line
+            and not self.saw_ready_line
+            and len(self.memory_lines) < MEMORY_LINES
+            and any(marker in line for marker in MEMORY_MARKERS)
+        ):
+            self.memory_lines.append(line[:TAIL_LINE_CHARS])
+            self._keep_memory()
         if is_ready_line(line):
             self.saw_ready_line = True
+
+    def _keep_memory(self) -> None:
+        """SGLang's memory lines of this run's startup, beside its log: ``diff-effective``
+        compares them with the plan's prediction (a rotated or huge log never hides them)."""
+        if self.config_path is None:
+            return
+        path = os.path.join(os.path.dirname(self.config_path), MEMORY_FILE)
+        with contextlib.suppress(OSError):
+            write_json_atomic(path, {"lines": self.memory_lines}, 0o600)
 
     def _keep_config(self, line: str) -> None:
         """Keep the config line and what SGLang logged before it beside the log (which may
@@ -1905,7 +1931,39 @@ def cmd_status(deployment_dir: str) -> dict[str, Any]:
                 f"its supervisor (pid {state.get('agent_pid')}) died; the server runs "
                 "unsupervised and its output is lost: orch up re-attaches one, orch down stops it"
             )
+    if server_alive and state.get("state") == READY and state.get("port"):
+        spec = read_json(paths.spec) or {}
+        state.update(_memory_loads(str(spec.get("health_host") or "127.0.0.1"), int(state["port"])))
     return state
+
+
+LOADS_TIMEOUT_S = 1.0
+
+
+def _memory_loads(host: str, port: int) -> dict[str, Any]:
+    """What the running server says of its memory (``GET /v1/loads?include=memory``, 0.5.11+):
+    per DP rank, the weights, KV cache and CUDA graphs in GB, its token capacity and load."""
+    import urllib.error
+    import urllib.request
+
+    url = f"http://{host}:{port}/v1/loads?include=memory"
+    try:
+        with urllib.request.urlopen(url, timeout=LOADS_TIMEOUT_S) as response:
+            document = json.loads(response.read(1 << 20))
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        return {"memory_loads_error": f"/v1/loads: {exc}"}
+    loads = document.get("loads") if isinstance(document, dict) else None
+    if not isinstance(loads, list):
+        return {"memory_loads_error": "/v1/loads: no loads in the answer"}
+    kept = ("dp_rank", "memory", "max_total_num_tokens", "max_running_requests",
+            "num_running_reqs", "token_usage")  # fmt: skip
+    return {
+        "memory_loads": [
+            {key: load[key] for key in kept if key in load}
+            for load in loads
+            if isinstance(load, dict)
+        ]
+    }
 
 
 def cmd_stop(deployment_dir: str, timeout: float) -> dict[str, Any]:
@@ -2090,6 +2148,14 @@ def cmd_inspect(
         result["log"] = log
         kept = read_json(os.path.join(os.path.dirname(log), CONFIG_FILE))
         result.update(kept if kept is not None else _config_from_log(log))
+        memory = read_json(os.path.join(os.path.dirname(log), MEMORY_FILE))
+        if memory is not None and isinstance(memory.get("lines"), list):
+            result["memory_lines"] = [str(line) for line in memory["lines"]]
+    meta = state.get("meta")
+    if result["found_by"] in ("orch", "") and isinstance(meta, dict):
+        predicted = meta.get("memory_plan")
+        if isinstance(predicted, dict):
+            result["memory_plan"] = predicted  # what the plan predicted at orch up
     return result
 
 

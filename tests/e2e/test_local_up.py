@@ -31,7 +31,7 @@ def test_up_ready_status_logs_down(local_workspace: Workspace) -> None:
     pid = row["pid"]
     assert psutil.pid_exists(pid)
 
-    logs = local_workspace.orch("logs", name, "-n", "5")
+    logs = local_workspace.orch("logs", name, "-n", "20")
     assert "The server is fired up and ready to roll!" in logs.out
 
     model = str(MODEL)  # longer than a table cell: cut, unless --wide

@@ -62,7 +62,7 @@ def test_up_ready_status_logs_down_over_ssh(ssh_workspace: Workspace) -> None:
     children = {child.name() for child in server.children(recursive=True)}
     assert {"sglang::scheduler", "sglang::detokenizer"} <= children  # the stand-in's, as SGLang's
 
-    logs = ssh_workspace.orch("logs", name, "-n", "10")
+    logs = ssh_workspace.orch("logs", name, "-n", "25")
     assert logs.code == ExitCode.OK
     assert "The server is fired up and ready to roll!" in logs.out
 

@@ -10,7 +10,7 @@ import pytest
 
 from orchestrator.cli import main
 from orchestrator.errors import ExitCode
-from tests.conftest import ProfileDir, copy_examples
+from tests.conftest import EXAMPLES, ProfileDir, copy_examples
 
 
 def _run(argv: list[str]) -> tuple[int, str, str]:
@@ -81,9 +81,7 @@ def test_cli_validate_misspelt_argument_fails_with_suggestion_and_config_code(
 def test_cli_validate_all_shipped_profiles_pass(shipped: Path) -> None:
     code, out, err = _run(["--profiles", str(shipped), "validate", "--strict"])
     assert code == ExitCode.OK, err
-    assert {line.split()[1] for line in out.splitlines()} == {
-        "demo", "qwen36-27b", "qwen36-mtp-b200", "qwen36-mtp-rtxpro6000-tp4",
-    }  # fmt: skip
+    assert {line.split()[1] for line in out.splitlines()} == set(EXAMPLES)
 
 
 def test_cli_validate_named_profiles_only(shipped: Path) -> None:
@@ -99,7 +97,7 @@ def test_cli_missing_profile_lists_the_available_ones(shipped: Path) -> None:
     assert err.splitlines() == [
         f"orch: error: no profile named 'qwen36-mtp-b300' in {shipped}",
         "orch: hint: did you mean qwen36-mtp-b200? available: demo, qwen36-27b, "
-        "qwen36-mtp-b200, qwen36-mtp-rtxpro6000-tp4",
+        "qwen36-mtp-b200, qwen36-mtp-h200, qwen36-mtp-rtxpro6000-tp4",
     ]
 
 
@@ -254,8 +252,14 @@ def test_cli_status_shows_an_invalid_profile_as_a_row_and_asks_the_others(
     assert named == ExitCode.CONNECT  # a named deployment that cannot be asked: its error
 
 
-def test_cli_status_in_a_fresh_clone_lists_the_examples_and_succeeds(shipped: Path) -> None:
-    """The example profiles name hosts that do not resolve: rows, not a failed command."""
+def test_cli_status_in_a_fresh_clone_lists_the_examples_and_succeeds(
+    shipped: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The example profiles name hosts that do not resolve: rows, not a failed command. A home
+    of its own: the demo's workdir (~/.local/state/orch) holds a deployment once `make demo`
+    ran on this machine."""
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.delenv("XDG_STATE_HOME", raising=False)
     code, out, _ = _run(["--profiles", str(shipped), "status"])
     assert code == ExitCode.OK
     rows = {line.split()[0]: line.split()[2] for line in out.splitlines()[1:]}

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -14,8 +15,10 @@ import pytest
 
 from orchestrator import protocol
 from orchestrator.errors import PreflightError, SupervisorError
+from orchestrator.memory import GIB, GpuMemory
 from orchestrator.remote import agent
 from tests.conftest import REPO, ProfileDir
+from tests.standin.sglang_plugin import run_probe
 from tests.unit.test_supervisor_logic import CONFIG, FakeClock, Script, ScriptedWorld
 
 FIXTURES = REPO / "tests" / "fixtures" / "agent-protocol"
@@ -252,6 +255,261 @@ def test_previous_probes_answers_decode() -> None:
     )
     changed = incident.provenance["mamba_scheduler_strategy"]
     assert [p.value for p in changed] == ["no_buffer"]  # auto -> no_buffer, nobody asked
+    assert (accepted.memory, incident.memory) == (None, None)  # before the memory section
+
+
+# -- the probe's memory section ---------------------------------------------------------------------
+
+STANDIN = REPO / "standin"
+MODEL_CONFIG = STANDIN / "models" / "Qwen3.6-27B" / "config.json"
+SPEC_ARGS = [
+    "--speculative-algorithm", "EAGLE", "--speculative-num-steps", "3",
+    "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "4",
+]  # fmt: skip
+# A stand-in for NVML (nvidia-ml-py's pynvml) on the probe's path: two GPUs, one of them busy.
+FAKE_NVML = """\
+class _Memory:
+    def __init__(self, total, free):
+        self.total, self.free = total, free
+
+_GPUS = [("NVIDIA H200", "GPU-aaaa", 150 << 30, 140 << 30),
+         ("NVIDIA H200", "GPU-bbbb", 150 << 30, 20 << 30)]
+
+def nvmlInit(): pass
+def nvmlShutdown(): pass
+def nvmlDeviceGetCount(): return len(_GPUS)
+def nvmlDeviceGetHandleByIndex(index): return index
+def nvmlDeviceGetName(handle): return _GPUS[handle][0].encode()
+def nvmlDeviceGetUUID(handle): return _GPUS[handle][1]
+def nvmlDeviceGetMemoryInfo(handle): return _Memory(_GPUS[handle][2], _GPUS[handle][3])
+"""
+SAFETENSORS_DTYPES = {"BF16": 2, "F16": 2, "F32": 4}
+
+
+def write_safetensors(path: Path, tensors: dict[str, tuple[str, list[int]]]) -> int:
+    """A safetensors file written by hand (the format: an 8-byte little-endian header length,
+    the JSON header, the data); the bytes of its tensors."""
+    header: dict[str, Any] = {"__metadata__": {"format": "pt"}}
+    offset = 0
+    for name, (dtype, shape) in tensors.items():
+        size = SAFETENSORS_DTYPES[dtype]
+        for n in shape:
+            size *= n
+        header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [offset, offset + size]}
+        offset += size
+    raw = json.dumps(header).encode()
+    raw += b" " * (-len(raw) % 8)
+    path.write_bytes(len(raw).to_bytes(8, "little") + raw + bytes(offset))
+    return offset
+
+
+def _standin_answer(tmp_path: Path, args: list[str], env: dict[str, str], *,
+                    simulate: bool) -> dict[str, Any]:  # fmt: skip
+    environment = {"PYTHONPATH": str(STANDIN), "ORCH_STANDIN_VERSION": "0.5.23", **env}
+    return run_probe(sys.executable, tmp_path, args, environment, simulate_h200=simulate)
+
+
+def test_this_probes_memory_section_on_the_standin_decodes(tmp_path: Path) -> None:
+    """The stand-in has none of SGLang's classes: no shapes, the text config to mirror them;
+    the checkpoint's bytes from its headers (the model) and its index (the draft)."""
+    model = tmp_path / "Qwen3.6-27B"
+    model.mkdir()
+    (model / "config.json").write_text(MODEL_CONFIG.read_text())
+    weights = write_safetensors(model / "model-00001-of-00002.safetensors",
+                                {"a": ("BF16", [3, 5]), "b": ("F32", [7])})  # fmt: skip
+    weights += write_safetensors(model / "model-00002-of-00002.safetensors", {"c": ("F16", [2, 2])})
+    draft = tmp_path / "draft"
+    draft.mkdir()
+    (draft / "model.safetensors.index.json").write_text(
+        json.dumps({"metadata": {"total_size": 123456}, "weight_map": {}})
+    )
+    args = ["--model-path", str(model), "--mem-fraction-static", "0.92", *SPEC_ARGS,
+            "--speculative-draft-model-path", str(draft)]  # fmt: skip
+    answer = protocol.decode_plan_answer(_standin_answer(tmp_path, args, {}, simulate=True))
+    assert answer.ok
+    assert answer.standin
+    memory = answer.memory
+    assert memory is not None
+    assert memory.error is None
+    assert memory.model is None
+    assert memory.shapes_error == "ModuleNotFoundError: No module named 'sglang.srt.configs'"
+    assert memory.text_config is not None
+    assert memory.text_config == json.loads(MODEL_CONFIG.read_text())["text_config"]
+    assert (memory.weights_bytes, memory.weights_basis) == (
+        weights, "safetensors headers of 2 file(s)"
+    )  # fmt: skip
+    assert (memory.draft_weights_bytes, memory.draft_weights_basis) == (
+        123456, "model.safetensors.index.json total_size"
+    )  # fmt: skip
+    (gpu,) = memory.gpus
+    assert (gpu.name, gpu.index, gpu.total_bytes) == ("NVIDIA H200", 0, 144384 << 20)
+    assert gpu.free_bytes == gpu.total_bytes  # simulated: nominal, all free
+    assert gpu.basis.startswith("simulated NVIDIA H200")
+    # the stand-in computes no mem_fraction_static of its own: reported, not fatal
+    assert memory.default_mem_fraction_static is None
+    assert memory.default_error == "the resolution left it at None"
+    assert memory.env == {}
+
+
+def test_this_probes_memory_section_reads_the_visible_gpus_from_nvml(tmp_path: Path) -> None:
+    nvml = tmp_path / "nvml"
+    nvml.mkdir()
+    (nvml / "pynvml.py").write_text(FAKE_NVML)
+    args = ["--model-path", "Qwen/Qwen3-8B"]  # a Hub id: nothing of it on this machine
+    env = {"PYTHONPATH": f"{STANDIN}:{nvml}", "CUDA_VISIBLE_DEVICES": "GPU-bbbb",
+           "SGLANG_MAMBA_SSM_DTYPE": "bfloat16"}  # fmt: skip
+    answer = protocol.decode_plan_answer(_standin_answer(tmp_path, args, env, simulate=False))
+    memory = answer.memory
+    assert memory is not None
+    (gpu,) = memory.gpus  # CUDA_VISIBLE_DEVICES leaves the second one, by its UUID
+    assert (gpu.index, gpu.name, gpu.total_bytes, gpu.free_bytes) == (
+        1, "NVIDIA H200", 150 * GIB, 20 * GIB
+    )  # fmt: skip
+    assert gpu.basis.startswith("NVML on ")
+    assert memory.gpu_error is None
+    assert memory.weights_bytes is None
+    assert memory.weights_error == "a Hub id: the checkpoint is not a directory on this host"
+    assert memory.text_config is None  # no config.json here: nothing to mirror either
+    assert memory.env == {"SGLANG_MAMBA_SSM_DTYPE": "bfloat16"}
+    # the command line sets no mem_fraction_static: the resolved one is the default
+    assert memory.default_error is None
+
+
+def _sglang_memory_section() -> dict[str, Any]:
+    """A memory section as the probe answers it with SGLang 0.5.23's classes (Qwen3.6-27B's
+    config.json, TP 2, on a host with two GPUs)."""
+    return {
+        "basis": "sglang",
+        "shapes": {
+            "architecture": "Qwen3_5ForConditionalGeneration", "context_len": 8192,
+            "model_dtype": "bfloat16", "nextn_predict_layers": None, "multimodal": True,
+            "tp_size": 2, "pp_size": 1, "dp_size": 1, "attn_cp_size": 1, "attn_dp_size": 1,
+            "attn_tp_size": 2, "enable_dp_attention": False, "kv_cache_dtype": "auto",
+            "kv_dtype": "bfloat16", "kv_dtype_bytes": 2, "attention": "MHA",
+            "full_attention_layers": 16, "kv_heads_per_rank": 2, "head_dim": 256,
+            "v_head_dim": 256, "kv_cell_bytes": 32768,
+            "kv_cell_source": "DefaultPoolConfigurator._compute_cell_size", "hybrid": True,
+            "mamba": {
+                "params": "Mamba2CacheParams", "layers": 48, "conv_shapes": [[5120, 3]],
+                "temporal_shape": [24, 128, 128], "conv_dtype": "bfloat16",
+                "ssm_dtype": "float32", "conv_bytes": 1474560, "ssm_bytes": 75497472,
+                "slot_bytes": 76972032,
+            },
+            "sources": [
+                "ModelConfig.from_server_args", "runtime_context.parallel_widths_of",
+                "hybrid_arch.mambaish_config", "Qwen3_5TextConfig.mamba2_cache_params",
+                "DefaultPoolConfigurator._compute_cell_size",
+            ],
+            "notes": [],
+            "draft": {"path": "/models/Qwen3.6-27B", "architecture": "Qwen3_5ForCausalLMMTP",
+                      "nextn_predict_layers": 1, "layers": 64, "eagle_draft_layers": 1},
+        },
+        "env": {"SGLANG_MAMBA_CONV_DTYPE": "bfloat16", "SGLANG_MAMBA_SSM_DTYPE": None},
+        "text_config": {"num_hidden_layers": 64},
+        "weights": {"path": "/models/Qwen3.6-27B", "bytes": 55_561_680_896,
+                    "basis": "model.safetensors.index.json total_size"},
+        "draft_weights": None,
+        "gpus": [
+            {"index": 0, "name": "NVIDIA H200", "uuid": "GPU-a", "total_bytes": 150 * GIB,
+             "free_bytes": 140 * GIB, "basis": "NVML on gpu-1"},
+            {"index": 1, "name": "NVIDIA H200", "uuid": "GPU-b", "total_bytes": 150 * GIB,
+             "free_bytes": 139 * GIB, "basis": "NVML on gpu-1"},
+        ],
+        "gpu_error": None,
+        "default_mem_fraction_static": 0.83783765625,
+        "default_mem_fraction_static_basis": "resolved again without --mem-fraction-static",
+        "logs": [],
+        "elapsed_s": 0.068,
+    }  # fmt: skip
+
+
+def _plan_answer(memory: Any) -> dict[str, Any]:
+    return {"protocol": 1, "ok": True, "sglang_version": "0.5.23", "mode": "x", "memory": memory}
+
+
+def test_a_memory_section_of_sglangs_classes_decodes_into_the_models_shapes() -> None:
+    memory = protocol.decode_plan_answer(_plan_answer(_sglang_memory_section())).memory
+    assert memory is not None
+    model = memory.model
+    assert model is not None
+    assert model.basis.startswith("SGLang's classes: ModelConfig.from_server_args, ")
+    assert (model.architecture, model.context_len, model.attention_tp) == (
+        "Qwen3_5ForConditionalGeneration", 8192, 2
+    )  # fmt: skip
+    assert (model.full_attention_layers, model.kv_cell_bytes, model.kv_dtype) == (
+        16, 32768, "bfloat16"
+    )  # fmt: skip
+    assert model.hybrid
+    assert (model.mamba_layers, model.mamba_slot_bytes) == (48, 76972032)
+    assert (model.mamba_conv_bytes, model.mamba_ssm_bytes) == (1474560, 75497472)
+    assert (model.mamba_conv_dtype, model.mamba_ssm_dtype) == ("bfloat16", "float32")
+    assert (model.weights_bytes, model.weights_basis) == (
+        55_561_680_896, "model.safetensors.index.json total_size"
+    )  # fmt: skip
+    assert model.draft_kv_layers == 1  # the MTP head of SGLang's draft-mode config
+    assert model.multimodal
+    assert memory.gpus == (
+        GpuMemory("NVIDIA H200", 150 * GIB, 140 * GIB, "NVML on gpu-1", index=0),
+        GpuMemory("NVIDIA H200", 150 * GIB, 139 * GIB, "NVML on gpu-1", index=1),
+    )
+    assert memory.default_mem_fraction_static == 0.83783765625
+    assert memory.env == {"SGLANG_MAMBA_CONV_DTYPE": "bfloat16"}
+    assert memory.text_config == {"num_hidden_layers": 64}
+
+
+def test_a_plain_models_memory_section_decodes_without_mamba_state() -> None:
+    section = _sglang_memory_section()
+    section["shapes"].update(mamba=None, hybrid=False, full_attention_layers=64, draft=None)
+    memory = protocol.decode_plan_answer(_plan_answer(section)).memory
+    assert memory is not None
+    model = memory.model
+    assert model is not None
+    assert not model.hybrid
+    assert (model.mamba_slot_bytes, model.mamba_ssm_dtype, model.draft_kv_layers) == (0, None, None)
+
+
+def test_a_memory_section_the_probe_could_not_build_decodes_as_its_error() -> None:
+    answer = protocol.decode_plan_answer(_plan_answer({"error": "KeyError: 'x'"}))
+    assert answer.ok  # the plan stands
+    assert answer.memory is not None
+    assert (answer.memory.model, answer.memory.error) == (None, "KeyError: 'x'")
+
+
+def _broken(path: str, value: Any) -> dict[str, Any]:
+    section = _sglang_memory_section()
+    *parents, key = path.split(".")
+    holder: Any = section
+    for name in parents:
+        holder = holder[int(name)] if name.isdigit() else holder[name]
+    holder[key] = value
+    return _plan_answer(section)
+
+
+@pytest.mark.parametrize(
+    ("document", "where"),
+    [
+        (_plan_answer([1]), r"sglang_probe answer.memory: expected a JSON object, got list"),
+        (_broken("shapes.kv_cell_bytes", "32768"),
+         r"sglang_probe answer.memory.shapes: kv_cell_bytes: expected an integer, got str"),
+        (_broken("shapes.mamba.slot_bytes", None),
+         r"sglang_probe answer.memory.shapes.mamba: slot_bytes: expected an integer, got NoneType"),
+        (_broken("gpus.1.total_bytes", 1.5),
+         r"sglang_probe answer.memory.gpus\[1\]: total_bytes: expected an integer, got float"),
+        (_broken("text_config", [64]),
+         r"sglang_probe answer.memory.text_config: expected a JSON object, got list"),
+        (_broken("env", {"SGLANG_MAMBA_SSM_DTYPE": 2}),
+         r"sglang_probe answer.memory: env: expected an object of strings"),
+        (_broken("default_mem_fraction_static", "0.8"),
+         r"sglang_probe answer.memory: default_mem_fraction_static: expected a number or null"),
+        (_broken("weights.bytes", "55G"),
+         r"sglang_probe answer.memory.weights: bytes: expected an integer, got str"),
+    ],
+)  # fmt: skip
+def test_a_malformed_memory_section_is_a_supervisor_error_naming_the_key(
+    document: dict[str, Any], where: str
+) -> None:
+    with pytest.raises(SupervisorError, match=where):
+        protocol.decode_plan_answer(document)
 
 
 # -- answers orch cannot read -----------------------------------------------------------------------

@@ -21,6 +21,8 @@ CORE = [
     "orchestrator.profile_checks",
     "orchestrator.doccheck",
     "orchestrator.plan",
+    "orchestrator.memory",
+    "orchestrator.observe",
 ]
 FORBIDDEN_IN_CORE = {"paramiko", "psutil", "subprocess", "socket", "jinja2", "pynvml"}
 

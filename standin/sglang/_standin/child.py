@@ -1,9 +1,14 @@
 """A child of the stand-in (NOT SGLang): ``sglang::scheduler`` or ``sglang::detokenizer``.
 
 Run as ``python -m sglang._standin.child SPEC_JSON`` by the main process. A scheduler prints what
-SGLang's scheduler prints while it loads (weights, memory pool, CUDA graphs, token capacity),
+SGLang's scheduler prints while it loads (weights, memory pools, CUDA graphs, token capacity),
 reports ready to the main process over a pipe, then blocks until killed. Failures follow SGLang's
 path: ``Scheduler hit an exception: <traceback>`` then SIGQUIT to the parent.
+
+The memory lines are SGLang's own f-strings, per imitated release (``sglang/srt/`` of the PyPI
+releases 0.5.11 and 0.5.23; a release between them gets one of the two wordings, switched where
+server.py switches families, which is not checked against those releases); the figures in them
+are the stand-in's illustrative ones (memory.py), not measured.
 """
 
 from __future__ import annotations
@@ -16,7 +21,7 @@ import time
 from typing import Any
 
 from sglang._standin.logs import Log, Progress
-from sglang._standin.memory import Figures
+from sglang._standin.memory import KV_DTYPE, Figures
 from sglang._standin.proc import die_with_parent, set_title
 from sglang._standin.tracebacks import Traces
 
@@ -61,27 +66,58 @@ class Scheduler:
         )
         if "cuda-oom" in self.fails and self.rank0:
             self.fail(self.traces.cuda_oom())
-        half = figures.kv_gb / 2
-        self.log("Using KV cache dtype: torch.bfloat16")
-        self.log(
-            f"KV Cache is allocated. #tokens: {figures.max_total_num_tokens}, "
-            f"K size: {half:.2f} GB, V size: {half:.2f} GB"
-        )
-        self.log(f"Memory pool end. avail mem={figures.avail_after_pool_gb:.2f} GB")
+        self.allocate_pools()
         if figures.graphs:
             self.capture_graphs()
-        self.log(
-            f"max_total_num_tokens={figures.max_total_num_tokens}, "
-            f"chunked_prefill_size={figures.chunked_prefill_size}, "
-            f"max_prefill_tokens={figures.max_prefill_tokens}, "
-            f"max_running_requests={figures.max_running_requests}, "
-            f"context_len={figures.context_len}, "
-            f"available_gpu_mem={figures.avail_after_graph_gb:.2f} GB"
-        )
+        if self.spec.get("tp_rank0", self.rank0):  # managers/scheduler.py: tp_rank 0 only
+            self.log(
+                f"max_total_num_tokens={figures.max_total_num_tokens}, "
+                f"chunked_prefill_size={figures.chunked_prefill_size}, "
+                f"max_prefill_tokens={figures.max_prefill_tokens}, "
+                f"max_running_requests={figures.max_running_requests}, "
+                f"context_len={figures.context_len}, "
+                f"available_gpu_mem={figures.avail_after_graph_gb:.2f} GB"
+            )
         status_fd = int(self.spec["status_fd"])
         os.write(status_fd, b'{"status": "ready"}\n')
         os.close(status_fd)
         self.serve_commands()
+
+    def allocate_pools(self) -> None:
+        """The mamba state pool (hybrid models), the KV pool, then ``Memory pool end``."""
+        figures = self.figures
+        modern = self.spec.get("memory_wording") == "0.5.23"
+        self.log(f"Using KV cache dtype: {KV_DTYPE}")
+        if figures.capped_by_mamba is not None and modern:
+            # 0.5.23 mem_cache/kv_cache_configurator.py:3141 (0.5.11 caps silently)
+            self.log(
+                f"max_running_requests is capped to {figures.capped_by_mamba} by the mamba state "
+                f"cache (max_mamba_cache_size={figures.mamba_slots}, "
+                f"{figures.mamba_slots_per_request} state slots per "
+                "request). To raise it: increase --mamba-full-memory-ratio or "
+                "--max-mamba-cache-size, or halve the state size with --mamba-ssm-dtype bfloat16."
+            )
+        if figures.mamba_slots:
+            # mem_cache/memory_pool.py:325/335 (0.5.11), :984/1005 (0.5.23): no space before GB
+            line = (
+                f"Mamba Cache is allocated. max_mamba_cache_size: {figures.mamba_slots}, "
+                f"conv_state size: {figures.mamba_conv_gb:.2f}GB, "
+                f"ssm_state size: {figures.mamba_ssm_gb:.2f}GB "
+            )
+            if figures.speculative:
+                line += (
+                    f"intermediate_ssm_state_cache size: {figures.mamba_intermediate_ssm_gb:.2f}GB "
+                    "intermediate_conv_window_cache size: "
+                    f"{figures.mamba_intermediate_conv_gb:.2f}GB "
+                )
+            self.log(line)
+        half = figures.kv_gb / 2
+        dtype = f"dtype: {KV_DTYPE}, " if modern else ""  # memory_pool.py:735 / :2088
+        self.log(
+            f"KV Cache is allocated. {dtype}#tokens: {figures.max_total_num_tokens}, "
+            f"K size: {half:.2f} GB, V size: {half:.2f} GB"
+        )
+        self.log(f"Memory pool end. avail mem={figures.avail_after_pool_gb:.2f} GB")
 
     def load_weights(self) -> None:
         shards = int(self.spec["shards"])
@@ -99,9 +135,16 @@ class Scheduler:
         figures = self.figures
         sizes: list[int] = list(self.spec["graph_bs"])
         started = time.monotonic()
-        if self.spec["graph_wording"] == "decode":  # 0.5.14+ (cuda_graph_config)
+        # 0.5.14+ (cuda_graph_config): 0.5.23's model_runner_components/cuda_graph_setup.py:759
+        # and :788, "target verify" under speculation; up to 0.5.13: 0.5.11's model_runner.py:2779
+        # and :2797
+        modern = self.spec["graph_wording"] == "decode"
+        name = "target verify" if figures.speculative else "target decode"
+        if modern:
+            per_request = figures.draft_tokens if figures.speculative else 1
             self.log(
-                f"Capture decode CUDA graph begin. backend=full, num_tokens={sizes}, "
+                f"Capture {name} CUDA graph begin. backend={self.spec.get('graph_backend', 'full')}"
+                f", num_tokens_per_req={per_request}, "
                 f"avail mem={figures.avail_after_pool_gb:.2f} GB"
             )
         else:
@@ -124,9 +167,9 @@ class Scheduler:
         else:
             time.sleep(pause * len(sizes))
         elapsed = time.monotonic() - started
-        if self.spec["graph_wording"] == "decode":
+        if modern:
             self.log(
-                f"Capture decode CUDA graph end. elapsed={elapsed:.2f} s, "
+                f"Capture {name} CUDA graph end. bs={sizes}, elapsed={elapsed:.2f} s, "
                 f"mem usage={figures.graph_gb:.2f} GB, "
                 f"avail mem={figures.avail_after_graph_gb:.2f} GB."
             )

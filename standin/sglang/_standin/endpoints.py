@@ -3,8 +3,9 @@
 ``/health`` and ``/health_generate`` answer 503 until the server is ready (and again while it
 drains after SIGTERM), then 200. ``/server_info`` (and the deprecated ``/get_server_info``) carry
 every resolved ServerArgs field at top level, as SGLang's do, plus ``"orch_standin": true``.
-Generation endpoints return a tiny canned answer. Every request gets uvicorn's access-log line
-on stdout.
+``/v1/loads`` answers in the imitated release's JSON shape, with the stand-in's illustrative
+memory figures (memory.py) and an idle server's load. Generation endpoints return a tiny canned
+answer. Every request gets uvicorn's access-log line on stdout.
 """
 
 from __future__ import annotations
@@ -14,19 +15,24 @@ import socket
 import sys
 import threading
 import time
+import urllib.parse
 import uuid
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from sglang._standin.knobs import Knobs
 from sglang._standin.logs import Log
-from sglang._standin.memory import Figures
+from sglang._standin.memory import ACCELERATOR, Figures
 from sglang._standin.model import ModelFacts
 from sglang._standin.render import redacted
 
 CANNED_TEXT = " Paris. It is the capital"
+# /v1/loads?include=...: 0.5.23 managers/load_snapshot.py LoadSnapshot.VALID_SECTIONS (0.5.11:
+# managers/io_struct.py GetLoadsReqInput.VALID_SECTIONS, the same)
+LOAD_SECTIONS = frozenset({"core", "memory", "spec", "lora", "disagg", "queues", "all"})
 CANNED_IDS = [12095, 13, 1084, 374, 279, 6722, 323, 7001]
 
 
@@ -74,7 +80,9 @@ class ServerState:
         """A scheduler's view: its copy of ServerArgs as the scheduler changed it, plus stats."""
         state = redacted(self.values, self.knobs.dict_style_server_args)
         figures = self.figures
-        state["max_running_requests"] = figures.max_running_requests
+        # max_running_requests stays the resolved argument, as SGLang's does (0.5.11
+        # scheduler.py get_internal_state, 0.5.23 scheduler_components/internal_state.py); the
+        # scheduler's own, after the KV and mamba caps, is effective_max_running_requests_per_dp.
         state["last_gen_throughput"] = 0.0
         state["memory_usage"] = {
             "weight": round(figures.weights_gb, 2),
@@ -84,6 +92,175 @@ class ServerState:
         }
         state["effective_max_running_requests_per_dp"] = figures.max_running_requests
         return state
+
+    def loads(self, query: str) -> tuple[int, dict[str, Any]]:
+        """``GET /v1/loads[?include=core,memory,...][&dp_rank=N]``: one load per DP rank, in the
+        imitated release's shape: 0.5.23 entrypoints/v1_loads.py ``get_loads`` over
+        managers/load_snapshot.py ``LoadSnapshot.to_dict``; up to 0.5.22 0.5.11's
+        entrypoints/v1_loads.py over managers/io_struct.py ``GetLoadsReqOutput``. JSON whatever
+        ``format`` asks (SGLang's ``format=prometheus`` text is not imitated)."""
+        params = urllib.parse.parse_qs(query)
+        include_text = (params.get("include") or [""])[0]
+        include = {part.strip() for part in include_text.split(",")} if include_text else None
+        ranks = list(range(self.dp_size))
+        if "dp_rank" in params:
+            dp_text = params["dp_rank"][0]
+            try:
+                wanted = int(dp_text)
+            except ValueError:  # FastAPI's validation of the query parameter
+                detail = {
+                    "type": "int_parsing",
+                    "loc": ["query", "dp_rank"],
+                    "msg": "Input should be a valid integer, unable to parse string as an integer",
+                    "input": dp_text,
+                }
+                return 422, {"detail": [detail]}
+            # 0.5.11 filters on the scheduler's dp_rank, None without DP: nothing matches then
+            has_rank = self.dp_size > 1 or self.knobs.version >= (0, 5, 23)
+            ranks = [wanted] if has_rank and 0 <= wanted < self.dp_size else []
+        if self.knobs.version >= (0, 5, 23):
+            invalid = set() if include is None or "all" in include else include - LOAD_SECTIONS
+            if invalid and ranks:  # LoadSnapshot.to_dict raises, once per load
+                return 400, {
+                    "detail": f"Invalid include sections: {invalid}. "
+                    f"Valid options: {sorted(LOAD_SECTIONS)}"
+                }
+            return 200, self._loads_0523(include, ranks)
+        return 200, self._loads_0511(include, ranks)
+
+    def _memory_metrics(self) -> dict[str, Any]:
+        figures = self.figures
+        return {
+            "weight_gb": round(figures.weights_gb, 3),
+            "kv_cache_gb": round(figures.kv_gb, 3),
+            "graph_gb": round(figures.graph_gb, 3),
+            "token_capacity": figures.max_total_num_tokens,
+        }
+
+    def _loads_0523(self, include: set[str] | None, ranks: list[int]) -> dict[str, Any]:
+        every = include is None or "all" in include
+        tp = max(1, int(self.values.get("tp_size") or 1))
+        pp = max(1, int(self.values.get("pp_size") or 1))
+        accelerators = tp * pp
+        if self.values.get("enable_dp_attention"):
+            accelerators //= self.dp_size
+        sections = (
+            ("memory", "memory", self._memory_metrics()),
+            # speculative: only once a speculative forward ran; lora: only with --enable-lora
+            (
+                "disaggregation",
+                "disagg",
+                {
+                    "mode": "null",
+                    "prefill_bootstrap_queue_reqs": 0,
+                    "prefill_inflight_queue_reqs": 0,
+                    "decode_prealloc_queue_reqs": 0,
+                    "decode_transfer_queue_reqs": 0,
+                    "decode_retracted_queue_reqs": 0,
+                    "kv_transfer_speed_gb_s": 0.0,
+                    "kv_transfer_latency_ms": 0.0,
+                },
+            ),
+            (
+                "queues",
+                "queues",
+                {"waiting": 0, "grammar": 0, "paused": 0, "retracted": 0, "prealloc_ready": 0},
+            ),
+        )
+        loads = []
+        for rank in ranks:
+            load: dict[str, Any] = {
+                "timestamp": time.time(),
+                "dp_rank": rank,
+                "num_running_reqs": 0,
+                "num_waiting_reqs": 0,
+                "num_waiting_uncached_tokens": 0,
+                "num_used_tokens": 0,
+                "num_total_tokens": 0,
+                "num_active_tokens": 0,
+                "num_prealloc_ready_tokens": 0,
+                "max_total_num_tokens": self.figures.max_total_num_tokens,
+                "max_running_requests": self.figures.max_running_requests,
+                "token_usage": 0.0,
+                "gen_throughput": 0.0,
+                "cache_hit_rate": 0.0,
+                "utilization": 0.0,
+                "total_prefill_uncached_tokens": 0,
+                "total_prefill_busy_us": 0,
+                "decode_moments": None,
+            }
+            if include != {"core"}:
+                for key, name, section in sections:
+                    if every or name in (include or ()):
+                        load[key] = section
+            loads.append(load)
+        return {
+            "timestamp": datetime.now(UTC).isoformat(),
+            "version": self.knobs.version_text,
+            "accelerator": ACCELERATOR,
+            "num_accelerators": accelerators,
+            "loads": loads,
+        }
+
+    def _loads_0511(self, include: set[str] | None, ranks: list[int]) -> dict[str, Any]:
+        every = include is None or "all" in include
+        sections = (
+            ("memory", "memory", self._memory_metrics()),
+            (
+                "disaggregation",
+                "disagg",
+                {
+                    "mode": "null",
+                    "prefill_prealloc_queue_reqs": 0,
+                    "prefill_inflight_queue_reqs": 0,
+                    "decode_prealloc_queue_reqs": 0,
+                    "decode_transfer_queue_reqs": 0,
+                    "decode_retracted_queue_reqs": 0,
+                    "kv_transfer_speed_gb_s": 0.0,
+                    "kv_transfer_latency_ms": 0.0,
+                },
+            ),
+            ("queues", "queues", {"waiting": 0, "grammar": 0, "paused": 0, "retracted": 0}),
+        )
+        loads = []
+        for rank in ranks:
+            # dataclasses.asdict without None values and without the timestamp
+            load: dict[str, Any] = {"dp_rank": rank} if self.dp_size > 1 else {}
+            load.update(
+                num_running_reqs=0,
+                num_waiting_reqs=0,
+                num_used_tokens=0,
+                num_total_tokens=0,
+                max_total_num_tokens=self.figures.max_total_num_tokens,
+                token_usage=0.0,
+                gen_throughput=0.0,
+                cache_hit_rate=0.0,
+                utilization=0.0,
+                max_running_requests=self.figures.max_running_requests,
+            )
+            for key, name, section in sections:
+                if every or name in (include or ()):
+                    load[key] = section
+            load["num_total_reqs"] = load["num_running_reqs"] + load["num_waiting_reqs"]
+            loads.append(load)
+        count = len(loads)
+        aggregate = {
+            "total_running_reqs": 0,
+            "total_waiting_reqs": 0,
+            "total_reqs": 0,
+            "total_used_tokens": 0,
+            "total_tokens": 0,
+            "avg_token_usage": 0.0,
+            "avg_throughput": 0.0,
+            "avg_utilization": 0.0,
+        }
+        return {
+            "timestamp": datetime.now(UTC).isoformat(),
+            "version": self.knobs.version_text,
+            "dp_rank_count": count,
+            "loads": loads,
+            "aggregate": aggregate,
+        }
 
     def model_info(self) -> dict[str, Any]:
         return {
@@ -203,7 +380,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:
         state = self.state
-        path = self.path.split("?", 1)[0]
+        path, _, query = self.path.partition("?")
         if path in ("/health", "/health_generate"):
             if state.draining.is_set():
                 state.log("Health check request received during shutdown. Returning 503.")
@@ -224,6 +401,8 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(200, state.model_info())
         elif path == "/v1/models":
             self._send(200, state.models())
+        elif path == "/v1/loads":
+            self._send(*state.loads(query))
         elif path in ("/generate", "/v1/chat/completions", "/v1/completions"):
             self._send(405, {"detail": "Method Not Allowed"})
         else:

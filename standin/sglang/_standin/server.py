@@ -208,6 +208,13 @@ class Launcher:
         return not values.get("disable_cuda_graph")
 
     @staticmethod
+    def graph_backend(values: dict[str, Any]) -> str:
+        config = values.get("cuda_graph_config")
+        if isinstance(config, dict):
+            return str(config.get("decode", {}).get("backend") or "full")
+        return "full"
+
+    @staticmethod
     def graph_sizes(values: dict[str, Any]) -> list[int]:
         config = values.get("cuda_graph_config")
         if isinstance(config, dict):
@@ -248,7 +255,10 @@ class Launcher:
                 "fails": sorted(knobs.fails),
                 "figures": figures,
                 "architecture": architecture,
+                "tp_rank0": t == 0,
                 "graph_wording": "decode" if "cuda_graph_config" in values else "legacy",
+                "graph_backend": self.graph_backend(values),
+                "memory_wording": "0.5.23" if knobs.resolves_in_run_server else "0.5.11",
                 "graph_bs": self.graph_sizes(values) if graphs else [],
                 "shards": knobs.shards,
                 "load_s": knobs.load_s,
