@@ -97,9 +97,12 @@ def predict(ctx: Context, launch: Launch, *, local: LocalSGLang | None = None) -
     return report
 
 
-def gate(ctx: Context, launch: Launch, *, force: bool) -> Generator[UpEvent, None, plan.PlanReport]:
+def gate(
+    ctx: Context, launch: Launch, *, force: bool, replacing: bool = False
+) -> Generator[UpEvent, None, plan.PlanReport]:
     """Refuse to launch what SGLang itself rejects, what would not fit in the GPUs' memory, or
-    what would change a pinned field; returns the plan."""
+    what would change a pinned field; returns the plan. ``replacing``: a running server of this
+    deployment will be stopped first, so the memory it holds is not counted against the new one."""
     profile = launch.profile
     report = predict(ctx, launch)
     yield Planned(report)
@@ -109,6 +112,12 @@ def gate(ctx: Context, launch: Launch, *, force: bool) -> Generator[UpEvent, Non
     if report.error is not None:
         problem = report.refusal()
         hint = report.error.hint or "the server would fail the same way at startup"
+    elif budget is not None and budget.failure is not None and replacing:
+        yield Warn(
+            f"the memory plan says SGLang will fail: {budget.failure}; not refused: the GPUs' "
+            "free memory was measured while the server being replaced still holds it",
+            f"orch plan {profile.name} once it is stopped shows the budget",
+        )
     elif budget is not None and budget.failure is not None:
         problem = f"the memory plan says SGLang will fail: {budget.failure}"
         hint = (budget.hints[0] + "; " if budget.hints else "") + (

@@ -89,7 +89,10 @@ def up(
     member = launch.primary
     budget: memory.Budget | None = None
     if check_plan:
-        budget = (yield from planning.gate(ctx, launch, force=force)).budget
+        planned = yield from planning.gate(
+            ctx, launch, force=force, replacing=replacing is not None
+        )
+        budget = planned.budget
     if replacing is not None:
         yield Step(f"stopping the running launch {replacing.launch_digest} (--replace)")
         agent.stop(profile.stop_timeout_s)
