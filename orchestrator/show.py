@@ -227,7 +227,11 @@ def memory_in_up(event: MemoryMeasured) -> list[Text]:
     rank = event.measured[0].rank
     title = f"  memory, predicted vs measured{f' ({rank})' if rank else ''}:"
     rows = show_budget.comparison_lines(event.comparisons)
-    return [line(title), *(line(f"    {row}") for row in rows)]
+    texts = [line(title), *(line(f"    {row}") for row in rows)]
+    if event.standin:
+        texts.append(line("    (measured by orch's SGLang stand-in, NOT SGLang: its figures are "
+                          "illustrative, the errors say nothing of the plan)"))  # fmt: skip
+    return texts
 
 
 def effective_in_up(event: Effective) -> list[Text]:

@@ -63,6 +63,7 @@ class MemoryMeasured:
     measured: tuple[memory.MeasuredMemory, ...]
     budget: memory.Budget | None
     comparisons: tuple[memory.Comparison, ...]
+    standin: bool = False  # measured by orch's stand-in: illustrative figures, NOT SGLang's
 
 
 @dataclass(frozen=True)

@@ -88,11 +88,12 @@ def up(
     launch = yield from preflight.check(launch, facts, ctx.environ, replacing=replacing)
     member = launch.primary
     budget: memory.Budget | None = None
+    standin = False
     if check_plan:
         planned = yield from planning.gate(
             ctx, launch, force=force, replacing=replacing is not None
         )
-        budget = planned.budget
+        budget, standin = planned.budget, planned.standin
     if replacing is not None:
         yield Step(f"stopping the running launch {replacing.launch_digest} (--replace)")
         agent.stop(profile.stop_timeout_s)
@@ -119,7 +120,7 @@ def up(
     ended = state.last_exit is not None and state.last_exit.run_id == state.run_id
     if state.pid is not None or not ended:  # a server that could not be spawned has no pid
         yield Started(state.run_id or "?", state.pid, state.log or "")
-    yield from _follow_and_verify(ctx, launch, agent, state, budget)
+    yield from _follow_and_verify(ctx, launch, agent, state, budget, standin=standin)
 
 
 def _adopt(agent: Agent) -> RunState | None:
@@ -135,6 +136,8 @@ def _follow_and_verify(
     agent: Agent,
     state: RunState,
     budget: memory.Budget | None = None,
+    *,
+    standin: bool = False,
 ) -> Iterator[UpEvent]:
     """Follow the startup; then compare what the server got with the profile. Drift in a
     pinned field fails ``up``; other drift is a warning (``diff-effective`` fails on it).
@@ -155,7 +158,7 @@ def _follow_and_verify(
         if measured:
             first = measured[0]
             comparisons = memory.compare(budget, first) if budget is not None else ()
-            yield MemoryMeasured(measured, budget, comparisons)
+            yield MemoryMeasured(measured, budget, comparisons, standin=standin)
         yield from _verify_ready(ctx, launch, event)
         return
 

@@ -53,6 +53,7 @@ def test_a_ready_server_shows_its_memory_beside_the_prediction(
         assert "  memory: fits on NVIDIA H200" in up.out
         assert "memory, predicted vs measured" in up.out
         assert "weights                 51.10 GiB   51.10 GiB   +0.0%" in up.out
+        assert "measured by orch's SGLang stand-in, NOT SGLang" in up.out
 
         diff = local_workspace.orch("diff-effective", name, "--json")
         assert diff.code == ExitCode.OK, diff.err
