@@ -363,11 +363,20 @@ class Budget:
     warnings: tuple[str, ...]
     hints: tuple[str, ...]
     estimates: tuple[str, ...]  # what is estimated, and its basis
+    gpus: tuple[GpuMemory, ...] = ()  # every GPU of the ranks, for one bar each
 
     @property
     def segments(self) -> tuple[tuple[str, float], ...]:
-        """The GPU split for the picture: in GiB, summing to ``total_gib``."""
-        used_before = max(0.0, self.total_gib - self.pre_load_gib)
+        """The tightest GPU's split for the picture: in GiB, summing to ``total_gib``."""
+        return self.segments_on(self.total_gib, self.pre_load_gib)
+
+    def segments_for(self, gpu: GpuMemory) -> tuple[tuple[str, float], ...]:
+        """One GPU's split: its own size and what others use on it, the ranks' pools alike."""
+        return self.segments_on(gpu.total_bytes / GIB, max(0.0, gpu.free_bytes / GIB
+                                                            - CUDA_CONTEXT_GIB))  # fmt: skip
+
+    def segments_on(self, total_gib: float, pre_load_gib: float) -> tuple[tuple[str, float], ...]:
+        used_before = max(0.0, total_gib - pre_load_gib)
         mamba = self.mamba.pool_gib if self.mamba else 0.0
         spec = self.mamba.spec_reserve_gib if self.mamba else 0.0
         wanted = [
@@ -379,7 +388,7 @@ class Budget:
             ("graphs", self.graphs_gib + self.activations_gib + self.draft_in_slack_gib),
         ]
         parts: list[tuple[str, float]] = []
-        left = self.total_gib
+        left = total_gib
         for name, part in wanted:  # what does not fit is cut: headroom_gib says by how much
             taken = min(max(0.0, part), max(0.0, left))
             parts.append((name, taken))
@@ -549,6 +558,7 @@ def plan_budget(
         family=rules.release,
         source=rules.source,
         gpu_name=tightest.name,
+        gpus=gpus,
         total_gib=total,
         free_gib=free,
         gpu_basis=tightest.basis,

@@ -32,11 +32,11 @@ def size(nbytes: int) -> str:
     return f"{nbytes / 1024:.1f} KiB"
 
 
-def bar(budget: memory.Budget, *, tty: bool, width: int = BAR_WIDTH) -> str:
-    """The GPU as one row of cells, each part in proportion; coloured on a terminal."""
+def bar(segments: tuple[tuple[str, float], ...], *, tty: bool, width: int = BAR_WIDTH) -> str:
+    """A GPU as one row of cells, each part in proportion; coloured on a terminal."""
     cells: list[str] = []
-    total = budget.total_gib or 1.0
-    for name, part in budget.segments:
+    total = sum(part for _, part in segments) or 1.0
+    for name, part in segments:
         count = round(part / total * width)
         letter, colour, _ = PARTS[name]
         if count and tty:
@@ -101,7 +101,13 @@ def budget_lines(
         ("headroom", gib(budget.headroom_gib)),
     ]  # fmt: skip
     lines += ["  " + text for text in grid(rows).splitlines()]
-    lines.append("  " + bar(budget, tty=tty))
+    gpus = budget.gpus or ()
+    if len(gpus) > 1:
+        for gpu in gpus:
+            label = f"GPU{gpu.index}" if gpu.index is not None else gpu.name
+            lines.append(f"  {label:<6} " + bar(budget.segments_for(gpu), tty=tty))
+    else:
+        lines.append("  " + bar(budget.segments, tty=tty))
     lines.append("  " + legend(budget))
     if budget.failure:
         lines.append(f"  will fail: {budget.failure}")
