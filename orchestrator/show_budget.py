@@ -118,9 +118,9 @@ def budget_lines(
     return lines
 
 
-def budget_json(budget: memory.Budget | None, notes: tuple[str, ...]) -> dict[str, Any] | None:
-    if budget is None:
-        return {"budget": None, "notes": list(notes)}
+def budget_json(budget: memory.Budget | None, notes: tuple[str, ...]) -> dict[str, Any]:
+    if budget is None:  # the same keys a consumer checks first, none of the figures
+        return {"verdict": None, "failure": None, "notes": list(notes)}
     document = dataclasses.asdict(budget)
     document["segments_gib"] = {name: round(part, 3) for name, part in budget.segments}
     document["notes"] = list(notes)
