@@ -30,7 +30,7 @@ class ExitCode(enum.IntEnum):
     CONFLICT = 12  # another plan already runs there (use --replace)
     STARTUP_TIMEOUT = 13  # the server did not become ready within health.startup_timeout_s
     NOT_RESOLVED = 14  # diff-effective: the server has not shown its resolved configuration yet
-    PLAN_REFUSED = 15  # SGLang's own parsing/resolution rejects the command line (orch plan, up)
+    PLAN_REFUSED = 15  # SGLang rejects the command line, or the memory plan says it fails
     # The server died; one code per crash class, so scripts can tell them apart.
     CONFIG_ERROR = 20
     CUDA_OOM = 21
