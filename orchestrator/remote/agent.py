@@ -1053,6 +1053,10 @@ class World(Protocol):
 
     def health_ok(self, host: str, port: int, endpoint: str, timeout: float = 2.0) -> bool: ...
 
+    def memory_loads(self, host: str, port: int) -> dict[str, Any]:
+        """``GET /v1/loads?include=memory`` once READY: ``{"memory_loads": [...]}``, or
+        ``{"memory_loads_error": why}`` (an older SGLang, another server)."""
+
     def signal_group(self, pgid: int, sig: int) -> None:
         """Signal a process group; one that is gone already is no error."""
 
@@ -1093,6 +1097,9 @@ class RealWorld:
 
     def health_ok(self, host: str, port: int, endpoint: str, timeout: float = 2.0) -> bool:
         return _health_ok(host, port, endpoint, timeout)
+
+    def memory_loads(self, host: str, port: int) -> dict[str, Any]:
+        return _memory_loads(host, port)
 
     def signal_group(self, pgid: int, sig: int) -> None:
         _signal_group(pgid, sig)
@@ -1369,6 +1376,8 @@ class Supervisor:
             "ready_at": None,
             "ready_by": None,
             "message": "",
+            "memory_loads": None,  # the previous run's figures are not this one's
+            "memory_loads_error": None,
         }
         if self.state["state"] == STARTING:  # the first start: the supervisor began there
             self._update(**spawned)
@@ -1423,6 +1432,9 @@ class Supervisor:
                         READY, ready=True, ready_at=self.clock.wall(), ready_by="health"
                     )
                     self._event("ready", run_id=run_id)
+                    # what the server says of its memory, once: the pools do not change after
+                    # READY, and a status call never waits on the server for them
+                    self._update(**self.world.memory_loads(spec.health_host, spec.port))
                     next_health = self.clock.monotonic() + spec.health_interval_s
                 elif now - started > spec.startup_timeout_s:
                     why = f"not READY after {spec.startup_timeout_s:g} s (health.startup_timeout_s)"
@@ -1931,9 +1943,8 @@ def cmd_status(deployment_dir: str) -> dict[str, Any]:
                 f"its supervisor (pid {state.get('agent_pid')}) died; the server runs "
                 "unsupervised and its output is lost: orch up re-attaches one, orch down stops it"
             )
-    if server_alive and state.get("state") == READY and state.get("port"):
-        spec = read_json(paths.spec) or {}
-        state.update(_memory_loads(str(spec.get("health_host") or "127.0.0.1"), int(state["port"])))
+    if not server_alive:
+        state.pop("memory_loads", None)  # figures of a server that is gone
     return state
 
 
@@ -1941,8 +1952,8 @@ LOADS_TIMEOUT_S = 1.0
 
 
 def _memory_loads(host: str, port: int) -> dict[str, Any]:
-    """What the running server says of its memory (``GET /v1/loads?include=memory``, 0.5.11+):
-    per DP rank, the weights, KV cache and CUDA graphs in GB, its token capacity and load."""
+    """What the server says of its memory once READY (``GET /v1/loads?include=memory``,
+    0.5.11+): per DP rank, the weights, KV cache and CUDA graphs in GB, its token capacity."""
     import urllib.error
     import urllib.request
 

@@ -174,6 +174,7 @@ class ScriptedWorld:
         self._clock = clock
         self._scripts = list(scripts)
         self.servers: list[ScriptedServer] = []
+        self.loads_asked = 0
 
     def spawn(
         self, argv: Sequence[str], cwd: str, env: dict[str, str], output: OutputWatcher
@@ -186,6 +187,10 @@ class ScriptedWorld:
         server = ScriptedServer(4000 + len(self.servers), script, self._clock, output)
         self.servers.append(server)
         return server
+
+    def memory_loads(self, host: str, port: int) -> dict[str, Any]:
+        self.loads_asked += 1
+        return {"memory_loads": [{"memory": {"weight_gb": 51.1}}]}
 
     def health_ok(self, host: str, port: int, endpoint: str, timeout: float = 2.0) -> bool:
         healthy = any(server.healthy() for server in self.servers)
@@ -464,6 +469,8 @@ def test_ready_when_the_health_probe_answers(tmp_path: Path) -> None:
     (ready,) = outcome.of("ready")
     assert 3.0 <= outcome.seconds(ready) <= 4.0  # probed at most 1 s apart until the line
     assert outcome.states[:3] == [STARTING, RUNNING, READY]
+    # once READY, what the server says of its memory is asked once and kept in the state
+    assert outcome.state["memory_loads"] == [{"memory": {"weight_gb": 51.1}}]
 
 
 def test_health_is_not_asked_before_the_config_line(tmp_path: Path) -> None:
