@@ -1926,6 +1926,11 @@ def cmd_status(deployment_dir: str) -> dict[str, Any]:
     if state is None:
         return {"protocol": PROTOCOL, "deployed": False, "deployment_dir": deployment_dir}
     agent_alive = verified_alive(recorded_identity(state, "agent", deployment_dir))
+    if not agent_alive:
+        # It may have recorded its end and exited between the read above and that check (a
+        # server that died with restart=no: EXITED, then the supervisor exits): what it wrote
+        # last is the truth, never "it died without an end".
+        state = read_json(paths.state) or state
     server_alive = verified_alive(recorded_identity(state, "server", deployment_dir))
     state["deployed"] = True
     state["agent_alive"] = agent_alive
