@@ -387,12 +387,9 @@ def _cmd_plan(args: argparse.Namespace, output: _Output) -> int:
             output.error(OrchError(report.refusal(), report.error.hint))
         return ExitCode.PLAN_REFUSED
     budget = report.budget
-    if budget is not None and budget.failure is not None:
+    if budget is not None and budget.refusal is not None:
         if not args.json:
-            hint = budget.hints[0] if budget.hints else None
-            output.error(
-                OrchError(f"the memory plan says SGLang will fail: {budget.failure}", hint)
-            )
+            output.error(OrchError(budget.refusal, budget.hints[0] if budget.hints else None))
         return ExitCode.PLAN_REFUSED
     if report.pinned_changes(launch.profile.pin, launch.table):
         return ExitCode.DRIFT

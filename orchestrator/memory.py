@@ -366,6 +366,11 @@ class Budget:
     gpus: tuple[GpuMemory, ...] = ()  # every GPU of the ranks, for one bar each
 
     @property
+    def refusal(self) -> str | None:
+        """The one line ``plan`` and ``up`` refuse with (None when SGLang would not fail)."""
+        return f"the memory plan says SGLang will fail: {self.failure}" if self.failure else None
+
+    @property
     def segments(self) -> tuple[tuple[str, float], ...]:
         """The tightest GPU's split for the picture: in GiB, summing to ``total_gib``."""
         return self.segments_on(self.total_gib, self.pre_load_gib)

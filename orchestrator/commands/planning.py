@@ -112,14 +112,14 @@ def gate(
     if report.error is not None:
         problem = report.refusal()
         hint = report.error.hint or "the server would fail the same way at startup"
-    elif budget is not None and budget.failure is not None and replacing:
+    elif budget is not None and budget.refusal is not None and replacing:
         yield Warn(
-            f"the memory plan says SGLang will fail: {budget.failure}; not refused: the GPUs' "
-            "free memory was measured while the server being replaced still holds it",
+            f"{budget.refusal}; not refused: the GPUs' free memory was measured while the "
+            "server being replaced still holds it",
             f"orch plan {profile.name} once it is stopped shows the budget",
         )
-    elif budget is not None and budget.failure is not None:
-        problem = f"the memory plan says SGLang will fail: {budget.failure}"
+    elif budget is not None and budget.refusal is not None:
+        problem = budget.refusal
         hint = (budget.hints[0] + "; " if budget.hints else "") + (
             f"orch plan {profile.name} shows the budget"
         )
