@@ -66,6 +66,12 @@ def parser() -> argparse.ArgumentParser:
         "--script", action="store_true", help="print the bash launcher script for running by hand"
     )
     form.add_argument("--one-line", action="store_true", help="print the command on one line")
+    render.add_argument(
+        "--node",
+        metavar="RANK",
+        type=int,
+        help="a launch group's rank only (default: every rank; --script needs one)",
+    )
     render.set_defaults(command="render")
 
     validate = commands.add_parser(
@@ -146,6 +152,13 @@ def parser() -> argparse.ArgumentParser:
         "before (default: the current run); `orch runs PROFILE` lists them",
     )
     logs.add_argument("-n", "--lines", type=int, default=100, help="lines of the tail to show")
+    logs.add_argument(
+        "--node",
+        metavar="RANK",
+        type=int,
+        default=0,
+        help="a launch group's rank (default 0: the one that serves the API)",
+    )
     logs.set_defaults(command="logs")
 
     runs = commands.add_parser(
@@ -158,6 +171,13 @@ def parser() -> argparse.ArgumentParser:
     )
     runs.add_argument("profile", metavar="PROFILE")
     runs.add_argument("--json", action="store_true", help="machine-readable output")
+    runs.add_argument(
+        "--node",
+        metavar="RANK",
+        type=int,
+        default=0,
+        help="a launch group's rank (default 0: the one that serves the API)",
+    )
     runs.set_defaults(command="runs")
 
     plan = commands.add_parser(

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, TextIO
 
 from orchestrator import arguments
 from orchestrator.arguments import find_profiles_dir
-from orchestrator.errors import ExitCode, InvalidProfile, OrchError, ProfileError
+from orchestrator.errors import ExitCode, InvalidProfile, OrchError, ProfileError, UsageError
 from orchestrator.model import Finding, Severity
 
 if TYPE_CHECKING:
@@ -117,18 +117,37 @@ def _context(args: argparse.Namespace, output: _Output) -> Context:
 
 
 def _cmd_render(args: argparse.Namespace, output: _Output) -> int:
-    from orchestrator import render
+    from orchestrator import render, show
 
     loaded = _store(args).load(args.profile)
     for found in loaded.findings:
         output.finding(found)
-    command = render.render(loaded.profile, loaded.table)
+    commands = render.render_members(loaded.profile, loaded.table)
+    group = loaded.profile.group
+    if args.node is not None:
+        if not 0 <= args.node < len(commands):
+            raise UsageError(
+                f"--node {args.node}: {args.profile} has rank(s) 0-{len(commands) - 1}",
+                "a rank of group.nodes, 0 for the first",
+            )
+        commands = (commands[args.node],)
+    elif group is not None and args.script:
+        raise UsageError(
+            f"{args.profile} is a group of {group.nnodes} nodes: one script per rank",
+            f"orch render {args.profile} --script --node 0",
+        )
     if args.json:
-        output.print(render.command_json(command))
+        if group is None or args.node is not None:
+            output.print(render.command_json(commands[0]))
+        else:
+            output.print(render.group_json(loaded.profile, commands))
     elif args.script:
-        output.out.write(render.launcher_script(command))
+        output.out.write(render.launcher_script(commands[0]))
+    elif group is None or args.node is not None:
+        output.print(render.format_command(commands[0], multiline=not args.one_line))
     else:
-        output.print(render.format_command(command, multiline=not args.one_line))
+        for text in show.group_commands(loaded.profile, commands, one_line=args.one_line):
+            output.print(text)
     return ExitCode.OK
 
 
@@ -254,7 +273,7 @@ def _cmd_down(args: argparse.Namespace, output: _Output) -> int:
     from orchestrator.commands import ops
 
     ctx = _context(args, output)
-    reply = None
+    stopped = False
     try:
         # restart comes through here too, without a --timeout of its own
         for step in ops.down(
@@ -263,10 +282,12 @@ def _cmd_down(args: argparse.Namespace, output: _Output) -> int:
             if isinstance(step, ops.Stopping):
                 output.write(show.stopping(step))
             else:
-                reply = step
+                stopped = True
+                output.write(show.down(step.label, step.reply))
     finally:
         ctx.close()
-    output.write(show.down(args.profile, reply))
+    if not stopped:
+        output.write(show.down(args.profile, None))
     return ExitCode.OK
 
 
@@ -321,8 +342,9 @@ def _cmd_logs(args: argparse.Namespace, output: _Output) -> int:
     at_line_start = True
     try:
         for item in ops.logs(
-            ctx, args.profile, run=args.run, follow_log=args.follow, lines=args.lines
-        ):
+            ctx, args.profile, run=args.run, follow_log=args.follow, lines=args.lines,
+            rank=args.node,
+        ):  # fmt: skip
             if isinstance(item, ops.RunEnded):
                 output.write(show.run_ended(item, at_line_start=at_line_start))
                 at_line_start = True
@@ -344,7 +366,7 @@ def _cmd_runs(args: argparse.Namespace, output: _Output) -> int:
 
     ctx = _context(args, output)
     try:
-        view = ops.runs(ctx, args.profile)
+        view = ops.runs(ctx, args.profile, rank=args.node)
     finally:
         ctx.close()
     if args.json:

@@ -64,9 +64,12 @@ class DocChecker:
     def get(self, path: KeyPath) -> Any:
         node: Any = self.doc.value
         for part in path:
-            if not isinstance(node, dict) or part not in node:
+            if isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node):
+                node = node[part]  # a list item (group.nodes[1])
+            elif isinstance(node, dict) and part in node:
+                node = node[part]
+            else:
                 return MISSING
-            node = node[part]
         return node
 
     def keys(self, path: KeyPath, allowed: Iterable[str]) -> None:

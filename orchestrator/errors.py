@@ -60,6 +60,12 @@ class OrchError(Exception):
         return self.message
 
 
+class UsageError(OrchError):
+    """The command line asks for something that does not exist (a rank a profile lacks ...)."""
+
+    exit_code = ExitCode.USAGE
+
+
 class ProfileError(OrchError):
     """A profile or the host inventory is wrong: syntax, unknown key, type, range, reference."""
 

@@ -6,6 +6,7 @@ way down; their order is the order the profile gave, which is the order flags ar
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -127,6 +128,53 @@ class HealthPolicy:
 
 
 @dataclass(frozen=True)
+class GroupNode:
+    """One node of a multi-node launch group: its host and what differs on it."""
+
+    host: Host
+    address: str | None = None  # how the other nodes reach this one; None: the host's address
+    port: int | None = None  # --port on this node (the dummy health server on ranks >= 1)
+    env: Mapping[str, EnvValue] = field(default_factory=frozen_map)  # NIC names ...
+
+
+@dataclass(frozen=True)
+class Group:
+    """One SGLang server spread over several nodes: rank r runs on ``nodes[r]``. orch sets
+    ``--dist-init-addr``, ``--nnodes`` and ``--node-rank``; the supervisors of the nodes
+    coordinate over ``control_port`` on rank 0's node (remote/agent.py)."""
+
+    nodes: tuple[GroupNode, ...]
+    rendezvous_port: int  # --dist-init-addr <rank 0>:<port>: torch's TCPStore on rank 0
+    control_port: int  # rank 0's supervisor, which stops and restarts the group together
+    join_timeout_s: float = 300.0  # how long the supervisors wait for each other
+
+    @property
+    def nnodes(self) -> int:
+        return len(self.nodes)
+
+    @property
+    def leader(self) -> GroupNode:
+        return self.nodes[0]
+
+    @property
+    def rendezvous_host(self) -> str:
+        """Where the other ranks reach rank 0: its declared address, else its host's."""
+        leader = self.leader
+        return leader.address or leader.host.address or "127.0.0.1"
+
+    @property
+    def rendezvous(self) -> str:
+        """``--dist-init-addr``: ``host:port``, an IPv6 address in brackets (SGLang splits it
+        at the last colon)."""
+        host = self.rendezvous_host
+        shown = f"[{host}]" if ":" in host else host
+        return f"{shown}:{self.rendezvous_port}"
+
+
+DEFAULT_CONTROL_OFFSET = 100  # control port = rendezvous port + this, unless given
+
+
+@dataclass(frozen=True)
 class Profile:
     """A validated, fully inherited deployment description."""
 
@@ -149,6 +197,26 @@ class Profile:
     health: HealthPolicy = HealthPolicy()
     stop_timeout_s: float = 30.0  # SIGTERM, then this long, then SIGKILL
     pin: tuple[str, ...] = ()
+    group: Group | None = None  # a multi-node launch group; ``host`` is then its rank 0's
+
+    def for_rank(self, rank: int) -> Profile:
+        """The profile as rank ``rank`` of its group runs it: that node's host, port and env
+        (the node's variables over the profile's). A profile without a group is its rank 0."""
+        if self.group is None:
+            if rank != 0:
+                raise ValueError(f"{self.name} has no group: rank {rank} does not exist")
+            return self
+        node = self.group.nodes[rank]
+        return dataclasses.replace(
+            self,
+            host=node.host,
+            port=node.port if node.port is not None else self.port,
+            env=frozen_map({**self.env, **node.env}),
+        )
+
+    @property
+    def nnodes(self) -> int:
+        return self.group.nnodes if self.group is not None else 1
 
 
 class Severity(enum.StrEnum):
@@ -218,6 +286,39 @@ class MemoryLoad:
 
 
 @dataclass(frozen=True)
+class GroupMember:
+    """Another rank of a group, as its coordinator (rank 0's supervisor) last heard of it."""
+
+    rank: int
+    node: str
+    connected: bool
+    state: str | None
+    run_id: str | None
+    pid: int | None
+
+
+@dataclass(frozen=True)
+class GroupFailure:
+    """The rank whose end took its group down, and why."""
+
+    rank: int
+    node: str
+    cls: str
+    message: str
+
+
+@dataclass(frozen=True)
+class GroupView:
+    """A node's supervisor's view of its launch group (state.json's ``group``)."""
+
+    rank: int
+    nnodes: int
+    generation: int  # the group's starts: every rank's server of one start shares it
+    members: tuple[GroupMember, ...] = ()  # on the coordinator only
+    failure: GroupFailure | None = None  # the last group failure
+
+
+@dataclass(frozen=True)
 class RunState:
     """One deployment's state on its host, as its agent reports it."""
 
@@ -253,6 +354,7 @@ class RunState:
     profiles_dir: str | None = None
     memory_loads: tuple[MemoryLoad, ...] = ()  # GET /v1/loads?include=memory, once READY
     memory_loads_error: str | None = None
+    group: GroupView | None = None  # a rank of a launch group
 
     @property
     def alive(self) -> bool:

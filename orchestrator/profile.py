@@ -21,8 +21,9 @@ from orchestrator import argtable
 from orchestrator.argtable import ArgTable, BadValue
 from orchestrator.doccheck import DocChecker
 from orchestrator.errors import InvalidProfile, ProfileError, ProfileNotFound
-from orchestrator.model import ArgValue, Finding, Host, Profile, SecretRef, Severity
+from orchestrator.model import ArgValue, Finding, Group, Host, Profile, SecretRef, Severity
 from orchestrator.profile_checks import (
+    GROUP_FIELDS,
     INVENTORY_FILE,
     LOCAL_HOST,
     STRUCTURED_FIELDS,
@@ -414,6 +415,15 @@ def _check_fields(checker: DocChecker, profile: Profile, table: ArgTable) -> Non
                 if v != version and argtable.spell(argtable.load_table(v), field.name)
             ]  # fmt: skip
             hint = f"did you mean {close[0]}?" if close else None
+            prefixed = [name for name in names if name.startswith(field.name + "_")]
+            if prefixed:  # argparse reads --pp as an abbreviation: ambiguous, or a guess
+                hint = (
+                    f"write the whole name: did you mean {prefixed[0]}?"
+                    if len(prefixed) == 1
+                    else f"SGLang's own parser refuses --{field.name.replace('_', '-')} as "
+                    f"ambiguous ({', '.join(prefixed[:4])}); write the whole name, e.g. "
+                    f"{min(prefixed, key=len)}"
+                )
             if elsewhere:
                 hint = (hint + " " if hint else "") + (
                     f"it exists in SGLang {', '.join(elsewhere)}"
@@ -504,9 +514,16 @@ def _check_pins(checker: DocChecker, profile: Profile, table: ArgTable) -> None:
 
 
 def _check_parallelism(checker: DocChecker, profile: Profile) -> None:
-    """A tp x pp layout needs that many visible GPUs; SGLang finds out only at init."""
-    if not profile.gpu.devices:
-        return
+    """A tp x pp layout needs that many GPUs, spread evenly over a group's nodes; SGLang finds
+    out only at init (a world that never completes hangs at ``Init torch distributed begin``).
+    The group's own fields are orch's to set."""
+    for name in GROUP_FIELDS:
+        if name in profile.args:
+            checker.error(
+                ("args", name), f"orch sets {name} from `group:`",
+                "declare the nodes under group.nodes (rank 0 first); orch renders "
+                "--dist-init-addr, --nnodes and --node-rank for each",
+            )  # fmt: skip
     needed = 1
     for name, alias in (
         ("tp_size", "tensor_parallel_size"),
@@ -515,9 +532,56 @@ def _check_parallelism(checker: DocChecker, profile: Profile) -> None:
         value = profile.args.get(name, profile.args.get(alias))
         if isinstance(value, int) and not isinstance(value, bool):
             needed *= value
-    if needed > len(profile.gpu.devices):
+    group = profile.group
+    nnodes = group.nnodes if group is not None else 1
+    if needed % nnodes:
+        checker.error(
+            ("group", "nodes"),
+            f"tp_size x pp_size = {needed} GPUs cannot be split evenly over {nnodes} nodes",
+            f"SGLang would start {needed // nnodes or 1} rank(s) per node and hang at init: "
+            f"use a multiple of {nnodes}, or {nnodes} nodes that divide {needed}",
+        )
+        return
+    if group is not None:
+        _check_dp_attention_ports(checker, profile, group)
+    if not profile.gpu.devices:
+        return
+    per_node = needed // nnodes
+    if per_node > len(profile.gpu.devices):
+        on = f" per node ({needed} over {nnodes} nodes)" if nnodes > 1 else ""
         checker.error(
             ("args", "tp_size"),
-            f"tp_size x pp_size = {needed} GPUs, but gpu.devices lists {len(profile.gpu.devices)}",
+            f"tp_size x pp_size = {per_node} GPUs{on}, but gpu.devices lists "
+            f"{len(profile.gpu.devices)}",
             "list more devices or lower tp_size",
         )
+
+
+# With DP attention SGLang takes the rendezvous port + 1 .. + 6 on rank 0's host for its own
+# sockets (0.5.23 server_args.py: tokenizer, detokenizer, rpc, metrics, scheduler input, load).
+DP_ATTENTION_PORTS = 6
+
+
+def _check_dp_attention_ports(checker: DocChecker, profile: Profile, group: Group) -> None:
+    if profile.args.get("enable_dp_attention") is not True:
+        return
+    first = group.rendezvous_port + 1
+    last = group.rendezvous_port + DP_ATTENTION_PORTS
+    for rank, node in enumerate(group.nodes):
+        if node.host.address != group.leader.host.address:
+            continue
+        clash = [
+            (what, port)
+            for what, port in (
+                ("--port", node.port or profile.port),
+                ("control", group.control_port),
+            )
+            if first <= port <= last and (what == "--port" or rank == 0)
+        ]
+        for what, port in clash:
+            checker.error(
+                ("group", "rendezvous_port"),
+                f"with DP attention SGLang takes ports {first}-{last} after the rendezvous "
+                f"port on {group.leader.host.name}; rank {rank}'s {what} port {port} is one",
+                "move group.rendezvous_port or the other port at least 7 apart",
+            )

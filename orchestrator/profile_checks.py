@@ -19,9 +19,12 @@ from orchestrator import argtable, gpus
 from orchestrator.argtable import ArgTable
 from orchestrator.doccheck import MISSING, DocChecker, kind
 from orchestrator.model import (
+    DEFAULT_CONTROL_OFFSET,
     ArgValue,
     EnvValue,
     GpuSpec,
+    Group,
+    GroupNode,
     HealthPolicy,
     Host,
     Launcher,
@@ -49,6 +52,7 @@ MAX_SECONDS = 366 * 86400.0
 _TOP_KEYS = (
     "extends", "abstract", "description", "sglang", "host", "launcher", "model", "gpu",
     "spec_decode", "port", "bind", "env", "args", "restart", "health", "stop_timeout_s", "pin",
+    "group",
 )  # fmt: skip
 _SECTION_KEYS: dict[str, tuple[str, ...]] = {
     "model": ("path", "served_model_name"),
@@ -63,7 +67,12 @@ _SECTION_KEYS: dict[str, tuple[str, ...]] = {
         "start_limit_interval_s",
     ),
     "health": ("startup_timeout_s", "interval_s", "endpoint", "failures"),
+    "group": ("nodes", "rendezvous_port", "control_port", "join_timeout_s"),
 }
+_NODE_KEYS = ("host", "address", "port", "env")
+# What orch sets on every rank of a group from ``group:``; a profile never writes them.
+GROUP_FIELDS = ("dist_init_addr", "nccl_init_addr", "nnodes", "node_rank")
+DEFAULT_RENDEZVOUS_PORT = 20000  # SGLang's docs and LWS examples use it
 
 # SGLang fields a profile sets through its own structured keys, in render order.
 STRUCTURED_FIELDS: dict[str, KeyPath] = {
@@ -113,7 +122,13 @@ class ProfileChecker(DocChecker):
                 "add one with `make argtables`",
             )  # fmt: skip
 
-        host = self._host(inventory, required=not is_abstract)
+        has_group = self.get(("group",)) is not MISSING
+        host = self._host(inventory, required=not is_abstract and not has_group)
+        if has_group and self.get(("host",)) is not MISSING:
+            self.error(
+                ("host",), "a group names its hosts in `group.nodes` (rank 0 first)",
+                "remove `host:`; rank 0's host is group.nodes[0].host",
+            )  # fmt: skip
         model_path = self.text(("model", "path"))
         if model_path is None and not is_abstract and self.get(("model", "path")) is MISSING:
             self.error(("model",), "missing `model.path`", "the model directory on the host")
@@ -127,8 +142,9 @@ class ProfileChecker(DocChecker):
         bind = self.text(("bind",))
         if bind is not None and (not bind or any(c.isspace() for c in bind)):
             self.error(("bind",), f"expected an address such as 0.0.0.0, got {bind!r}")
-        env = self._env(gpu)
+        env = self._env(("env",), gpu)
         args = self._args()
+        group = self._group(inventory, port if port is not None else Profile.port)
         restart = self._restart()
         health = self._health()
         stop_timeout = self.number(("stop_timeout_s",), 0.0, MAX_SECONDS)
@@ -137,6 +153,8 @@ class ProfileChecker(DocChecker):
 
         if self.errors:
             return None, table
+        if group is not None:
+            host = group.leader.host
         if host is None:  # only an abstract profile gets here without one
             host = Host(name=LOCAL_HOST)
         profile = Profile(
@@ -159,6 +177,7 @@ class ProfileChecker(DocChecker):
             health=health,
             stop_timeout_s=stop_timeout if stop_timeout is not None else Profile.stop_timeout_s,
             pin=pin,
+            group=group,
         )
         return profile, table
 
@@ -267,13 +286,13 @@ class ProfileChecker(DocChecker):
             draft_model_path=self.text(("spec_decode", "draft_model_path")),
         )
 
-    def _env(self, gpu: GpuSpec) -> dict[str, EnvValue]:
-        raw = self.mapping(("env",)) or {}
+    def _env(self, at: KeyPath, gpu: GpuSpec) -> dict[str, EnvValue]:
+        raw = self.mapping(at) or {}
         env: dict[str, EnvValue] = {}
-        if gpu.devices:
+        if gpu.devices and at == ("env",):
             env["CUDA_VISIBLE_DEVICES"] = ",".join(gpu.devices)
         for name, value in raw.items():
-            path: KeyPath = ("env", name)
+            path: KeyPath = (*at, name)
             if not _ENV_NAME_RE.match(name):
                 self.error(
                     path, f"bad environment variable name {name!r}", "use [A-Za-z_][A-Za-z0-9_]*"
@@ -299,6 +318,125 @@ class ProfileChecker(DocChecker):
             elif not isinstance(value, dict):
                 self.error(path, f"expected a string or {{from_env: NAME}}, got {kind(value)}")
         return env
+
+    def _group(self, inventory: Mapping[str, Host], port: int) -> Group | None:
+        """``group:``: the nodes in rank order, each a host of the inventory, with what may
+        differ per node (the address others reach it at, its --port, its NIC variables)."""
+        if self.mapping(("group",)) is None:
+            return None
+        raw = self.get(("group", "nodes"))
+        if raw is MISSING:
+            self.error(("group",), "missing `nodes`", "the hosts of the group, rank 0 first")
+            return None
+        if not isinstance(raw, list) or len(raw) < 2:
+            got = f"{len(raw)} node" if isinstance(raw, list) else kind(raw)
+            self.error(
+                ("group", "nodes"), f"expected a list of at least 2 nodes, got {got}",
+                "a single node needs no group: use `host:`",
+            )  # fmt: skip
+            return None
+        nodes: list[GroupNode] = []
+        where: dict[tuple[str | None, int | None, str], int] = {}
+        for rank, item in enumerate(raw):
+            path: KeyPath = ("group", "nodes", rank)
+            if isinstance(item, str):  # `- gpu-a`: a host name alone
+                item = {"host": item}
+            elif not isinstance(item, dict):
+                self.error(path, f"expected a host name or a mapping, got {kind(item)}")
+                continue
+            else:
+                self.keys(path, _NODE_KEYS)
+            name = item.get("host")
+            host = self._node_host(path, name, inventory)
+            node_port = self.integer((*path, "port"), 1, 65535) if "port" in item else None
+            address = self.text((*path, "address")) if "address" in item else None
+            if address is not None and (not address or any(c.isspace() for c in address)):
+                self.error((*path, "address"), f"expected a hostname or IP, got {address!r}")
+            env = self._env((*path, "env"), GpuSpec()) if "env" in item else {}
+            if host is None:
+                continue
+            if any(node.host.name == host.name for node in nodes):
+                self.error(
+                    (*path, "host"), f"host {host.name} is in the group twice",
+                    "each node is its own host entry in hosts.yaml (two entries may share a "
+                    "machine with different workdirs and ports)",
+                )  # fmt: skip
+                continue
+            machine = (host.address, host.port, host.workdir)
+            if machine in where:
+                self.error(
+                    (*path, "host"),
+                    f"host {host.name} has the address and workdir of rank {where[machine]}'s "
+                    "host: both nodes would share one deployment directory",
+                    "give one of them another `workdir:` in hosts.yaml",
+                )
+                continue
+            where[machine] = rank
+            nodes.append(GroupNode(host, address, node_port, frozen_map(env)))
+        rendezvous = self.integer(("group", "rendezvous_port"), 1, 65535)
+        rendezvous = rendezvous if rendezvous is not None else DEFAULT_RENDEZVOUS_PORT
+        control = self.integer(("group", "control_port"), 1, 65535)
+        if control is None:
+            control = rendezvous + DEFAULT_CONTROL_OFFSET
+        join = self.number(("group", "join_timeout_s"), 1.0, MAX_SECONDS)
+        if len(nodes) != len(raw):
+            return None
+        group = Group(
+            tuple(nodes), rendezvous, control, join if join is not None else Group.join_timeout_s
+        )
+        self._group_ports(group, port)
+        return group
+
+    def _node_host(self, path: KeyPath, name: object, inventory: Mapping[str, Host]) -> Host | None:
+        if name is None:
+            self.error(path, "missing `host`", f"a host from {INVENTORY_FILE}")
+            return None
+        if not isinstance(name, str):
+            self.error((*path, "host"), f"expected a host name, got {kind(name)}")
+            return None
+        if name not in inventory:
+            close = difflib.get_close_matches(name, list(inventory), n=1)
+            self.error(
+                (*path, "host"), f"unknown host {name!r}",
+                (f"did you mean {close[0]}? " if close else "")
+                + f"hosts in {INVENTORY_FILE}: {', '.join(sorted(inventory))}",
+            )  # fmt: skip
+            return None
+        return inventory[name]
+
+    def _group_ports(self, group: Group, port: int) -> None:
+        """Ports SGLang does not check: the rendezvous port is not a server's --port, orch's
+        control port is neither, and nodes that share a machine do not share a port."""
+        taken: dict[tuple[str | None, int], str] = {}
+        leader = group.leader.host.address
+        for rank, node in enumerate(group.nodes):
+            path: KeyPath = ("group", "nodes", rank, "port") if node.port else ("port",)
+            node_port = node.port or port
+            if node.host.address == leader and node_port in (
+                group.rendezvous_port,
+                group.control_port,
+            ):
+                which = "rendezvous" if node_port == group.rendezvous_port else "control"
+                self.error(
+                    path, f"rank {rank}'s --port {node_port} is the group's {which} port "
+                    f"on {group.leader.host.name}",
+                    "SGLang needs --port and the --dist-init-addr port to differ; pick "
+                    "another port or group.rendezvous_port",
+                )  # fmt: skip
+            key = (node.host.address, node_port)
+            if key in taken:
+                self.error(
+                    path, f"rank {rank} on {node.host.name} and {taken[key]} share a machine "
+                    f"and --port {node_port}",
+                    f"give this node its own port: group.nodes[{rank}].port",
+                )  # fmt: skip
+            taken.setdefault(key, f"rank {rank}")
+        if group.control_port == group.rendezvous_port:
+            self.error(
+                ("group", "control_port"),
+                f"the control port {group.control_port} is the rendezvous port",
+                "orch's supervisors and torch's TCPStore need a port each",
+            )
 
     def _secret(self, path: KeyPath, value: Any) -> SecretRef | None:
         """``{from_env: NAME}``: a value read from the local environment at launch."""

@@ -11,13 +11,22 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from orchestrator import memory, sglang_config
 from orchestrator.errors import PreflightError, SupervisorError
 from orchestrator.memory import GpuMemory, MemoryAnswer, ModelMemory
-from orchestrator.model import ExitInfo, MemoryLoad, Profile, RunState, frozen_map
+from orchestrator.model import (
+    ExitInfo,
+    GroupFailure,
+    GroupMember,
+    GroupView,
+    MemoryLoad,
+    Profile,
+    RunState,
+    frozen_map,
+)
 from orchestrator.plan import PlanAnswer, Provenance
 from orchestrator.remote.agent import PROTOCOL
 from orchestrator.verify import Observation
@@ -32,10 +41,15 @@ def health_host(bind: str) -> str:
 
 
 def build_spec(
-    profile: Profile, argv: Sequence[str], env: Mapping[str, str], meta: Mapping[str, Any]
+    profile: Profile,
+    argv: Sequence[str],
+    env: Mapping[str, str],
+    meta: Mapping[str, Any],
+    group: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The run spec for ``agent.py start`` (read there by ``Spec.from_json``)."""
-    return {
+    """The run spec for ``agent.py start`` (read there by ``Spec.from_json``); ``profile`` as
+    its node runs it (``Profile.for_rank``), ``group`` the rank's part in a launch group."""
+    spec = {
         "protocol": PROTOCOL,
         "deployment": profile.name,
         "argv": list(argv),
@@ -59,6 +73,9 @@ def build_spec(
         "stop_timeout_s": profile.stop_timeout_s,
         "meta": dict(meta),
     }
+    if group is not None:
+        spec["group"] = dict(group)
+    return spec
 
 
 # -- decoded answers ------------------------------------------------------------------------------
@@ -154,6 +171,27 @@ class HostFacts:
     port: PortFacts
     model: ModelFacts | None
     gpus: GpuFacts
+    # What the server would inherit of the host's environment, for the variables that shape a
+    # distributed run (NCCL_*, GLOO_*, SGLANG_* ...); a secret-looking one as its digest only.
+    inherited_env: Mapping[str, str] = field(default_factory=frozen_map)
+
+
+@dataclass(frozen=True)
+class ProbeAnswer:
+    """``listen`` / ``reach``: whether it worked, and why not."""
+
+    ok: bool
+    reason: str = ""
+    connect_ms: float | None = None
+
+
+def decode_probe_answer(document: Any, what: str) -> ProbeAnswer:
+    reader = _Reader(document, f"agent {what}")
+    return ProbeAnswer(
+        ok=reader.flag("ok"),
+        reason=reader.text("reason", ""),
+        connect_ms=reader.opt_number("connect_ms"),
+    )
 
 
 class _Reader:
@@ -310,6 +348,43 @@ def decode_state(document: Any, *, agent_alive: bool | None = None) -> RunState:
             for index, load in enumerate(reader.items("memory_loads"))
         ),
         memory_loads_error=reader.opt_text("memory_loads_error"),
+        group=_group_view(reader.child("group")),
+    )
+
+
+def _group_view(reader: _Reader | None) -> GroupView | None:
+    if reader is None:
+        return None
+    members = []
+    raw_members = reader.document.get("members") or {}
+    items = raw_members.items() if isinstance(raw_members, dict) else enumerate(raw_members)
+    for key, raw in items:
+        member = _Reader(raw, f"{reader.what}.members[{key}]")
+        rank = member.opt_integer("rank")
+        members.append(
+            GroupMember(
+                rank=rank if rank is not None else int(key),
+                node=member.text("node", ""),
+                connected=member.flag("connected"),
+                state=member.opt_text("state"),
+                run_id=member.opt_text("run_id"),
+                pid=member.opt_integer("pid"),
+            )
+        )
+    failure = None
+    if (raw_failure := reader.child("failure")) is not None:
+        failure = GroupFailure(
+            rank=raw_failure.integer("rank", -1),
+            node=raw_failure.text("node", ""),
+            cls=raw_failure.text("cls", ""),
+            message=raw_failure.text("message", ""),
+        )
+    return GroupView(
+        rank=reader.integer("rank", 0),
+        nnodes=reader.integer("nnodes", 1),
+        generation=reader.integer("generation", 0),
+        members=tuple(sorted(members, key=lambda m: m.rank)),
+        failure=failure,
     )
 
 
@@ -406,6 +481,9 @@ def decode_probe(document: Any) -> HostFacts:
             looks_like_hub_id=model.flag("looks_like_hub_id"),
         ),
         gpus=_decode_gpus(reader.child("gpus")),
+        inherited_env=frozen_map(
+            {str(k): str(v) for k, v in (reader.child("env") or _Reader({}, "")).document.items()}
+        ),
     )
 
 

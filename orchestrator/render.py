@@ -18,15 +18,46 @@ from collections.abc import Callable, Mapping
 from orchestrator import argtable
 from orchestrator.argtable import ArgTable, BadValue
 from orchestrator.errors import RenderError
-from orchestrator.model import ArgvToken, EnvValue, Launcher, Profile, SecretRef, ServerCommand
+from orchestrator.model import (
+    ArgValue,
+    ArgvToken,
+    EnvValue,
+    Launcher,
+    Profile,
+    SecretRef,
+    ServerCommand,
+)
 from orchestrator.profile import requested_fields
 
 MODULE = "sglang.launch_server"
 LAUNCHER_TEMPLATE = "launch.sh.j2"
 
 
-def render(profile: Profile, table: ArgTable) -> ServerCommand:
-    """The server command for ``profile``, with flags spelled for ``table``'s SGLang version."""
+def render_members(profile: Profile, table: ArgTable) -> tuple[ServerCommand, ...]:
+    """One server command per rank: a profile without a group has one; a group's ranks run the
+    same command but for the node's own host, port and env, and ``--node-rank``."""
+    if profile.group is None:
+        return (render(profile, table),)
+    group = profile.group
+    return tuple(
+        render(
+            profile.for_rank(rank),
+            table,
+            extra=(
+                ("dist_init_addr", group.rendezvous),
+                ("nnodes", group.nnodes),
+                ("node_rank", rank),
+            ),
+        )
+        for rank in range(group.nnodes)
+    )
+
+
+def render(
+    profile: Profile, table: ArgTable, extra: tuple[tuple[str, ArgValue], ...] = ()
+) -> ServerCommand:
+    """The server command for ``profile``, with flags spelled for ``table``'s SGLang version;
+    ``extra``: fields orch adds itself (a group's rank), after the profile's own."""
     if profile.abstract:
         raise RenderError(
             f"profile {profile.name!r} is abstract (a base for others) and cannot be launched",
@@ -45,6 +76,13 @@ def render(profile: Profile, table: ArgTable) -> ServerCommand:
         except BadValue as exc:
             raise RenderError(f"{field.key_path}: {exc.expected}", exc.hint) from exc
         argv.extend(token if isinstance(token, SecretRef) else str(token) for token in tokens)
+    for name, value in extra:
+        spelling = argtable.spell(table, name)
+        if spelling is None:
+            raise RenderError(
+                f"SGLang {table.version} has no argument {name}", "its argument table is stale"
+            )
+        argv.extend(str(t) for t in argtable.arg_tokens(spelling.option, value, spelling.flag))
     return ServerCommand(
         profile=profile.name,
         sglang_version=profile.sglang_version,
@@ -114,6 +152,69 @@ def command_json(command: ServerCommand) -> str:
         "env": {name: redacted(value) for name, value in command.env.items()},
     }
     return json.dumps(document, indent=2, ensure_ascii=False)
+
+
+def group_json(profile: Profile, commands: tuple[ServerCommand, ...]) -> str:
+    """A launch group: its rendezvous and one ``{"rank", "host", "argv", "env"}`` per rank."""
+    group = profile.group
+    if group is None:
+        raise RenderError(f"{profile.name} is not a group", "use command_json")
+    document = {
+        "group": {
+            "nnodes": group.nnodes,
+            "rendezvous": group.rendezvous,
+            "control_port": group.control_port,
+        },
+        "ranks": [
+            {
+                "rank": rank,
+                "host": node.host.name,
+                "argv": [redacted(token) for token in command.argv],
+                "env": {name: redacted(value) for name, value in command.env.items()},
+            }
+            for rank, (node, command) in enumerate(zip(group.nodes, commands, strict=True))
+        ],
+    }
+    return json.dumps(document, indent=2, ensure_ascii=False)
+
+
+def rank_differences(commands: tuple[ServerCommand, ...]) -> list[str]:
+    """How each rank's command differs from rank 0's, flag by flag and variable by variable:
+    what a reader checks to see that the ranks agree apart from what must differ."""
+    first = commands[0]
+    base_flags = _flags(first.argv)
+    out: list[str] = []
+    for rank, command in enumerate(commands[1:], start=1):
+        flags = _flags(command.argv)
+        for flag in dict.fromkeys([*base_flags, *flags]):
+            if base_flags.get(flag) != flags.get(flag):
+                out.append(
+                    f"rank {rank}: {flag} {flags.get(flag, '(absent)')} "
+                    f"(rank 0: {base_flags.get(flag, '(absent)')})"
+                )
+        for name in dict.fromkeys([*first.env, *command.env]):
+            mine, theirs = command.env.get(name), first.env.get(name)
+            if mine != theirs:
+                out.append(
+                    f"rank {rank}: {name}={redacted(mine) if mine is not None else '(unset)'} "
+                    f"(rank 0: {redacted(theirs) if theirs is not None else '(unset)'})"
+                )
+    return out
+
+
+def _flags(argv: tuple[ArgvToken, ...]) -> dict[str, str]:
+    """``--flag`` -> its value tokens joined (the program's own tokens under ``argv[0]``)."""
+    flags: dict[str, list[str]] = {}
+    current = "(program)"
+    flags[current] = []
+    for token in argv:
+        text = redacted(token)
+        if text.startswith("--"):
+            current = text
+            flags[current] = []
+        else:
+            flags[current].append(text)
+    return {flag: " ".join(values) for flag, values in flags.items()}
 
 
 def launcher_script(command: ServerCommand) -> str:
@@ -253,6 +354,8 @@ def _written_forms(value: str) -> list[str]:
     return list(dict.fromkeys(form for form in forms if form))
 
 
-def launch_digest(command: ServerCommand) -> str:
-    """A short digest of what the server receives (secrets as references, not values)."""
-    return hashlib.sha256(command_json(command).encode()).hexdigest()[:12]
+def launch_digest(*commands: ServerCommand) -> str:
+    """A short digest of what the servers receive (secrets as references, not values): of a
+    group, every rank's command, so that every node carries the group's one digest."""
+    text = "\n".join(command_json(command) for command in commands)
+    return hashlib.sha256(text.encode()).hexdigest()[:12]

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from orchestrator import plan, verify
+from orchestrator import plan, render, verify
 from orchestrator.commands.events import (
     Attached,
     Effective,
@@ -27,7 +27,15 @@ from orchestrator.commands.events import (
 )
 from orchestrator.commands.ops import RunEnded, RunsView, StatusRow, Stopping
 from orchestrator.errors import ExitCode, ProfileError, TransportError
-from orchestrator.model import ExitInfo, Finding, MemoryLoad, RunState, Severity
+from orchestrator.model import (
+    ExitInfo,
+    Finding,
+    MemoryLoad,
+    Profile,
+    RunState,
+    ServerCommand,
+    Severity,
+)
 from orchestrator.observe import LogEvent
 from orchestrator.protocol import RunInfo, StopReply
 from orchestrator.remote.agent import FATAL, LOST_RETURNCODE, READY, STOPPED
@@ -170,6 +178,27 @@ class UpView:
             return []
         detail = ", ".join(f"{k.replace('_', ' ')}={v}" for k, v in event.fields.items())
         return [*self._end_bar(), line(f"  {label}" + (f": {detail}" if detail else ""))]
+
+
+def group_commands(
+    profile: Profile, commands: Sequence[ServerCommand], *, one_line: bool
+) -> list[str]:
+    """``orch render`` of a group: each rank's command under a comment naming its node, then
+    how the ranks differ (what a reviewer checks: only the rank, ports and NIC variables)."""
+    group = profile.group
+    assert group is not None  # noqa: S101 - the caller renders single servers itself
+    out = [
+        f"# {profile.name}: one server over {group.nnodes} nodes, rendezvous "
+        f"{group.rendezvous}, orch control port {group.control_port}"
+    ]
+    for rank, (node, command) in enumerate(zip(group.nodes, commands, strict=True)):
+        role = "serves the API and the rendezvous" if rank == 0 else "worker"
+        where = node.host.address or "this machine"
+        out += ["", f"# rank {rank} on {node.host.name} ({where}): {role}"]
+        out.append(render.format_command(command, multiline=not one_line))
+    out += ["", "# how the ranks differ from rank 0:"]
+    out += [f"#   {text}" for text in render.rank_differences(tuple(commands))]
+    return out
 
 
 def plan_in_up(report: plan.PlanReport) -> list[Text]:
@@ -375,6 +404,8 @@ def runs_json(view: RunsView) -> dict[str, Any]:
 
 def status_json(row: StatusRow) -> dict[str, object]:
     document: dict[str, object] = {"profile": row.profile, "host": row.host}
+    if row.rank is not None:
+        document["rank"] = row.rank
     if row.error is not None:
         document["error"] = row.error.message
     if row.state is not None:
@@ -402,12 +433,13 @@ def status_table(rows: Sequence[StatusRow], *, wide: bool = False) -> str:
     for row in rows:
         state = row.state
         cells: list[str]
+        name = row.profile if row.rank is None else f"{row.profile} r{row.rank}"
         if state is None:
             failure = row.error.message if row.error else "?"
-            cells = [row.profile, row.host, _unknown(row), "-", "-", "-", "-", "-", cut(failure),
+            cells = [name, row.host, _unknown(row), "-", "-", "-", "-", "-", cut(failure),
                      "-", "-"]  # fmt: skip
         elif not state.deployed:
-            cells = [row.profile, row.host, "-", "-", "-", "-", "-", "-", "-", "-", "-"]
+            cells = [name, row.host, "-", "-", "-", "-", "-", "-", "-", "-", "-"]
         else:
             last = "-"
             if state.last_exit is not None and state.last_exit.cls != STOPPED:
@@ -416,7 +448,7 @@ def status_table(rows: Sequence[StatusRow], *, wide: bool = False) -> str:
                 last = state.message if last == "-" else f"{state.message}; last: {last}"
             commit = (state.git_commit or "-")[:10] + ("+dirty" if state.git_dirty else "")
             cells = [
-                row.profile, row.host, state_cell(state), str(state.pid or "-"),
+                name, row.host, state_cell(state), str(state.pid or "-"),
                 duration(state.uptime_s), str(state.restarts), str(state.port or "-"),
                 state.run_id or "-", cut(last), state.launch_digest or "-", commit,
             ]  # fmt: skip
@@ -433,6 +465,21 @@ def status_table(rows: Sequence[StatusRow], *, wide: bool = False) -> str:
         for load in row.state.memory_loads if row.state is not None else ():
             rank = f" DP{load.dp_rank}" if load.dp_rank is not None else ""
             lines.append(f"{row.profile}{rank}: {memory_load_text(load)}")
+    for row in rows:  # a group's coordinator: every rank as it last heard, the last failure
+        view = row.state.group if row.state is not None else None
+        if view is None or row.rank != 0:
+            continue
+        ranks = ", ".join(
+            f"r{m.rank} {m.state or '?'}" + ("" if m.connected else " (not connected)")
+            for m in view.members
+        )
+        lines.append(f"{row.profile}: group start {view.generation}; {ranks}")
+        if view.failure is not None:
+            lost = view.failure
+            lines.append(
+                f"{row.profile}: last group failure: rank {lost.rank} ({lost.node}) "
+                f"{lost.cls}: {lost.message}"
+            )
     return "\n".join(lines)
 
 

@@ -28,6 +28,7 @@ from orchestrator.plan import PlanAnswer
 from orchestrator.protocol import (
     HostFacts,
     LastRun,
+    ProbeAnswer,
     RunInfo,
     RunsReply,
     StartReply,
@@ -35,6 +36,7 @@ from orchestrator.protocol import (
     decode_inspect,
     decode_plan_answer,
     decode_probe,
+    decode_probe_answer,
     decode_runs_reply,
     decode_start,
     decode_state,
@@ -284,3 +286,25 @@ class Agent:
         if log is not None:
             argv += ["--log", log]
         return decode_inspect(self.call(*argv, timeout=30.0))
+
+    # -- a launch group's preflight --
+
+    def listen(
+        self, bind: str, port: int, token: str, seconds: float, *, expect: int
+    ) -> ProbeAnswer:
+        """A short-lived listener on ``bind:port`` (``agent.py listen``, detached): what the
+        other nodes of a group try to reach before any server starts. It ends after ``expect``
+        exchanges (the port is the server's right after) or ``seconds``."""
+        document = self.call(
+            "listen", "--bind", bind, "--port", str(port), "--token", token,
+            "--seconds", f"{seconds:g}", "--expect", str(expect),
+        )  # fmt: skip
+        return decode_probe_answer(document, "listen")
+
+    def reach(self, host: str, port: int, token: str, timeout: float) -> ProbeAnswer:
+        """Connect from this node to ``host:port`` and exchange ``token`` (``agent.py reach``)."""
+        document = self.call(
+            "reach", "--host", host, "--port", str(port), "--token", token,
+            "--timeout", f"{timeout:g}", timeout=timeout + 60.0,
+        )  # fmt: skip
+        return decode_probe_answer(document, "reach")

@@ -27,6 +27,7 @@ EXAMPLES = (
     "qwen36-mtp-b200",
     "qwen36-mtp-h200",
     "qwen36-mtp-rtxpro6000-tp4",
+    "qwen35-397b-2x8-h200",  # a launch group of two nodes
 )
 
 

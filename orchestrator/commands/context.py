@@ -59,12 +59,20 @@ class Launch:
     @property
     def unset_secrets(self) -> tuple[str, ...]:
         """The from_env variables the profile names that are not set where orch runs."""
-        names = self.primary.command.secret_names()
+        names = dict.fromkeys(n for m in self.members for n in m.command.secret_names())
         return tuple(name for name in names if name not in self.secrets)
 
     @property
     def primary(self) -> Member:
         return self.members[0]
+
+    @property
+    def is_group(self) -> bool:
+        return self.profile.group is not None
+
+    def member_profile(self, member: Member) -> Profile:
+        """The profile as ``member``'s node runs it (its host, port, env)."""
+        return self.profile.for_rank(member.rank)
 
     def spelled_for(self, table: ArgTable, environ: Mapping[str, str]) -> Launch:
         """The same launch with the flags spelled for another SGLang version (an unpinned
@@ -91,11 +99,15 @@ class Launch:
 def _make_launch(
     loaded: LoadedProfile, environ: Mapping[str, str], *, require_secrets: bool
 ) -> Launch:
-    command = render.render(loaded.profile, loaded.table)
+    commands = render.render_members(loaded.profile, loaded.table)
     unset = None if require_secrets else UNSET_SECRET
-    argv, env, secrets = render.resolve_secrets(command, environ, unset=unset)
-    member = Member(0, loaded.profile.host, command, argv, env)
-    return Launch(loaded, (member,), secrets, render.launch_digest(command))
+    members: list[Member] = []
+    secrets: dict[str, str] = {}
+    for rank, command in enumerate(commands):
+        argv, env, read = render.resolve_secrets(command, environ, unset=unset)
+        members.append(Member(rank, loaded.profile.for_rank(rank).host, command, argv, env))
+        secrets.update(read)
+    return Launch(loaded, tuple(members), secrets, render.launch_digest(*commands))
 
 
 UNSET_SECRET = "orch-unset-secret"  # noqa: S105 - a placeholder for an unset from_env value

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from orchestrator.commands import ownership
 from orchestrator.commands.context import Context
 from orchestrator.commands.follow import EXIT_CODES
-from orchestrator.errors import ExitCode, NotDeployed, OrchError, TransportError
+from orchestrator.errors import ExitCode, NotDeployed, OrchError, TransportError, UsageError
 from orchestrator.model import ExitInfo, Profile, RunState
 from orchestrator.protocol import RunInfo, StopReply
 from orchestrator.remote.agent import EXITED, STOPPED, TERMINAL_STATES
@@ -27,13 +27,28 @@ class Stopping:
     timeout_s: float
 
 
+@dataclass(frozen=True)
+class Stopped:
+    """``down``'s answer for one server (one rank of a group)."""
+
+    label: str  # the profile, or "<profile> rank N (<host>)"
+    reply: StopReply
+
+
 def down(
     ctx: Context, name: str, *, timeout_s: float | None = None, take_over: bool = False
-) -> Iterator[Stopping | StopReply]:
-    """Stop a profile's server: ``Stopping`` before the (blocking) stop, then its reply; nothing
-    when nothing was running. ``timeout_s`` overrides the profile's ``stop_timeout_s``. A
-    deployment launched from another profiles repository is refused unless ``take_over``."""
-    profile = ctx.launch(name, require_secrets=False).profile
+) -> Iterator[Stopping | Stopped]:
+    """Stop a profile's server: ``Stopping`` before the (blocking) stop, then ``Stopped``;
+    nothing when nothing was running. ``timeout_s`` overrides the profile's ``stop_timeout_s``.
+    A deployment launched from another profiles repository is refused unless ``take_over``.
+    A launch group is stopped rank 0 first, then every other rank (``group.down``)."""
+    launch = ctx.launch(name, require_secrets=False)
+    if launch.is_group:
+        from orchestrator.commands import group  # a group's stages import this module
+
+        yield from group.down(ctx, launch, timeout_s=timeout_s, take_over=take_over)
+        return
+    profile = launch.profile
     agent = ctx.agent(profile)
     current = agent.status()
     if not current.deployed or (not current.alive and not current.stale):
@@ -41,7 +56,7 @@ def down(
     ownership.check(profile, current, ctx.origin(), "stop", take_over=take_over)
     timeout = profile.stop_timeout_s if timeout_s is None else timeout_s
     yield Stopping(name, current.pid, current.state, timeout)
-    yield agent.stop(timeout)
+    yield Stopped(name, agent.stop(timeout))
 
 
 @dataclass(frozen=True)
@@ -50,31 +65,45 @@ class StatusRow:
     host: str
     state: RunState | None
     error: OrchError | None = None
+    rank: int | None = None  # a launch group's rank; None for a single server
 
 
 def status(ctx: Context, names: Sequence[str]) -> list[StatusRow]:
-    """State of each profile's deployment; hosts are asked in parallel, one connection each."""
-    profiles = [ctx.launch(name, require_secrets=False).profile for name in names]
-    by_host: dict[str, list[Profile]] = {}
-    for profile in profiles:
-        by_host.setdefault(profile.host.name, []).append(profile)
+    """State of each profile's deployment (each rank of a group); hosts are asked in parallel,
+    one connection each."""
+    servers: list[tuple[Profile, int | None]] = []
+    for name in names:
+        profile = ctx.launch(name, require_secrets=False).profile
+        if profile.group is None:
+            servers.append((profile, None))
+        else:
+            servers += [(profile.for_rank(rank), rank) for rank in range(profile.nnodes)]
+    by_host: dict[str, list[tuple[Profile, int | None]]] = {}
+    for server in servers:
+        by_host.setdefault(server[0].host.name, []).append(server)
 
-    def ask(group: list[Profile]) -> list[StatusRow]:
+    def ask(group: list[tuple[Profile, int | None]]) -> list[StatusRow]:
         rows: list[StatusRow] = []
-        for profile in group:
+        for profile, rank in group:
             try:
-                rows.append(StatusRow(profile.name, profile.host.name, ctx.agent(profile).status()))
+                state = ctx.agent(profile).status()
+                rows.append(StatusRow(profile.name, profile.host.name, state, rank=rank))
             except TransportError as exc:  # the host is unreachable: so for all its profiles
-                rows.extend(StatusRow(p.name, p.host.name, None, exc) for p in group[len(rows) :])
+                rows.extend(
+                    StatusRow(p.name, p.host.name, None, exc, rank=r) for p, r in group[len(rows) :]
+                )
                 break
             except OrchError as exc:
-                rows.append(StatusRow(profile.name, profile.host.name, None, exc))
+                rows.append(StatusRow(profile.name, profile.host.name, None, exc, rank=rank))
         return rows
 
     with ThreadPoolExecutor(max_workers=min(16, max(len(by_host), 1))) as pool:
         results = list(pool.map(ask, by_host.values()))
     order = {name: index for index, name in enumerate(names)}
-    return sorted((row for rows in results for row in rows), key=lambda r: order[r.profile])
+    return sorted(
+        (row for rows in results for row in rows),
+        key=lambda r: (order[r.profile], r.rank or 0),
+    )
 
 
 # -- runs ------------------------------------------------------------------------------------------
@@ -116,10 +145,22 @@ class RunsView:
     now: float | None  # the host's clock when it answered (None: an older agent)
 
 
-def runs(ctx: Context, name: str) -> RunsView:
+def node_profile(ctx: Context, name: str, rank: int) -> Profile:
+    """``name``'s profile as rank ``rank`` runs it (0: a single server's)."""
+    profile = ctx.launch(name, require_secrets=False).profile
+    if not 0 <= rank < profile.nnodes:
+        if profile.group is None:
+            raise UsageError(f"--node {rank}: {name} is a single server", "leave --node out")
+        raise UsageError(
+            f"--node {rank}: {name} has ranks 0-{profile.nnodes - 1}", "a rank of group.nodes"
+        )
+    return profile.for_rank(rank)
+
+
+def runs(ctx: Context, name: str, *, rank: int = 0) -> RunsView:
     """The deployment's runs with their start, end and verdict: one agent call (and state.json
     read directly, for the live state of the current run)."""
-    profile = ctx.launch(name, require_secrets=False).profile
+    profile = node_profile(ctx, name, rank)
     agent = ctx.agent(profile)
     reply = agent.runs_reply()
     if not reply.runs:
@@ -249,13 +290,14 @@ class LogTail:
 
 
 def logs(
-    ctx: Context, name: str, *, run: str | None, follow_log: bool, lines: int,
+    ctx: Context, name: str, *, run: str | None, follow_log: bool, lines: int, rank: int = 0,
 ) -> Iterator[LogChunk | RunEnded]:  # fmt: skip
     """The last ``lines`` of a run's log (``run``: see ``pick_run``; default the current run);
     then (``follow_log``) what is appended to it, and when the run ends, the deployment's next
     run from its start, until the deployment ends (RunEnded without ``next_run``). Reads only
-    what it shows, from offsets; state.json is read when the log is idle."""
-    profile = ctx.launch(name, require_secrets=False).profile
+    what it shows, from offsets; state.json is read when the log is idle. ``rank``: the node
+    of a launch group whose log it is."""
+    profile = node_profile(ctx, name, rank)
     agent = ctx.agent(profile)
     where = f"{name} on {profile.host.name}"
     run_id: str | None

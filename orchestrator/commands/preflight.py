@@ -19,14 +19,16 @@ def check(
     environ: Mapping[str, str],
     *,
     replacing: RunState | None = None,
+    rank: int = 0,
 ) -> Generator[UpEvent, None, Launch]:
-    """Check the host against the launch; returns it, spelled for the host's SGLang when the
-    profile leaves the version open. ``replacing``: the server this launch will replace (its
-    port is in use by it, and will be free)."""
-    profile = launch.profile
+    """Check the host of rank ``rank`` (0: a single server's) against the launch; returns it,
+    spelled for the host's SGLang when the profile leaves the version open. ``replacing``: the
+    server this launch will replace (its port is in use by it, and will be free)."""
+    profile = launch.profile.for_rank(rank)
     host = profile.host.name
     version = facts.sglang_version
-    yield Step(f"python {facts.python} ({facts.executable}), sglang {version or '-'}")
+    on = f"{host}: " if launch.is_group else ""
+    yield Step(f"{on}python {facts.python} ({facts.executable}), sglang {version or '-'}")
     if version is None:
         raise PreflightError(
             f"sglang is not importable with {facts.executable} on {host}: "
@@ -42,7 +44,7 @@ def check(
         choice = argtable.table_for(version)
         if choice.table.version != launch.table.version:
             launch = launch.spelled_for(choice.table, environ)
-            yield Step(f"flags spelled for the host's SGLang {version}")
+            yield Step(f"{on}flags spelled for the host's SGLang {version}")
     ours = replacing is not None and facts.port.holder_pid in (replacing.pid, None)
     if not facts.port.free and not ours:
         who = ""
@@ -58,11 +60,11 @@ def check(
             f"model path {profile.model.path} does not exist on {host}",
             "model.path is a directory on the host (or a Hub id org/name)",
         )
-    yield from _gpu_report(profile, facts.gpus)
+    yield from _gpu_report(profile, facts.gpus, on)
     return launch
 
 
-def _gpu_report(profile: Profile, gpus: GpuFacts) -> Iterator[UpEvent]:
+def _gpu_report(profile: Profile, gpus: GpuFacts, on: str) -> Iterator[UpEvent]:
     host = profile.host.name
     if not gpus.available:
         yield Warn(
@@ -75,7 +77,7 @@ def _gpu_report(profile: Profile, gpus: GpuFacts) -> Iterator[UpEvent]:
         if str(device.index) not in wanted and device.uuid not in wanted:
             continue
         total, free = device.memory_total / 1e9, device.memory_free / 1e9
-        yield Step(f"GPU{device.index} {device.name}: {free:.0f} of {total:.0f} GB free")
+        yield Step(f"{on}GPU{device.index} {device.name}: {free:.0f} of {total:.0f} GB free")
         gpu_type = profile.gpu.type
         if gpu_type is not None and not any(n in device.name for n in gpu_type.nvml_names):
             yield Warn(f"profile says {gpu_type.name}, GPU{device.index} is {device.name}")

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from orchestrator import memory, observe, render, sglang_config
-from orchestrator.commands import effective, ownership, planning, preflight
+from orchestrator.commands import effective, group, ownership, planning, preflight
 from orchestrator.commands.context import Context, Launch
 from orchestrator.commands.events import (
     Attached,
@@ -37,6 +37,12 @@ def up(
     take_over: bool = False,
 ) -> Iterator[UpEvent]:
     """Preflight, push, start, follow the startup; the last event is an Outcome."""
+    if launch.is_group:
+        yield from group.up(
+            ctx, launch, replace_running=replace_running, check_plan=check_plan, force=force,
+            take_over=take_over,
+        )  # fmt: skip
+        return
     profile = launch.profile
     agent = ctx.agent(profile)
     where = "this machine" if profile.host.is_local else f"ssh {profile.host.address}"
@@ -159,7 +165,7 @@ def _follow_and_verify(
             first = measured[0]
             comparisons = memory.compare(budget, first) if budget is not None else ()
             yield MemoryMeasured(measured, budget, comparisons, standin=standin)
-        yield from _verify_ready(ctx, launch, event)
+        yield from verify_ready(ctx, launch, event)
         return
 
 
@@ -172,7 +178,7 @@ def _compare_logged(launch: Launch, startup: StartupLog) -> Iterator[UpEvent]:
     yield Effective(report, report.pinned_drift(launch.profile.pin, launch.table))
 
 
-def _verify_ready(ctx: Context, launch: Launch, ready: Outcome) -> Iterator[UpEvent]:
+def verify_ready(ctx: Context, launch: Launch, ready: Outcome) -> Iterator[UpEvent]:
     profile = launch.profile
     try:
         report = effective.diff_effective(ctx, launch)

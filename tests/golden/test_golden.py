@@ -29,7 +29,10 @@ def _render(tmp_path: Path, profile: str, version: str | None) -> str:
         (root / "variant.yaml").write_text(f'extends: {profile}\nsglang: "{version}"\n')
         profile = "variant"
     loaded = ProfileStore(root).load(profile)
-    return render.command_json(render.render(loaded.profile, loaded.table)) + "\n"
+    commands = render.render_members(loaded.profile, loaded.table)
+    if loaded.profile.group is not None:
+        return render.group_json(loaded.profile, commands) + "\n"
+    return render.command_json(commands[0]) + "\n"
 
 
 @pytest.mark.parametrize(("golden", "profile", "version"), CASES, ids=[c[0] for c in CASES])

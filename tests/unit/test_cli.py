@@ -96,8 +96,8 @@ def test_cli_missing_profile_lists_the_available_ones(shipped: Path) -> None:
     assert code == ExitCode.CONFIG
     assert err.splitlines() == [
         f"orch: error: no profile named 'qwen36-mtp-b300' in {shipped}",
-        "orch: hint: did you mean qwen36-mtp-b200? available: demo, qwen36-27b, "
-        "qwen36-mtp-b200, qwen36-mtp-h200, qwen36-mtp-rtxpro6000-tp4",
+        "orch: hint: did you mean qwen36-mtp-b200? available: demo, qwen35-397b-2x8-h200, "
+        "qwen36-27b, qwen36-mtp-b200, qwen36-mtp-h200, qwen36-mtp-rtxpro6000-tp4",
     ]
 
 

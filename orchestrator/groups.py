@@ -1,0 +1,77 @@
+"""The nodes of a launch group checked against each other (pure: facts in, differences out).
+
+SGLang checks none of this: every rank must run the same SGLang and python, and see the same
+environment apart from what the profile declares per node (NIC names ...). A variable one node's
+login environment sets and another's does not (``NCCL_IB_DISABLE=1`` in one ``.bashrc``) reaches
+that node's server only, and shows up as a hang or a slow group, not as an error.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from orchestrator.model import Profile
+from orchestrator.protocol import HostFacts
+
+
+@dataclass(frozen=True)
+class NodeDifference:
+    """One way the nodes differ, with the value on each (as shown to the user)."""
+
+    what: str  # "sglang", "python", "env NCCL_IB_DISABLE"
+    values: tuple[tuple[str, str], ...]  # (node, value) per node
+    hint: str
+
+    @property
+    def text(self) -> str:
+        shown = ", ".join(f"{node} {value}" for node, value in self.values)
+        return f"{self.what}: {shown}"
+
+
+def declared_env(profile: Profile) -> frozenset[str]:
+    """The variables the profile sets itself (the same everywhere, or per node on purpose):
+    the host's own value of these never reaches the server."""
+    names = set(profile.env)
+    if profile.group is not None:
+        for node in profile.group.nodes:
+            names.update(node.env)
+    return frozenset(names)
+
+
+def compare_nodes(
+    nodes: Sequence[str], facts: Sequence[HostFacts], declared: frozenset[str]
+) -> list[NodeDifference]:
+    """How the nodes' facts differ: SGLang version, python version, and every variable of the
+    servers' inherited environment (the ones ``agent.py probe`` reports) the profile does not
+    set itself."""
+    out: list[NodeDifference] = []
+
+    def differ(what: str, values: Sequence[str], hint: str) -> None:
+        if len(set(values)) > 1:
+            out.append(NodeDifference(what, tuple(zip(nodes, values, strict=True)), hint))
+
+    differ(
+        "sglang",
+        [f.sglang_version or "(none)" for f in facts],
+        "every rank must run the same SGLang: install one version on every node",
+    )
+    differ(
+        "python",
+        [f.python for f in facts],
+        "the same python on every node (hosts.yaml python: of each node)",
+    )
+    names = sorted({name for f in facts for name in f.inherited_env} - declared)
+    for name in names:
+        differ(
+            f"env {name}",
+            [_shown(f.inherited_env, name) for f in facts],
+            f"{name} comes from the nodes' own environment (login files, /etc/environment): "
+            "make it the same on every node, or set it in the profile's env: (per node under "
+            "group.nodes[N].env when it must differ)",
+        )
+    return out
+
+
+def _shown(env: Mapping[str, str], name: str) -> str:
+    return f"{name}={env[name]}" if name in env else "(unset)"

@@ -1,0 +1,197 @@
+"""Launch groups in profiles: declared once, validated for what SGLang does not check, rendered
+as one command per rank that differs only where it must."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from orchestrator import render
+from orchestrator.errors import ExitCode, InvalidProfile, ProfileError
+from orchestrator.profile import LoadedProfile
+from tests.conftest import ProfileDir
+
+HOSTS = """\
+hosts:
+  node-a:
+    address: 10.0.0.1
+    python: /opt/venv/bin/python
+    workdir: /data/orch
+  node-b:
+    address: 10.0.0.2
+    python: /opt/venv/bin/python
+    workdir: /data/orch
+  node-c:
+    address: 10.0.0.3
+    python: /opt/venv/bin/python
+    workdir: /data/orch
+  node-a2:
+    address: 10.0.0.1
+    python: /opt/venv/bin/python
+    workdir: /data/orch
+"""
+
+HEAD = 'sglang: "0.5.23"\nmodel: {path: /models/m}\n'
+GROUP = """\
+args: {tp_size: 16}
+group:
+  nodes:
+    - host: node-a
+      env: {NCCL_SOCKET_IFNAME: eth0}
+    - host: node-b
+      env: {NCCL_SOCKET_IFNAME: eth1}
+  rendezvous_port: 20000
+"""
+
+
+def _load(profile_dir: ProfileDir, body: str) -> LoadedProfile:
+    profile_dir.write("hosts.yaml", HOSTS)
+    profile_dir.write("p", HEAD + body)
+    return profile_dir.store().load("p")
+
+
+def _errors(profile_dir: ProfileDir, body: str) -> list[ProfileError]:
+    with pytest.raises(InvalidProfile) as caught:
+        _load(profile_dir, body)
+    assert caught.value.exit_code == ExitCode.CONFIG
+    return caught.value.errors
+
+
+def _one(profile_dir: ProfileDir, body: str) -> ProfileError:
+    errors = _errors(profile_dir, body)
+    assert len(errors) == 1, [e.message for e in errors]
+    return errors[0]
+
+
+def test_group_renders_one_command_per_rank_differing_in_rank_and_node_env(
+    profile_dir: ProfileDir,
+) -> None:
+    loaded = _load(profile_dir, GROUP)
+    profile = loaded.profile
+    assert profile.group is not None and profile.nnodes == 2
+    assert profile.host.name == "node-a"  # rank 0's host is the profile's
+    commands = render.render_members(profile, loaded.table)
+    tails = [list(command.argv[-6:]) for command in commands]
+    assert tails == [
+        ["--dist-init-addr", "10.0.0.1:20000", "--nnodes", "2", "--node-rank", "0"],
+        ["--dist-init-addr", "10.0.0.1:20000", "--nnodes", "2", "--node-rank", "1"],
+    ]
+    assert [c.env["NCCL_SOCKET_IFNAME"] for c in commands] == ["eth0", "eth1"]
+    assert render.rank_differences(commands) == [
+        "rank 1: --node-rank 1 (rank 0: 0)",
+        "rank 1: NCCL_SOCKET_IFNAME=eth1 (rank 0: eth0)",
+    ]
+    # every rank carries the group's one digest, which changes with any rank's command
+    assert render.launch_digest(*commands) != render.launch_digest(commands[0])
+    document = json.loads(render.group_json(profile, commands))
+    assert document["group"] == {"nnodes": 2, "rendezvous": "10.0.0.1:20000", "control_port": 20100}
+    assert [rank["host"] for rank in document["ranks"]] == ["node-a", "node-b"]
+
+
+def test_group_rank0_address_and_ipv6_rendezvous(profile_dir: ProfileDir) -> None:
+    body = GROUP.replace("    - host: node-a\n", "    - host: node-a\n      address: 'fd00::1'\n")
+    loaded = _load(profile_dir, body)
+    commands = render.render_members(loaded.profile, loaded.table)
+    assert "[fd00::1]:20000" in commands[1].argv
+
+
+def test_group_nodes_on_one_machine_need_their_own_ports(profile_dir: ProfileDir) -> None:
+    """Two host entries for one machine (as the tests do on 127.0.0.1) may share it only with
+    different workdirs and ports."""
+    body = GROUP.replace("node-b", "node-a2")
+    error = _one(profile_dir, body)
+    assert "share one deployment directory" in error.message
+    assert error.key_path == "group.nodes[1].host"
+
+
+def test_group_same_machine_same_port_refused(profile_dir: ProfileDir) -> None:
+    hosts = HOSTS.replace(
+        "  node-a2:\n    address: 10.0.0.1\n    python: /opt/venv/bin/python\n"
+        "    workdir: /data/orch\n",
+        "  node-a2:\n    address: 10.0.0.1\n    python: /opt/venv/bin/python\n"
+        "    workdir: /data/orch2\n",
+    )
+    profile_dir.write("hosts.yaml", hosts)
+    profile_dir.write("p", HEAD + GROUP.replace("node-b", "node-a2"))
+    with pytest.raises(InvalidProfile) as caught:
+        profile_dir.store().load("p")
+    (error,) = caught.value.errors
+    assert "share a machine and --port 30000" in error.message
+    assert error.hint == "give this node its own port: group.nodes[1].port"
+
+
+def test_group_refuses_what_sglang_accepts_and_hangs_on(profile_dir: ProfileDir) -> None:
+    """Real resolution accepts --tp 16 --nnodes 3: 5 ranks per node, rank 15 never starts."""
+    body = GROUP.replace("  rendezvous_port", "    - host: node-c\n  rendezvous_port")
+    error = _one(profile_dir, body)
+    assert error.message.endswith(
+        "group.nodes: tp_size x pp_size = 16 GPUs cannot be split evenly over 3 nodes"
+    )
+    assert "hang at init" in (error.hint or "")
+
+
+def test_group_per_node_gpus_checked_against_devices(profile_dir: ProfileDir) -> None:
+    error = _one(profile_dir, GROUP + "gpu: {devices: [0, 1, 2, 3]}\n")
+    assert "tp_size x pp_size = 8 GPUs per node (16 over 2 nodes), but gpu.devices lists 4" in (
+        error.message
+    )
+
+
+def test_group_fields_are_orchs_to_set(profile_dir: ProfileDir) -> None:
+    errors = _errors(
+        profile_dir, GROUP.replace("args: {tp_size: 16}", "args: {tp_size: 16, node_rank: 1}")
+    )
+    assert [e.key_path for e in errors] == ["args.node_rank"]
+    assert "orch sets node_rank from `group:`" in errors[0].message
+
+
+def test_nnodes_without_group_is_refused(profile_dir: ProfileDir) -> None:
+    error = _one(profile_dir, "host: node-a\nargs: {tp_size: 16, nnodes: 2}\n")
+    assert error.key_path == "args.nnodes"
+    assert "group.nodes" in (error.hint or "")
+
+
+def test_group_port_clashes_with_rendezvous_and_dp_attention_ports(
+    profile_dir: ProfileDir,
+) -> None:
+    error = _one(profile_dir, GROUP + "port: 20000\n")
+    assert "rank 0's --port 20000 is the group's rendezvous port on node-a" in error.message
+    dp = GROUP.replace("{tp_size: 16}", "{tp_size: 16, dp_size: 2, enable_dp_attention: true}")
+    error = _one(profile_dir, dp + "port: 20003\n")
+    assert "with DP attention SGLang takes ports 20001-20006" in error.message
+    assert "rank 0's --port port 20003" in error.message
+
+
+def test_group_host_and_node_errors_are_located(profile_dir: ProfileDir) -> None:
+    errors = _errors(
+        profile_dir,
+        "host: node-a\n"
+        "group:\n"
+        "  nodes:\n"
+        "    - host: node-a\n"
+        "    - host: nod-b\n"
+        "      colour: red\n",
+    )
+    messages = {e.key_path: e for e in errors}
+    assert "rank 0's host is group.nodes[0].host" in (messages["host"].hint or "")
+    assert messages["group.nodes[1].host"].hint is not None
+    assert "did you mean node-b?" in messages["group.nodes[1].host"].hint
+    assert "group.nodes[1].colour" in messages
+
+
+def test_group_of_one_node_is_refused(profile_dir: ProfileDir) -> None:
+    error = _one(profile_dir, "group:\n  nodes: [node-a]\n")
+    assert "expected a list of at least 2 nodes, got 1 node" in error.message
+
+
+def test_group_host_twice_refused(profile_dir: ProfileDir) -> None:
+    error = _one(profile_dir, "args: {tp_size: 2}\ngroup:\n  nodes: [node-a, node-a]\n")
+    assert "host node-a is in the group twice" in error.message
+
+
+def test_pp_is_spelled_pp_size(profile_dir: ProfileDir) -> None:
+    """`--pp 2` is an ambiguous-option error in SGLang 0.5.11 and 0.5.23."""
+    error = _one(profile_dir, GROUP.replace("{tp_size: 16}", "{tp_size: 8, pp: 2}"))
+    assert error.key_path == "args.pp"
+    assert "pp_size" in (error.hint or "")
