@@ -69,7 +69,8 @@ def test_group_renders_one_command_per_rank_differing_in_rank_and_node_env(
 ) -> None:
     loaded = _load(profile_dir, GROUP)
     profile = loaded.profile
-    assert profile.group is not None and profile.nnodes == 2
+    assert profile.group is not None
+    assert profile.nnodes == 2
     assert profile.host.name == "node-a"  # rank 0's host is the profile's
     commands = render.render_members(profile, loaded.table)
     tails = [list(command.argv[-6:]) for command in commands]
