@@ -439,11 +439,21 @@ def _cmd_diff_effective(args: argparse.Namespace, output: _Output) -> int:
     ctx = _context(args, output)
     try:
         launch = ctx.launch(args.profile, require_secrets=False)
-        report = effective.diff_effective(
-            ctx, launch, include_defaulted=args.all, pid=args.pid, log=args.log
-        )
+        if launch.is_group and args.pid is None and args.log is None:
+            group_report = effective.diff_group(ctx, launch, include_defaulted=args.all)
+        else:
+            report = effective.diff_effective(
+                ctx, launch, include_defaulted=args.all, pid=args.pid, log=args.log
+            )
     finally:
         ctx.close()
+    if launch.is_group and args.pid is None and args.log is None:
+        if args.json:
+            document = show_reports.group_diff_json(group_report)
+            output.print(json.dumps(document, indent=2, default=str))
+        else:
+            output.print(show_reports.group_diff_text(group_report, wide=args.wide))
+        return ExitCode.DRIFT if group_report.drift else ExitCode.OK
     if args.json:
         output.print(json.dumps(show_reports.diff_json(report), indent=2, default=str))
     else:

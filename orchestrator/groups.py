@@ -75,3 +75,43 @@ def compare_nodes(
 
 def _shown(env: Mapping[str, str], name: str) -> str:
     return f"{name}={env[name]}" if name in env else "(unset)"
+
+
+# Resolved fields that differ between the ranks of a healthy group: the rank itself and the port
+# a node's declared --port sets. SGLang draws random_seed per process when none is given: shown,
+# not drift.
+PER_RANK_FIELDS = frozenset({"node_rank", "port"})
+PER_PROCESS_FIELDS = frozenset({"random_seed"})
+
+
+@dataclass(frozen=True)
+class RankDifference:
+    """A resolved field whose value is not the same on every rank."""
+
+    field: str
+    values: tuple[object, ...]  # per rank; None where the rank did not say
+    drift: bool
+    why: str
+
+
+def compare_resolved(resolved: Sequence[Mapping[str, object] | None]) -> list[RankDifference]:
+    """The fields SGLang resolved differently on different ranks (ranks that did not show their
+    resolved configuration are left out of the comparison)."""
+    known = [config for config in resolved if config is not None]
+    if len(known) < 2:
+        return []
+    out = []
+    for name in sorted({key for config in known for key in config}):
+        if name in PER_RANK_FIELDS:
+            continue
+        values = tuple(config.get(name) if config is not None else None for config in resolved)
+        seen = [repr(config.get(name)) for config in known]
+        if len(set(seen)) == 1:
+            continue
+        if name in PER_PROCESS_FIELDS:
+            why = "SGLang draws it per process when the profile does not set it"
+            out.append(RankDifference(name, values, False, why))
+        else:
+            why = "the ranks resolved it differently: a group runs one configuration"
+            out.append(RankDifference(name, values, True, why))
+    return out

@@ -198,6 +198,7 @@ class Profile:
     stop_timeout_s: float = 30.0  # SIGTERM, then this long, then SIGKILL
     pin: tuple[str, ...] = ()
     group: Group | None = None  # a multi-node launch group; ``host`` is then its rank 0's
+    rank: int = 0  # the group's rank this profile is, as its node runs it (``for_rank``)
 
     def for_rank(self, rank: int) -> Profile:
         """The profile as rank ``rank`` of its group runs it: that node's host, port and env
@@ -209,6 +210,7 @@ class Profile:
         node = self.group.nodes[rank]
         return dataclasses.replace(
             self,
+            rank=rank,
             host=node.host,
             port=node.port if node.port is not None else self.port,
             env=frozen_map({**self.env, **node.env}),

@@ -78,6 +78,13 @@ def requested_fields(profile: Profile) -> tuple[RequestedField, ...]:
         if value is not None
     ]
     out += [RequestedField(name, value, f"args.{name}") for name, value in profile.args.items()]
+    group = profile.group
+    if group is not None:  # orch's own, after the profile's: the same on every rank but the rank
+        out += [
+            RequestedField("dist_init_addr", group.rendezvous, "group.rendezvous_port"),
+            RequestedField("nnodes", group.nnodes, "group.nodes"),
+            RequestedField("node_rank", profile.rank, f"group.nodes.{profile.rank}"),
+        ]
     return tuple(out)
 
 

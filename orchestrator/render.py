@@ -19,7 +19,6 @@ from orchestrator import argtable
 from orchestrator.argtable import ArgTable, BadValue
 from orchestrator.errors import RenderError
 from orchestrator.model import (
-    ArgValue,
     ArgvToken,
     EnvValue,
     Launcher,
@@ -35,29 +34,13 @@ LAUNCHER_TEMPLATE = "launch.sh.j2"
 
 def render_members(profile: Profile, table: ArgTable) -> tuple[ServerCommand, ...]:
     """One server command per rank: a profile without a group has one; a group's ranks run the
-    same command but for the node's own host, port and env, and ``--node-rank``."""
-    if profile.group is None:
-        return (render(profile, table),)
-    group = profile.group
-    return tuple(
-        render(
-            profile.for_rank(rank),
-            table,
-            extra=(
-                ("dist_init_addr", group.rendezvous),
-                ("nnodes", group.nnodes),
-                ("node_rank", rank),
-            ),
-        )
-        for rank in range(group.nnodes)
-    )
+    same command but for the node's own host, port and env, and ``--node-rank``
+    (``requested_fields`` adds ``--dist-init-addr``, ``--nnodes`` and ``--node-rank``)."""
+    return tuple(render(profile.for_rank(rank), table) for rank in range(profile.nnodes))
 
 
-def render(
-    profile: Profile, table: ArgTable, extra: tuple[tuple[str, ArgValue], ...] = ()
-) -> ServerCommand:
-    """The server command for ``profile``, with flags spelled for ``table``'s SGLang version;
-    ``extra``: fields orch adds itself (a group's rank), after the profile's own."""
+def render(profile: Profile, table: ArgTable) -> ServerCommand:
+    """The server command for ``profile``, with flags spelled for ``table``'s SGLang version."""
     if profile.abstract:
         raise RenderError(
             f"profile {profile.name!r} is abstract (a base for others) and cannot be launched",
@@ -76,13 +59,6 @@ def render(
         except BadValue as exc:
             raise RenderError(f"{field.key_path}: {exc.expected}", exc.hint) from exc
         argv.extend(token if isinstance(token, SecretRef) else str(token) for token in tokens)
-    for name, value in extra:
-        spelling = argtable.spell(table, name)
-        if spelling is None:
-            raise RenderError(
-                f"SGLang {table.version} has no argument {name}", "its argument table is stale"
-            )
-        argv.extend(str(t) for t in argtable.arg_tokens(spelling.option, value, spelling.flag))
     return ServerCommand(
         profile=profile.name,
         sglang_version=profile.sglang_version,

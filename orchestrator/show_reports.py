@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator import plan, show_budget, verify
+from orchestrator.commands.effective import GroupReport
 from orchestrator.show import grid
 
 VALUE_WIDTH = 32  # a value in the plan and diff-effective tables without --wide
@@ -202,4 +203,42 @@ def diff_json(report: verify.Report) -> dict[str, Any]:
         ],
         "unknown_received": list(report.unknown_received),
         "notes": list(report.notes),
+    }
+
+
+def group_diff_text(report: GroupReport, *, wide: bool = False) -> str:
+    """Every rank's comparison under its own heading, then the ranks against each other."""
+    parts = []
+    for rank, (node, rank_report) in enumerate(report.ranks):
+        parts.append(f"== rank {rank} on {node} ==\n{diff_text(rank_report, wide=wide)}")
+    width = WIDE if wide else VALUE_WIDTH
+    if report.between:
+        table = [("FIELD", *(f"RANK {r}" for r in range(len(report.ranks))), "VERDICT", "WHY")]
+        for row in report.between:
+            shown = [verify.display(value, False, width) for value in row.values]
+            verdict = "differs" if row.drift else "per process"
+            table.append((row.field, *shown, verdict, row.why))
+        parts.append(f"== the ranks against each other ==\n{grid(table)}")
+    else:
+        parts.append("== the ranks against each other ==\nevery rank resolved the same values")
+    return "\n\n".join(parts)
+
+
+def group_diff_json(report: GroupReport) -> dict[str, Any]:
+    return {
+        "format": "orch.diff-effective-group/1",
+        "drift": report.drift,
+        "ranks": [
+            {"rank": rank, "node": node, **diff_json(rank_report)}
+            for rank, (node, rank_report) in enumerate(report.ranks)
+        ],
+        "between_ranks": [
+            {
+                "field": row.field,
+                "values": [jsonable(v, False) for v in row.values],
+                "drift": row.drift,
+                "why": row.why,
+            }
+            for row in report.between
+        ],
     }

@@ -209,6 +209,7 @@ class Report:
     memory_measured: tuple[MeasuredMemory, ...] = ()
     memory_rows: tuple[Comparison, ...] = ()
     memory_predicted: bool = False
+    resolved: Mapping[str, Any] | None = None  # all SGLang resolved, when it said (a group's ranks)
 
     @property
     def drift(self) -> tuple[FieldRow | EnvRow, ...]:

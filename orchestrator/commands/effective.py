@@ -4,8 +4,9 @@ resolved (``/server_info``, else the ``server_args=`` line), and with the profil
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import dataclass
 
-from orchestrator import argtable, memory, observe, sglang_config, verify
+from orchestrator import argtable, groups, memory, observe, sglang_config, verify
 from orchestrator.commands import lockfile
 from orchestrator.commands.context import Context, Launch
 from orchestrator.commands.follow import StartupLog
@@ -21,10 +22,12 @@ def diff_effective(
     include_defaulted: bool = False,
     pid: int | None = None,
     log: str | None = None,
+    rank: int = 0,
 ) -> verify.Report:
-    """Compare the launch with what its server received and what SGLang resolved."""
-    profile = launch.profile
-    member = launch.primary
+    """Compare the launch with what its server received and what SGLang resolved; ``rank``:
+    which node of a launch group (its own host, port, env and ``--node-rank``)."""
+    profile = launch.profile.for_rank(rank)
+    member = launch.members[rank]
     observed, last_run = ctx.agent(profile).inspect(
         port=profile.port,
         host=health_host(profile.bind),
@@ -33,6 +36,8 @@ def diff_effective(
         log=log,
     )
     where = f"{profile.name} on {profile.host.name}"
+    if launch.is_group:
+        where = f"{profile.name} rank {rank} on {profile.host.name}"
     if observed.pid is None and observed.resolved is None and last_run is not None:
         ended = f"; {last_run.exit_class}: {last_run.exit_message}" if last_run.exit_class else ""
         raise NotResolved(
@@ -84,6 +89,7 @@ def diff_effective(
             report = dataclasses.replace(report, notes=(*report.notes, note))
         else:
             report = verify.compare_lock(report, locked, observed.resolved)
+    report = dataclasses.replace(report, resolved=observed.resolved)
     measured = observe.memory_figures(observed.memory_lines)
     if measured:
         report = dataclasses.replace(
@@ -93,6 +99,34 @@ def diff_effective(
             memory_predicted=observed.memory_plan is not None,
         )
     return report
+
+
+@dataclass(frozen=True)
+class GroupReport:
+    """diff-effective of a launch group: every rank against the profile, and the ranks'
+    resolved configurations against each other."""
+
+    ranks: tuple[tuple[str, verify.Report], ...]  # (node, report) in rank order
+    between: tuple[groups.RankDifference, ...]
+
+    @property
+    def drift(self) -> bool:
+        return any(report.drift for _, report in self.ranks) or any(
+            difference.drift for difference in self.between
+        )
+
+
+def diff_group(ctx: Context, launch: Launch, *, include_defaulted: bool = False) -> GroupReport:
+    """Every rank compared (each node asked in parallel), then with each other."""
+    from orchestrator.commands.group import parallel  # the group's stages import this module
+
+    def compare_rank(rank: int) -> verify.Report:
+        return diff_effective(ctx, launch, include_defaulted=include_defaulted, rank=rank)
+
+    reports = parallel(compare_rank, list(range(len(launch.members))))
+    nodes = [launch.profile.for_rank(rank).host.name for rank in range(len(reports))]
+    between = groups.compare_resolved([report.resolved for report in reports])
+    return GroupReport(tuple(zip(nodes, reports, strict=True)), tuple(between))
 
 
 def compare_logged(launch: Launch, startup: StartupLog) -> verify.Report:
