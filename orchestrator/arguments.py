@@ -14,6 +14,17 @@ from orchestrator import __version__
 PROFILES_ENV = "ORCH_PROFILES"
 
 
+ALL_NODES = -1  # `--node all`
+
+
+def _rank_or_all(text: str) -> int:
+    if text == "all":
+        return ALL_NODES
+    if not text.isdigit():
+        raise argparse.ArgumentTypeError(f"expected a rank (0, 1, ...) or all, got {text!r}")
+    return int(text)
+
+
 def find_profiles_dir(explicit: str | None, cwd: Path) -> Path:
     """``--profiles`` > ``$ORCH_PROFILES`` > the nearest ``profiles/`` above the working
     directory (a team's repo) > the profiles shipped with orch (the embedded default)."""
@@ -155,9 +166,10 @@ def parser() -> argparse.ArgumentParser:
     logs.add_argument(
         "--node",
         metavar="RANK",
-        type=int,
+        type=_rank_or_all,
         default=0,
-        help="a launch group's rank (default 0: the one that serves the API)",
+        help="a launch group's rank (default 0: the one that serves the API), or `all`: every "
+        "rank's lines, each prefixed with its rank",
     )
     logs.set_defaults(command="logs")
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import json
 import os
 import sys
@@ -340,6 +341,8 @@ def _cmd_logs(args: argparse.Namespace, output: _Output) -> int:
 
     ctx = _context(args, output)
     at_line_start = True
+    if args.node == arguments.ALL_NODES:
+        return _logs_every_node(args, output)
     try:
         for item in ops.logs(
             ctx, args.profile, run=args.run, follow_log=args.follow, lines=args.lines,
@@ -358,6 +361,29 @@ def _cmd_logs(args: argparse.Namespace, output: _Output) -> int:
     finally:
         ctx.close()
     return ExitCode.OK
+
+
+def _logs_every_node(args: argparse.Namespace, output: _Output) -> int:
+    from orchestrator import show
+    from orchestrator.commands import group, ops
+
+    ctx = _context(args, output)
+    code = ExitCode.OK
+    try:
+        for rank, item in group.logs_every_node(
+            ctx, args.profile, follow_log=args.follow, lines=args.lines
+        ):
+            if isinstance(item, ops.RunEnded):
+                for text in show.run_ended(item):
+                    output.write([dataclasses.replace(text, text=f"r{rank}| {text.text}")])
+                if rank == 0 and item.next_run is None:
+                    code = item.exit_code
+                continue
+            output.out.write(item.text)
+            output.out.flush()
+    finally:
+        ctx.close()
+    return code
 
 
 def _cmd_runs(args: argparse.Namespace, output: _Output) -> int:

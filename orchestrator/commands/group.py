@@ -15,14 +15,16 @@ the others'), then every other node's supervisor, so that nothing of the group i
 from __future__ import annotations
 
 import dataclasses
+import queue
 import secrets
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from orchestrator import groups, render
-from orchestrator.commands import ownership, planning, preflight
+from orchestrator.commands import ops, ownership, planning, preflight
 from orchestrator.commands.context import Context, Launch, Member
 from orchestrator.commands.events import Attached, Outcome, Started, Step, UpEvent, Warn
 from orchestrator.commands.follow import (
@@ -32,7 +34,7 @@ from orchestrator.commands.follow import (
     failure_outcome,
     follow,
 )
-from orchestrator.commands.ops import Stopped, Stopping
+from orchestrator.commands.ops import LogChunk, RunEnded, Stopped, Stopping
 from orchestrator.errors import Conflict, ExitCode, PreflightError
 from orchestrator.model import Group, Profile, RunState
 from orchestrator.protocol import ProbeAnswer, StopReply, build_spec
@@ -385,3 +387,57 @@ def down(
 
 def _active(state: RunState) -> bool:
     return state.deployed and (state.alive or state.stale or state.unsupervised)
+
+
+# -- logs of every rank --------------------------------------------------------------------------
+
+
+def logs_every_node(
+    ctx: Context, name: str, *, follow_log: bool, lines: int
+) -> Iterator[tuple[int, LogChunk | RunEnded]]:
+    """Every rank's log (``ops.logs`` of each, read in a thread per node), whole lines only,
+    each prefixed with its rank (``r1| ...``), as they come; until every rank's deployment
+    ended when following."""
+    profile = ctx.launch(name, require_secrets=False).profile
+    found: queue.Queue[tuple[int, LogChunk | RunEnded | BaseException | None]] = queue.Queue()
+
+    def read(rank: int) -> None:
+        try:
+            for item in ops.logs(
+                ctx, name, run=None, follow_log=follow_log, lines=lines, rank=rank
+            ):
+                found.put((rank, item))
+        except BaseException as exc:  # noqa: BLE001 - handed to the reader, raised there
+            found.put((rank, exc))
+        found.put((rank, None))
+
+    threads = [
+        threading.Thread(target=read, args=(rank,), daemon=True) for rank in range(profile.nnodes)
+    ]
+    for thread in threads:
+        thread.start()
+    partial: dict[int, str] = {}
+    running = len(threads)
+    while running:
+        rank, item = found.get()
+        if item is None:
+            running -= 1
+            rest = partial.pop(rank, "")
+            if rest:
+                yield rank, LogChunk(f"r{rank}| {rest}\n", "", "")
+            continue
+        if isinstance(item, BaseException):
+            raise item
+        if isinstance(item, RunEnded):
+            rest = partial.pop(rank, "")
+            if rest:
+                yield rank, LogChunk(f"r{rank}| {rest}\n", item.run_id, "")
+            yield rank, item
+            continue
+        text = partial.pop(rank, "") + item.text
+        whole, _, rest = text.rpartition("\n")
+        if rest:
+            partial[rank] = rest
+        if whole:
+            prefixed = "".join(f"r{rank}| {line}\n" for line in whole.split("\n"))
+            yield rank, LogChunk(prefixed, item.run_id, item.path)
