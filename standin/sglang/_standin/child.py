@@ -5,6 +5,11 @@ SGLang's scheduler prints while it loads (weights, memory pools, CUDA graphs, to
 reports ready to the main process over a pipe, then blocks until killed. Failures follow SGLang's
 path: ``Scheduler hit an exception: <traceback>`` then SIGQUIT to the parent.
 
+In a multi-node group (group.py) a scheduler stops after ``Init torch distributed begin.`` until
+the main process, which holds the node's rendezvous connection, writes ``go`` on its stdin (or
+``store-in-use PORT ERRNO``: torch's store failed to listen, the scheduler fails as SGLang's does).
+``shutdown`` on stdin later is rank 0's ShutdownReq: the scheduler leaves its loop and exits 0.
+
 The memory lines are SGLang's own f-strings, per imitated release (``sglang/srt/`` of the PyPI
 releases 0.5.11 and 0.5.23; a release between them gets one of the two wordings, switched where
 server.py switches families, which is not checked against those releases); the figures in them
@@ -38,7 +43,9 @@ class Scheduler:
         self.figures = Figures.from_json(spec["figures"])
         self.traces = Traces(str(spec["entry"]), bool(spec["modern"]))
         self.fails = set(spec["fails"])
-        self.rank0 = bool(spec["rank0"])
+        self.rank0 = bool(spec["rank0"])  # global TP rank 0: the progress bars
+        # the node's first scheduler: where ORCH_STANDIN_FAIL strikes, per node
+        self.first = bool(spec.get("first", self.rank0))
 
     def fail(self, traceback_text: str) -> None:
         """SGLang's run_scheduler_process: log the traceback, SIGQUIT the parent, return."""
@@ -51,7 +58,9 @@ class Scheduler:
     def run(self) -> None:
         figures = self.figures
         self.log("Init torch distributed begin.")
-        if "nccl" in self.fails and self.rank0:
+        if self.spec.get("rendezvous"):
+            self.wait_for_group()
+        if "nccl" in self.fails and self.first:
             self.fail(self.traces.nccl())
         self.log("Init torch distributed ends. mem usage=0.00 GB")
         self.log(f"Load weight begin. avail mem={figures.avail_start_gb:.2f} GB")
@@ -64,7 +73,7 @@ class Scheduler:
             f"type={self.spec['architecture']}, avail mem={figures.avail_after_load_gb:.2f} GB, "
             f"mem usage={figures.weights_gb:.2f} GB."
         )
-        if "cuda-oom" in self.fails and self.rank0:
+        if "cuda-oom" in self.fails and self.first:
             self.fail(self.traces.cuda_oom())
         self.allocate_pools()
         if figures.graphs:
@@ -82,6 +91,20 @@ class Scheduler:
         os.write(status_fd, b'{"status": "ready"}\n')
         os.close(status_fd)
         self.serve_commands()
+
+    def wait_for_group(self) -> None:
+        """Block in init_process_group until the main process says the world is complete."""
+        line = sys.stdin.readline()
+        if not line:  # the main process is gone
+            sys.exit(0)
+        command = line.split()
+        if command[:1] == ["store-in-use"] and len(command) == 4:
+            self.fail(
+                self.traces.store_in_use(int(command[1]), int(command[2]), command[3] == "ipv6")
+            )
+        if self.spec.get("tp_spans_nodes"):
+            # distributed/device_communicators/custom_all_reduce_utils.py (0.5.11 l.432)
+            self.log("CustomAllreduce is disabled because this process group spans across nodes.")
 
     def allocate_pools(self) -> None:
         """The mamba state pool (hybrid models), the KV pool, then ``Memory pool end``."""
@@ -185,6 +208,8 @@ class Scheduler:
         for line in sys.stdin:
             if line.strip() == "crash":
                 self.fail(self.traces.illegal_memory_access())
+            if line.strip() == "shutdown":  # ShutdownReq: leave the event loop, exit 0
+                sys.exit(0)
         if self.spec["orphan"]:
             time.sleep(float(self.spec["orphan_ttl_s"]))
             sys.exit(0)

@@ -6,6 +6,13 @@ every resolved ServerArgs field at top level, as SGLang's do, plus ``"orch_stand
 ``/v1/loads`` answers in the imitated release's JSON shape, with the stand-in's illustrative
 memory figures (memory.py) and an idle server's load. Generation endpoints return a tiny canned
 answer. Every request gets uvicorn's access-log line on stdout.
+
+In a multi-node group (group.py), node 0 serves this app; when a peer node is gone its
+``/health`` waits ``ORCH_STANDIN_HEALTH_TIMEOUT_S`` and answers 503 with SGLang's "Health check
+failed" line (the health generation never comes back from a scheduler hung in NCCL), and a
+generation request hangs, as it would there. Nodes of rank >= 1 serve only the dummy health app
+(``make_dummy_server``): 200 whatever state the group is in, as SGLang's
+``launch_dummy_health_check_server``.
 """
 
 from __future__ import annotations
@@ -50,6 +57,8 @@ class ServerState:
     ready: threading.Event = field(default_factory=threading.Event)
     draining: threading.Event = field(default_factory=threading.Event)
     ready_after_s: float | None = None
+    group_broken: threading.Event = field(default_factory=threading.Event)  # a peer node is gone
+    last_receive: float = field(default_factory=time.time)  # the last answer from a scheduler
 
     # --- payloads ---
 
@@ -295,6 +304,18 @@ class ServerState:
             ],
         }
 
+    def health_check_failed(self) -> None:
+        """SGLang's health_generate when no answer comes (http_server.py, 0.5.11 to 0.5.23)."""
+        tic = time.time()
+        time.sleep(self.knobs.health_timeout_s)
+        timeout = f"{self.knobs.health_timeout_s:g}"
+        tic_time = time.strftime("%H:%M:%S", time.localtime(tic))
+        last = time.strftime("%H:%M:%S", time.localtime(self.last_receive))
+        self.log(
+            "Health check failed. Server couldn't get a response from detokenizer for last "
+            f"{timeout} seconds. tic start time: {tic_time}. last_heartbeat time: {last}"
+        )
+
     def generate(self, body: dict[str, Any]) -> dict[str, Any]:
         self.log_prefill(7)
         return {
@@ -337,6 +358,7 @@ class ServerState:
         return {**common, "object": "text_completion", "choices": [choice]}
 
     def log_prefill(self, tokens: int) -> None:
+        self.last_receive = time.time()
         self.scheduler_log(
             f"Prefill batch, #new-seq: 1, #new-token: {tokens}, #cached-token: 0, "
             "token usage: 0.00, #running-req: 0, #queue-req: 0"
@@ -385,8 +407,14 @@ class _Handler(BaseHTTPRequestHandler):
             if state.draining.is_set():
                 state.log("Health check request received during shutdown. Returning 503.")
                 self._send(503)
+            elif state.ready.is_set() and state.group_broken.is_set():
+                state.health_check_failed()
+                self._send(503)
+            elif state.ready.is_set():
+                state.last_receive = time.time()  # the health generation came back
+                self._send(200)
             else:
-                self._send(200 if state.ready.is_set() else 503)
+                self._send(503)
         elif path == "/ready" and state.knobs.has_ready_endpoint:
             self._send(200 if state.ready.is_set() and not state.draining.is_set() else 503)
         elif path == "/server_info":
@@ -412,6 +440,8 @@ class _Handler(BaseHTTPRequestHandler):
         state = self.state
         path = self.path.split("?", 1)[0]
         body = self._body()
+        if state.group_broken.is_set() and path in _GENERATION:
+            _hang()  # the request waits on a scheduler stuck in a collective, as in SGLang
         if path == "/generate":
             self._send(200, state.generate(body))
         elif path == "/v1/chat/completions":
@@ -423,6 +453,48 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_PUT(self) -> None:
         self.do_POST()
+
+
+_GENERATION = frozenset({"/generate", "/v1/chat/completions", "/v1/completions"})
+
+
+def _hang() -> None:
+    while True:
+        time.sleep(3600)
+
+
+class _DummyHandler(BaseHTTPRequestHandler):
+    """SGLang's dummy health app on nodes of rank >= 1 (FastAPI with ``/ping``, ``/health``,
+    ``/health_generate``, each an empty 200), served at uvicorn's log level ``warning``: no
+    access log, no uvicorn lines. ``/metrics`` (with ``--enable-metrics``) is not imitated."""
+
+    protocol_version = "HTTP/1.1"
+    server_version = "uvicorn"
+    sys_version = ""
+
+    def log_message(self, format: str, *args: Any) -> None:
+        """Silent, as uvicorn at level warning."""
+
+    def _send(self, status: int, payload: Any = None) -> None:
+        body = b"" if payload is None else json.dumps(payload).encode()
+        self.send_response(status)
+        if payload is not None:
+            self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_GET(self) -> None:
+        if self.path.split("?", 1)[0] in ("/ping", "/health", "/health_generate"):
+            self._send(200)
+        else:
+            self._send(404, {"detail": "Not Found"})
+
+    def do_POST(self) -> None:
+        if self.path.split("?", 1)[0] in ("/ping", "/health", "/health_generate"):
+            self._send(405, {"detail": "Method Not Allowed"})
+        else:
+            self._send(404, {"detail": "Not Found"})
 
 
 class _Server(ThreadingHTTPServer):
@@ -438,3 +510,9 @@ def make_server(state: ServerState, host: str, port: int) -> ThreadingHTTPServer
     handler = type("Handler", (_Handler,), {"state": state})
     server_class = _Server6 if ":" in host else _Server
     return server_class((host, port), handler)
+
+
+def make_dummy_server(host: str, port: int) -> ThreadingHTTPServer:
+    """The dummy health server of a node of rank >= 1 (OSError as the bind raises it)."""
+    server_class = _Server6 if ":" in host else _Server
+    return server_class((host, port), _DummyHandler)

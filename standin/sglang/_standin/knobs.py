@@ -56,6 +56,7 @@ class Knobs:
     orphan_ttl_s: float = (
         600.0  # the orphan's own safety exit, so a failed sweep leaks no forever-process
     )
+    health_timeout_s: float = 2.0  # /health of a hung group (SGLANG_HEALTH_CHECK_TIMEOUT: 20)
     log_ms: bool = False  # SGLANG_LOG_MS=1: milliseconds in the timestamps
     fails: Mapping[str, float | None] = field(default_factory=dict)
 
@@ -82,6 +83,17 @@ class Knobs:
     @property
     def logs_kill_process_tree(self) -> bool:
         return self.version >= (0, 5, 23)
+
+    @property
+    def broadcasts_shutdown(self) -> bool:
+        """0.5.14+: SIGTERM's drain ends with a ShutdownReq that reaches every node's schedulers
+        (managers/tokenizer_manager.py, absent from 0.5.13.post1)."""
+        return self.version >= (0, 5, 14)
+
+    @property
+    def worker_ignores_sigterm(self) -> bool:
+        """0.5.21+: a node of rank >= 1 logs SIGTERM and waits for rank 0's ShutdownReq."""
+        return self.version >= (0, 5, 21)
 
     @property
     def resolves_in_run_server(self) -> bool:
@@ -137,6 +149,7 @@ def read_knobs(environ: Mapping[str, str] = os.environ) -> Knobs:
         warmup_s=_float(environ, "ORCH_STANDIN_WARMUP_S", 0.0),
         drain_s=_float(environ, "ORCH_STANDIN_DRAIN_S", 0.2),
         orphan_ttl_s=_float(environ, "ORCH_STANDIN_ORPHAN_TTL", 600.0),
+        health_timeout_s=_float(environ, "ORCH_STANDIN_HEALTH_TIMEOUT_S", 2.0),
         log_ms=environ.get("SGLANG_LOG_MS", "").strip().lower() in {"1", "true", "yes"},
         fails=parse_fails(environ.get("ORCH_STANDIN_FAIL", "")),
     )

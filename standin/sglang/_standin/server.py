@@ -10,6 +10,15 @@ Exits, as SGLang's: argparse error 2; a resolution or import error 1 (traceback 
 any ``server_args=`` line); port in use 1; a child's failure (SIGQUIT from it) or SIGTERM end in
 SGLang's ``kill_process_tree(include_parent=True)``, which SIGKILLs the main process itself (-9);
 SIGINT goes through uvicorn's graceful shutdown, exit 0.
+
+With ``--nnodes N`` > 1 (group.py): the schedulers this node runs are its share of the ranks, and
+they wait after ``Init torch distributed begin.`` until the rendezvous over ``--dist-init-addr``
+completes (forever if it never does). Node 0 then goes on as above, and broadcasts the shutdown to
+the other nodes when it drains after SIGTERM (0.5.14+). A node of rank >= 1 starts no API server:
+once its schedulers are ready it serves the dummy health app on ``--host``/``--port``, then waits
+for its schedulers to exit (rank 0's shutdown: each ``terminated with 0``, then exit 0). When a
+peer node goes away after the rendezvous, nothing is logged and nothing exits: the survivors are
+"hung in NCCL" until killed.
 """
 
 from __future__ import annotations
@@ -26,11 +35,12 @@ import time
 import urllib.request
 from collections.abc import Sequence
 from types import FrameType
-from typing import Any
+from typing import Any, NoReturn
 
 from sglang._standin import argtable, render
 from sglang._standin import knobs as knobs_module
-from sglang._standin.endpoints import ServerState, make_server
+from sglang._standin.endpoints import ServerState, make_dummy_server, make_server
+from sglang._standin.group import Peer, Placement, Store, StoreInUse, parse_address
 from sglang._standin.logs import Log
 from sglang._standin.memory import startup_figures
 from sglang._standin.model import model_facts
@@ -70,6 +80,10 @@ class Launcher:
         self.orphan: subprocess.Popen[bytes] | None = None
         self.state: ServerState | None = None
         self.started = time.monotonic()
+        self.placement = Placement(nnodes=1, node_rank=0, tp=1, pp=1, dp=1)  # set by run()
+        self.store: Store | None = None  # node 0 of a multi-node group
+        self.peer: Peer | None = None  # a node of rank >= 1
+        self.group_broken = threading.Event()  # a peer node is gone after the rendezvous
 
     # --- SGLang's kill_process_tree ---
 
@@ -108,7 +122,16 @@ class Launcher:
     def _drain_then_die(self) -> None:
         time.sleep(self.knobs.drain_s)
         self.log("Gracefully exiting... Remaining number of requests 0.")
+        if self.store is not None and self.knobs.broadcasts_shutdown:
+            self.store.broadcast_shutdown()  # ShutdownReq, reaching the other nodes' schedulers
         self.kill_tree(include_parent=True)
+
+    def on_worker_sigterm(self, signum: int, frame: FrameType | None) -> None:
+        """0.5.21+ on a node of rank >= 1: SIGTERM is logged and otherwise ignored."""
+        self.log(
+            f"SIGTERM received on node_rank {self.placement.node_rank}; waiting for the rank-0 "
+            "ShutdownReq broadcast to stop the schedulers."
+        )
 
     def on_sigint(self, signum: int, frame: FrameType | None) -> None:
         raise _Stop
@@ -156,6 +179,10 @@ class Launcher:
         model = model_facts(str(values["model_path"]))
         self.log(render.server_args_line(values, knobs.dict_style_server_args))
         signal.signal(signal.SIGQUIT, self.on_sigquit)
+        placement = self.placement = Placement.of(values)
+        worker = placement.multi_node and placement.worker
+        if worker and knobs.worker_ignores_sigterm and not knobs.failing("ignore-sigterm"):
+            signal.signal(signal.SIGTERM, self.on_worker_sigterm)
         graphs = self.graphs_enabled(values)
         figures = startup_figures(values, model, graphs)
         tp = int(values.get("tp_size") or 1)
@@ -168,15 +195,112 @@ class Launcher:
             log=self.log,
             scheduler_log=Log(knobs.log_ms, " TP0" if tp > 1 else ""),
             dp_size=max(1, int(values.get("dp_size") or 1)),
+            group_broken=self.group_broken,
         )
         self.state = state
         status_fds = self.spawn(values, figures.to_json(), model.architecture, graphs)
+        if placement.multi_node:
+            self.join_group(values)
         if not self.wait_for_schedulers(status_fds):
             self.kill_tree(include_parent=False)
             return 1
-        return self.serve(
-            state, str(values.get("host") or "127.0.0.1"), int(values.get("port") or 30000)
-        )
+        host = str(values.get("host") or "127.0.0.1")
+        port = int(values.get("port") or 30000)
+        if placement.multi_node:
+            self.group_loaded()
+        if worker:
+            return self.serve_worker(host, port)
+        return self.serve(state, host, port)
+
+    # --- multi-node groups (group.py) ---
+
+    def join_group(self, values: dict[str, Any]) -> None:
+        """torch's rendezvous, node-wide: blocks until every node has joined (forever if one
+        never does), then lets the schedulers past ``Init torch distributed begin.``"""
+        placement = self.placement
+        address = parse_address(values.get("dist_init_addr"))
+        if address is None:
+            _block_forever()  # 127.0.0.1:<random nccl port>: no other node can ever join
+        if placement.worker:
+            peer = self.peer = Peer(address, placement, self.group_broken, self.stop_schedulers)
+            peer.start()
+            _wait(peer.complete)
+        else:
+            store = Store(address, placement, self.group_broken)
+            try:
+                store.listen()
+            except StoreInUse as error:
+                # torch's store lives in the TP0 scheduler: it fails there, SIGQUIT follows
+                family = "ipv6" if ":" in address[0] else "ipv4"
+                failure = f"store-in-use {error.port} {error.code} {family}"
+                if self.schedulers:
+                    self.command(self.schedulers[0], failure)
+                return
+            self.store = store
+            store.start()
+            _wait(store.complete)
+        for scheduler in self.schedulers:
+            self.command(scheduler, "go")
+
+    def group_loaded(self) -> None:
+        """The ranks meet in collectives while they initialise: node 0 goes on once every node's
+        schedulers are ready; a node gone meanwhile leaves everyone hanging, silently."""
+        if self.peer is not None:
+            self.peer.report_loaded()
+        elif self.store is not None:
+            loaded = self.store.loaded
+            while not (loaded.wait(0.2) or self.group_broken.is_set()):
+                pass
+        if self.group_broken.is_set():
+            _block_forever()
+
+    @staticmethod
+    def command(child: subprocess.Popen[bytes], line: str) -> None:
+        if child.stdin is not None:
+            with contextlib.suppress(OSError):
+                child.stdin.write(line.encode() + b"\n")
+                child.stdin.flush()
+
+    def stop_schedulers(self) -> None:
+        """Rank 0's ShutdownReq reached this node: every scheduler leaves its loop and exits."""
+        for scheduler in self.schedulers:
+            self.command(scheduler, "shutdown")
+
+    def serve_worker(self, host: str, port: int) -> int:
+        """A node of rank >= 1 once its schedulers are ready: SGLang's dummy health server,
+        then ``block_until_scheduler_exits`` (engine.py), one line per scheduler that exits."""
+        shown = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        try:
+            httpd = make_dummy_server(host, port)
+        except OSError as error:
+            # SGLang logs "started" as it starts the thread; uvicorn's bind error follows from
+            # the thread, through SGLang's root logger (log_config=None), and the node runs on
+            # without a health server
+            self.log(f"Dummy health check server started in background thread at {shown}")
+            self.log(_bind_error(error, host, port))
+            self.log(f"Dummy health check server stopped at {shown}")
+        else:
+            threading.Thread(
+                target=httpd.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True
+            ).start()
+            self.log(f"Dummy health check server started in background thread at {shown}")
+        if self.knobs.failing("crash-after-ready") and self.schedulers:
+            seconds = self.knobs.seconds("crash-after-ready")
+            threading.Thread(target=self._crash_later, args=(seconds,), daemon=True).start()
+        for scheduler in self.schedulers:
+            # poll, not wait(): a SIGQUIT handler's kill_tree waits on the same child, and would
+            # block on the lock an interrupted wait() holds
+            while scheduler.poll() is None:
+                time.sleep(0.1)
+            self.log(
+                f"Scheduler or DataParallelController {scheduler.pid} "
+                f"terminated with {scheduler.returncode}"
+            )
+        for child in self.children:
+            if child is not self.orphan:
+                with contextlib.suppress(OSError):
+                    child.kill()
+        return 0
 
     def failure_text(self, kind: str, model_path: str) -> str:
         arch = "Qwen3_5ForConditionalGeneration"
@@ -224,10 +348,13 @@ class Launcher:
     def spawn(
         self, values: dict[str, Any], figures: dict[str, Any], architecture: str, graphs: bool
     ) -> list[int]:
+        """This node's schedulers (all ranks on a single node; the node's share of TP/PP ranks
+        in a group, as SGLang's _calculate_rank_ranges), capped, then the detokenizer (none on
+        a node of rank >= 1, which runs no tokenizer either)."""
         knobs = self.knobs
-        tp = max(1, int(values.get("tp_size") or 1))
-        pp = max(1, int(values.get("pp_size") or 1))
-        dp = max(1, int(values.get("dp_size") or 1))
+        placement = self.placement
+        tp, pp, dp = placement.tp, placement.pp, placement.dp
+        group = placement.multi_node
         common = {
             "parent": os.getpid(),
             "log_ms": knobs.log_ms,
@@ -235,14 +362,15 @@ class Launcher:
             "orphan_ttl_s": knobs.orphan_ttl_s,
         }
         status_fds: list[int] = []
-        ranks = [(d, p, t) for d in range(dp) for p in range(pp) for t in range(tp)]
-        for d, p, t in ranks[:MAX_SCHEDULERS]:
+        ranks = placement.local_ranks()
+        for index, (d, p, t) in enumerate(ranks[:MAX_SCHEDULERS]):
             prefix = (
                 (f" DP{d}" if dp > 1 else "")
                 + (f" PP{p}" if pp > 1 else "")
                 + (f" TP{t}" if tp > 1 else "")
             )
             rank0 = (d, p, t) == (0, 0, 0)
+            first = index == 0  # the node's first scheduler: its failure modes strike here
             read_fd, write_fd = os.pipe()
             spec = {
                 **common,
@@ -250,7 +378,10 @@ class Launcher:
                 "title": "sglang::scheduler" + prefix.replace(" ", "_"),
                 "prefix": prefix,
                 "rank0": rank0,
-                "orphan": rank0 and knobs.failing("orphan"),
+                "first": first,
+                "rendezvous": group,
+                "tp_spans_nodes": group and placement.tp_spans_nodes and tp > 1,
+                "orphan": first and knobs.failing("orphan"),
                 "status_fd": write_fd,
                 "fails": sorted(knobs.fails),
                 "figures": figures,
@@ -273,6 +404,8 @@ class Launcher:
             if spec["orphan"]:
                 self.orphan = child
             status_fds.append(read_fd)
+        if group and placement.worker:
+            return status_fds
         detokenizer = spawn_child(
             {**common, "role": "detokenizer", "title": "sglang::detokenizer", "orphan": False}
         )
@@ -316,14 +449,7 @@ class Launcher:
         try:
             httpd = make_server(state, host, port)
         except OSError as error:
-            reason = (error.strerror or str(error)).lower()
-            if error.errno == errno.EADDRINUSE:
-                reason = "address already in use"
-            self.log.uvicorn(
-                "ERROR",
-                f"[Errno {error.errno}] error while attempting to bind on address "
-                f"{(host, port)!r}: {reason}",
-            )
+            self.log.uvicorn("ERROR", _bind_error(error, host, port))
             self.log.uvicorn("INFO", "Waiting for application shutdown.")
             self.log.uvicorn("INFO", "Application shutdown complete.")
             self.kill_tree(include_parent=False)
@@ -369,6 +495,8 @@ class Launcher:
         self.mark_ready(state)
 
     def mark_ready(self, state: ServerState) -> None:
+        if self.group_broken.is_set():
+            return  # the warm-up request never came back from a hung group
         state.ready_after_s = round(time.monotonic() - self.started, 3)
         state.ready.set()
         self.log("The server is fired up and ready to roll!")
@@ -385,6 +513,27 @@ class Launcher:
             with contextlib.suppress(OSError):
                 stdin.write(b"crash\n")
                 stdin.flush()
+
+
+def _bind_error(error: OSError, host: str, port: int) -> str:
+    """uvicorn's message when the bind fails."""
+    reason = (error.strerror or str(error)).lower()
+    if error.errno == errno.EADDRINUSE:
+        reason = "address already in use"
+    address = (host, port)
+    return f"[Errno {error.errno}] error while attempting to bind on address {address!r}: {reason}"
+
+
+def _wait(event: threading.Event) -> None:
+    """Wait in short slices, so that signal handlers keep running on the main thread."""
+    while not event.wait(0.2):
+        pass
+
+
+def _block_forever() -> NoReturn:
+    """A hang: torch's rendezvous or an NCCL collective that never completes."""
+    while True:
+        time.sleep(3600)
 
 
 def _load_plugins() -> None:

@@ -9,6 +9,8 @@ frames, ``ExcType: message``) are meant to be relied on.
 
 from __future__ import annotations
 
+import errno as errno_module
+import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -516,6 +518,75 @@ class Traces:
             ),
         ]
         return _render(frames, "torch.distributed.DistBackendError: " + NCCL)
+
+    def store_in_use(self, port: int, code: int, ipv6: bool = False) -> str:
+        """Rank 0's torch TCPStore cannot listen on the ``--dist-init-addr`` port (multi-node).
+        The last line is torch's wording (libuv store backend, ``TCPStoreLibUvBackend.cpp``)."""
+        runner = self._sg("srt/model_executor/model_runner.py")
+        c10d = self._lib("torch/distributed/distributed_c10d.py")
+        rendezvous = self._lib("torch/distributed/rendezvous.py")
+        frames = [
+            *self._scheduler_init_frames(),
+            Frame(
+                runner,
+                512,
+                "initialize",
+                "min_per_gpu_memory = self.init_torch_distributed()",
+                "self.init_torch_distributed()",
+            ),
+            Frame(
+                runner,
+                763,
+                "init_torch_distributed",
+                "init_distributed_environment(",
+                "init_distributed_environment(",
+            ),
+            Frame(
+                self._sg("srt/distributed/parallel_state.py"),
+                1497,
+                "init_distributed_environment",
+                "torch.distributed.init_process_group(",
+                "torch.distributed.init_process_group(",
+            ),
+            Frame(
+                self._lib("torch/distributed/c10d_logger.py"),
+                81,
+                "wrapper",
+                "return func(*args, **kwargs)",
+                "func(*args, **kwargs)",
+            ),
+            Frame(
+                self._lib("torch/distributed/c10d_logger.py"),
+                95,
+                "wrapper",
+                "func_return = func(*args, **kwargs)",
+                "func(*args, **kwargs)",
+            ),
+            Frame(
+                c10d,
+                1744,
+                "init_process_group",
+                "store, rank, world_size = next(rendezvous_iterator)",
+                "next(rendezvous_iterator)",
+            ),
+            Frame(
+                rendezvous,
+                214,
+                "_tcp_rendezvous_handler",
+                "store = _create_c10d_store(",
+                "_create_c10d_store(",
+            ),
+            Frame(rendezvous, 189, "_create_c10d_store", "return TCPStore(", "TCPStore("),
+        ]
+        name = errno_module.errorcode.get(code, "EADDRINUSE")
+        message = os.strerror(code).lower()
+        return _render(
+            frames,
+            "torch.distributed.DistNetworkError: The server socket has failed to listen on any "
+            f"local network address. port: {port}, useIpv6: {str(ipv6).lower()}, code: -{code}, "
+            f"name: {name}, "
+            f"message: {message}",
+        )
 
     def illegal_memory_access(self) -> str:
         scheduler = self._sg("srt/managers/scheduler.py")
