@@ -11,6 +11,9 @@ orchestrator: orch pushes this file over SFTP and runs it with the host's SGLang
                                                                    # supervisor died
     python agent.py probe  --port P [--model PATH] [--bind ADDR]   # preflight facts as JSON
     python agent.py inspect --dir DIR [--pid P] [--port N] [--env NAME ...]  # diff-effective facts
+    python agent.py listen --bind ADDR --port P --token T --seconds S [--expect N]
+                                                   # detach a short-lived probe listener
+    python agent.py reach  --host H --port P --token T --timeout S  # reach one: JSON, exit 0
 
 The supervisor (``start``) detaches from the SSH session (double fork, new session, stdin from
 /dev/null), holds a lock per deployment and per port, starts the server from an argv list in its
@@ -20,6 +23,13 @@ exit, restarts by policy (systemd's on-failure/always/no, exponential backoff, s
 a deterministic configuration error), and stops with SIGTERM to the group, a grace period,
 SIGKILL, then a sweep for processes of the run that escaped the group (SGLang's schedulers can
 be reparented to PID 1 and keep GPU memory). Its state is one JSON file replaced atomically.
+
+A spec with a ``group`` makes it one rank of a launch group (one server over N nodes, every node
+the same argv but ``--node-rank``): rank 0's supervisor coordinates the others' over a TCP
+control channel (signed JSON lines, see "launch groups"). Any rank's end stops every rank and
+the group starts again whole, by rank 0's restart policy; a member never restarts on its own,
+and stops its server when its coordinator is lost. ``listen`` and ``reach`` check, before a
+group starts, that rank 0's ports are reachable from every other node.
 
 The supervisor's states and their allowed transitions are one table (TRANSITIONS), checked on
 every change. Its time comes from an injected Clock and its contacts with the world (spawning,
@@ -34,19 +44,23 @@ from __future__ import annotations
 import argparse
 import contextlib
 import errno
+import hashlib
+import hmac
 import json
 import os
 import re
+import secrets
 import signal
 import sys
 import threading
 import time
 from collections import deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 if TYPE_CHECKING:
+    import socket
     import subprocess
 
 # subprocess, socket and urllib are imported where they are used: orch's pure observe stage
@@ -141,13 +155,33 @@ def config_line_payload(line: str) -> str | None:
     return None if match is None else match.group(1)
 
 
+# A node of rank >= 1 of a multi-node server (--nnodes N) never logs READY_LINE: its main process
+# logs this once its schedulers reported ready, as it starts its dummy health server
+# (ROUND2-FACTS §1.4; the host is bracketed when it is IPv6).
+_WORKER_READY_MESSAGE = re.compile(r"Dummy health check server started in background thread at \S+")
+
+
 def is_ready_line(line: str) -> bool:
     """SGLang logged that it is up (after its warm-up request; at once with
     --skip-server-warmup, possibly before uvicorn listens): a record of its logger whose whole
-    message is the ready line. The words elsewhere (a served model name, a request, the config
-    dump) are not it."""
+    message is the ready line, or, on a node of rank >= 1, the worker's line
+    (``is_worker_ready_line``). The words elsewhere (a served model name, a request, the
+    config dump) are not it."""
     record = log_record(line.rstrip("\r\n"))
-    return record is not None and record.message.strip() == READY_LINE
+    if record is None:
+        return False
+    message = record.message.strip()
+    return message == READY_LINE or _WORKER_READY_MESSAGE.fullmatch(message) is not None
+
+
+def is_worker_ready_line(line: str) -> bool:
+    """A node of rank >= 1 is up: ``Dummy health check server started in background thread at
+    HOST:PORT``. Its /health is that dummy server, which answers 200 whatever its schedulers do
+    (ROUND2-FACTS §1.5): on such a node /health alone proves nothing, this line is required."""
+    record = log_record(line.rstrip("\r\n"))
+    return (
+        record is not None and _WORKER_READY_MESSAGE.fullmatch(record.message.strip()) is not None
+    )
 
 
 def strip_log_prefix(line: str) -> str:
@@ -558,6 +592,81 @@ class RestartPolicy:
 
 # -- the spec and the state ---------------------------------------------------------------------
 
+# A launch group's control channel (see "launch groups" below). Seconds unless named otherwise.
+GROUP_HEARTBEAT_S = 1.0  # each end of a control connection says it is alive this often
+GROUP_LOST_AFTER_S = 5.0  # a peer silent this long, or whose connection closed, is lost
+
+
+@dataclass(frozen=True)
+class GroupSpec:
+    """This node's part in a launch group (the spec's ``group``): one SGLang server over
+    ``nnodes`` nodes, every node the same argv but ``--node-rank``. Rank 0's supervisor is the
+    group's coordinator, the others are its members."""
+
+    group_id: str  # the launch digest: a member of another launch is a stranger
+    rank: int
+    nnodes: int
+    nodes: tuple[str, ...]  # the nodes' names by rank, for messages
+    control_host: str  # where members reach the coordinator
+    control_bind: str  # what the coordinator binds
+    control_port: int
+    key: bytes = field(repr=False)  # HMAC-SHA256 key of the control messages (spec.json: 0600)
+    join_timeout_s: float = 120.0
+    member_stop_grace_s: float = 5.0  # SIGTERM -> SIGKILL on ranks >= 1 (they ignore SIGTERM)
+    heartbeat_s: float = GROUP_HEARTBEAT_S  # not written by orch: tests make them short
+    lost_after_s: float = GROUP_LOST_AFTER_S
+
+    @property
+    def is_coordinator(self) -> bool:
+        return self.rank == 0
+
+    @property
+    def control_address(self) -> str:
+        return host_port(self.control_host, self.control_port)
+
+    def name(self, rank: int) -> str:
+        """``rank 1 (node-b)``: how messages name a rank."""
+        return f"rank {rank} ({self.nodes[rank]})"
+
+    @property
+    def coordinator(self) -> str:
+        """``the group coordinator (rank 0, node-a)``: how a member's messages name it."""
+        return f"the group coordinator (rank 0, {self.nodes[0]})"
+
+    @staticmethod
+    def from_json(data: dict[str, Any]) -> GroupSpec:
+        nnodes = int(data["nnodes"])
+        nodes = tuple(str(node) for node in data["nodes"])
+        rank = int(data["rank"])
+        key = str(data["key"])
+        port = int(data["control_port"])
+        if nnodes < 1 or len(nodes) != nnodes:
+            raise ValueError(f"group: {len(nodes)} node names for nnodes {nnodes}")
+        if not 0 <= rank < nnodes:
+            raise ValueError(f"group: rank {rank} of {nnodes} nodes")
+        if re.fullmatch(r"[0-9a-fA-F]{64}", key) is None:
+            raise ValueError("group.key: expected 64 hexadecimal characters")
+        if not 0 < port < 65536:
+            raise ValueError(f"group.control_port: {port} is no TCP port")
+        return GroupSpec(
+            group_id=str(data["id"]),
+            rank=rank,
+            nnodes=nnodes,
+            nodes=nodes,
+            control_host=str(data["control_host"]),
+            control_bind=str(data.get("control_bind", "0.0.0.0")),  # noqa: S104 - other nodes
+            control_port=port,
+            key=bytes.fromhex(key),
+            join_timeout_s=float(data.get("join_timeout_s", 120.0)),
+            member_stop_grace_s=float(data.get("member_stop_grace_s", 5.0)),
+            heartbeat_s=float(data.get("heartbeat_s", GROUP_HEARTBEAT_S)),
+            lost_after_s=float(data.get("lost_after_s", GROUP_LOST_AFTER_S)),
+        )
+
+
+def host_port(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
 
 @dataclass(frozen=True)
 class Spec:
@@ -576,6 +685,7 @@ class Spec:
     log_keep: int = 3
     cwd: str | None = None  # None: the run's own directory
     meta: dict[str, Any] = field(default_factory=dict)  # plan hash, git commit ...: echoed
+    group: GroupSpec | None = None  # None: a server on one node
 
     @staticmethod
     def from_json(data: dict[str, Any]) -> Spec:
@@ -598,6 +708,7 @@ class Spec:
             log_keep=int(data.get("log_keep", 3)),
             cwd=data.get("cwd"),
             meta=dict(data.get("meta", {})),
+            group=None if data.get("group") is None else GroupSpec.from_json(data["group"]),
         )
 
 
@@ -726,6 +837,7 @@ class OutputWatcher:
         self.tail: deque[str] = deque(maxlen=tail_lines)
         self.saw_config_line = False
         self.saw_ready_line = False
+        self.saw_worker_line = False  # a group member's own ready line (is_worker_ready_line)
         self.memory_lines: list[str] = []
         # The line being received: its first LINE_SCAN_BYTES, in pieces (never re-joined per
         # read: a 30 MB line without a newline took READY from 0.1 s to 68 s when it was).
@@ -780,6 +892,8 @@ class OutputWatcher:
             self._keep_memory()
         if is_ready_line(line):
             self.saw_ready_line = True
+            if not self.saw_worker_line and is_worker_ready_line(line):
+                self.saw_worker_line = True
 
     def _keep_memory(self) -> None:
         """SGLang's memory lines of this run's startup, beside its log: ``diff-effective``
@@ -1175,6 +1289,767 @@ class _Spawned:
         self._thread.join(timeout=timeout)
 
 
+# -- launch groups: the control channel between the supervisors of one server --------------------
+# One SGLang server over N nodes has no in-place recovery (ROUND2-FACTS §1.6-1.7): any rank's end
+# is the group's, and the group is stopped and started again whole. Rank 0's supervisor, the
+# coordinator, owns the group's restart policy; the others, its members, start and stop their
+# server when it says so. Each member holds one TCP connection to it: line-delimited JSON, every
+# line signed with the group's key (HMAC-SHA256 over the canonical JSON), naming the group and its
+# sender's rank, numbered per connection, and bound to its connection by a nonce from each end
+# (a line recorded on one connection and replayed on another is refused). A line that fails any
+# of these checks closes its connection: a stranger on the network can neither start nor stop a
+# group. Messages (``type``):
+#   coordinator -> member: challenge{nonce}, welcome{generation}, start{generation},
+#                          stop{generation, reason}, shutdown{reason}, heartbeat
+#   member -> coordinator: hello{session}, state{generation, state, run_id, pid, ready, message},
+#                          exited{generation, run_id, cls, message, returncode},
+#                          stopped{generation, run_id}, shutdown-done, leaving{reason}, heartbeat
+
+GROUP_CONNECT_RETRY_S = 0.5  # a member's pause between attempts to reach the coordinator
+# Beyond member_stop_grace_s, what a member's stop may take before it confirms: SIGKILL, the
+# sweep (it waits up to 5 s for the killed) and the last output (up to 5 s).
+GROUP_REPLY_MARGIN_S = 15.0
+# ``start`` of a group's rank answers by then even before its server is spawned (a rank spawns
+# once every member has joined; orch's call gives up after 60 s).
+GROUP_START_ANSWER_S = 30.0
+GROUP_LINE_MAX_BYTES = 64 << 10  # a longer line is no control message: the connection is dropped
+GROUP_PENDING_MAX = 8  # connections in their handshake at once; more are closed at once
+GROUP_REFUSED_EVENTS_MAX = 20  # refused connections recorded in events.jsonl (a scan would flood)
+GROUP_TEXT_MAX = 4000  # characters of a verdict's message carried in a control message
+_NONCE = re.compile(r"[0-9a-f]{32}")
+
+# The group's own verdicts (not classify_exit's). Only the member lost is restarted: it never
+# joining, a control port that cannot be bound, a coordinator that cannot be reached or that was
+# lost end the group (or the rank) for good.
+GROUP_PORT_IN_USE = "group-control-port-in-use"
+GROUP_PORT_UNAVAILABLE = "group-control-port-unavailable"
+GROUP_NEVER_JOINED = "group-member-never-joined"
+GROUP_MEMBER_LOST = "group-member-lost"
+GROUP_COORDINATOR_UNREACHABLE = "group-coordinator-unreachable"
+GROUP_COORDINATOR_LOST = "group-coordinator-lost"
+
+
+def _canonical(document: dict[str, Any]) -> bytes:
+    return json.dumps(document, sort_keys=True, separators=(",", ":"), ensure_ascii=True).encode()
+
+
+def sign_control_message(key: bytes, body: dict[str, Any]) -> bytes:
+    """One line of the control channel: ``body`` with its HMAC-SHA256 under the group's key."""
+    mac = hmac.new(key, _canonical(body), hashlib.sha256).hexdigest()
+    return _canonical(dict(body, mac=mac)) + b"\n"
+
+
+def verify_control_message(key: bytes, line: bytes) -> dict[str, Any] | None:
+    """The body of a line signed with ``key``; None for anything else (not JSON, no MAC, a MAC
+    under another key, a body changed on the way)."""
+    try:
+        document = json.loads(line)
+    except (ValueError, RecursionError):  # RecursionError: "[[[[..." nested to exhaust the stack
+        return None
+    if not isinstance(document, dict):
+        return None
+    mac = document.pop("mac", None)
+    if not isinstance(mac, str):
+        return None
+    expected = hmac.new(key, _canonical(document), hashlib.sha256).hexdigest()
+    if not hmac.compare_digest(mac.encode("utf-8", "replace"), expected.encode()):
+        return None
+    return document
+
+
+class LinkBroken(Exception):
+    """A control connection that is no longer usable: closed, silent, or it carried a line that
+    is not the group's. Its message says which (events, the lost peer's verdict)."""
+
+
+class ControlLink:
+    """One control connection: lines out signed and numbered; lines in verified (MAC, group,
+    sender's rank, session, sequence) or LinkBroken. Sends come from several threads (the
+    heartbeat, the supervisor's), receives from one."""
+
+    def __init__(self, sock: socket.socket, group: GroupSpec) -> None:
+        self._sock = sock
+        self._group = group
+        self._send_lock = threading.Lock()
+        self._sent = 0
+        self._received = 0
+        self._buffer = b""
+        self.session: str | None = None  # both ends' nonces, once the handshake set them
+        self.peer_rank: int | None = None
+        self.closed = threading.Event()
+
+    def send(self, kind: str, **fields: Any) -> bool:
+        """False when the connection is gone (it is closed then: its reader learns why)."""
+        with self._send_lock:
+            if self.closed.is_set():
+                return False
+            self._sent += 1
+            body = dict(fields, group=self._group.group_id, rank=self._group.rank)
+            body.update(seq=self._sent, type=kind)
+            if self.session is not None:
+                body["session"] = self.session
+            try:
+                self._sock.sendall(sign_control_message(self._group.key, body))
+            except OSError:
+                self.close()
+                return False
+            return True
+
+    def receive(self) -> dict[str, Any]:
+        """The next verified message (blocks up to the socket's timeout)."""
+        message = verify_control_message(self._group.key, self._read_line())
+        if message is None:
+            raise LinkBroken("it sent a message not signed with the group's key")
+        if message.get("group") != self._group.group_id:
+            raise LinkBroken(f"it sent a message of another group ({message.get('group')!r})")
+        if message.get("seq") != self._received + 1:
+            raise LinkBroken(
+                f"it sent message {message.get('seq')!r} after {self._received} (replayed?)"
+            )
+        if self.peer_rank is not None and message.get("rank") != self.peer_rank:
+            raise LinkBroken(f"rank {message.get('rank')!r} spoke on rank {self.peer_rank}'s line")
+        if self.session is not None and message.get("session") != self.session:
+            raise LinkBroken("it sent a message of another connection (replayed?)")
+        self._received += 1
+        return message
+
+    def _read_line(self) -> bytes:
+        import socket
+
+        while b"\n" not in self._buffer:
+            if len(self._buffer) > GROUP_LINE_MAX_BYTES:
+                raise LinkBroken(f"it sent a line over {GROUP_LINE_MAX_BYTES} bytes")
+            try:
+                chunk = self._sock.recv(1 << 16)
+            except socket.timeout as exc:  # noqa: UP041 - no TimeoutError before 3.10
+                raise LinkBroken(f"silent for {self._sock.gettimeout() or 0:g} s") from exc
+            except (ConnectionResetError, BrokenPipeError) as exc:  # the peer died: a reset
+                raise LinkBroken("connection closed") from exc
+            except OSError as exc:
+                if self.closed.is_set():  # closed at this end (its reader wakes up)
+                    raise LinkBroken("connection closed") from exc
+                raise LinkBroken(f"connection error: {exc.strerror or exc}") from exc
+            if not chunk:
+                raise LinkBroken("connection closed")
+            self._buffer += chunk
+        line, _, self._buffer = self._buffer.partition(b"\n")
+        if len(line) > GROUP_LINE_MAX_BYTES:
+            raise LinkBroken(f"it sent a line over {GROUP_LINE_MAX_BYTES} bytes")
+        return line
+
+    def close(self) -> None:
+        """Shut the connection (which wakes its reader) and release it; idempotent."""
+        import socket
+
+        self.closed.set()
+        with contextlib.suppress(OSError):
+            self._sock.shutdown(socket.SHUT_RDWR)
+        with contextlib.suppress(OSError):
+            self._sock.close()
+
+
+def greet_member(link: ControlLink, group: GroupSpec) -> int:
+    """The coordinator's half of the handshake: its nonce out, then the member's ``hello``,
+    signed, from a member rank, for a session that starts with that nonce. The rank."""
+    nonce = secrets.token_hex(16)
+    if not link.send("challenge", nonce=nonce):
+        raise LinkBroken("connection closed")
+    hello = link.receive()
+    rank, session = hello.get("rank"), hello.get("session")
+    if hello.get("type") != "hello":
+        raise LinkBroken(f"it sent {hello.get('type')!r} before hello")
+    if isinstance(rank, bool) or not isinstance(rank, int) or not 0 < rank < group.nnodes:
+        raise LinkBroken(f"hello from rank {rank!r}, no member of this group")
+    prefix = f"{nonce}."
+    if not (
+        isinstance(session, str)
+        and session.startswith(prefix)
+        and _NONCE.fullmatch(session[len(prefix) :])
+    ):
+        raise LinkBroken("hello for another connection (replayed?)")
+    link.peer_rank, link.session = rank, session
+    return rank
+
+
+def greet_coordinator(link: ControlLink) -> int:
+    """A member's half of the handshake: the coordinator's ``challenge``, its ``hello`` with
+    both nonces, then the coordinator's ``welcome``. The group's generation then."""
+    challenge = link.receive()
+    nonce = challenge.get("nonce")
+    if challenge.get("type") != "challenge" or challenge.get("rank") != 0:
+        raise LinkBroken(f"it sent {challenge.get('type')!r} from rank {challenge.get('rank')!r}")
+    if not isinstance(nonce, str) or _NONCE.fullmatch(nonce) is None:
+        raise LinkBroken("a challenge without a nonce")
+    link.peer_rank = 0
+    link.session = f"{nonce}.{secrets.token_hex(16)}"
+    if not link.send("hello"):
+        raise LinkBroken("connection closed")
+    welcome = link.receive()
+    generation = welcome.get("generation")
+    if welcome.get("type") != "welcome" or not isinstance(generation, int):
+        raise LinkBroken(f"it answered hello with {welcome.get('type')!r}")
+    return generation
+
+
+def _connect_failure(exc: OSError, timeout: float) -> str:
+    import socket
+
+    if isinstance(exc, ConnectionRefusedError):
+        return "connection refused"
+    if isinstance(exc, socket.timeout):
+        return f"timed out after {timeout:g} s"
+    if isinstance(exc, socket.gaierror):
+        return f"cannot resolve the host: {exc.strerror or exc}"
+    return str(exc.strerror or exc)
+
+
+def _short_text(value: Any, default: str = "") -> str:
+    return value[:GROUP_TEXT_MAX] if isinstance(value, str) else default
+
+
+def _integer(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+@dataclass(frozen=True)
+class GroupFailure:
+    """Why a generation of the group ended, or the group could not form: the rank it names and
+    that rank's verdict; ``message`` names the rank (``rank 1 (node-b): killed by SIGKILL``)."""
+
+    rank: int
+    node: str
+    cls: str
+    message: str
+    returncode: int | None  # the failed rank's (restart=on-failure looks at it)
+    generation: int
+    at: float  # monotonic: when the coordinator learnt of it
+
+    @property
+    def deterministic(self) -> bool:
+        return self.cls in DETERMINISTIC
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "rank": self.rank, "node": self.node, "cls": self.cls, "message": self.message,
+            "returncode": self.returncode, "generation": self.generation,
+        }  # fmt: skip
+
+
+def decisive_failure(failures: Sequence[GroupFailure]) -> GroupFailure | None:
+    """The failure that names a generation's end when several ranks ended together: a
+    deterministic one first (the cause, as the others' collectives fail after it, and it must
+    not be restarted), then any but an NCCL error or a lost connection (as often another rank's
+    end as a cause), then the first the coordinator learnt of."""
+    return min(
+        failures,
+        key=lambda f: (not f.deterministic, f.cls in (NCCL, GROUP_MEMBER_LOST), f.at),
+        default=None,
+    )
+
+
+@dataclass
+class _MemberSeen:
+    """What the coordinator knows of one member, updated as its messages arrive (under the
+    coordinator's lock)."""
+
+    rank: int
+    node: str
+    connected: bool = False
+    state: str | None = None
+    run_id: str | None = None
+    pid: int | None = None
+    ready: bool = False
+    generation: int = 0  # of the server it reported last
+    message: str = ""
+    stopped: int = 0  # the last generation it confirmed stopped
+    shut_down: bool = False  # it confirmed the shutdown
+
+    def view(self) -> dict[str, Any]:
+        return {
+            "rank": self.rank, "node": self.node, "connected": self.connected,
+            "state": self.state, "run_id": self.run_id, "pid": self.pid, "ready": self.ready,
+            "generation": self.generation, "message": self.message,
+        }  # fmt: skip
+
+
+class GroupCoordinator:
+    """Rank 0's end of the control channel: it listens on the group's control port, admits each
+    member that proves it holds the key, and keeps what each one says. A member's end (its
+    ``exited``, its connection lost, its ``leaving``) while a generation runs is kept as a
+    GroupFailure for the supervisor, which decides."""
+
+    def __init__(
+        self,
+        group: GroupSpec,
+        clock: Clock,
+        *,
+        on_change: Callable[[], None],
+        on_event: Callable[..., None],
+    ) -> None:
+        self.group = group
+        self._clock = clock
+        self._show = on_change  # the supervisor shows the group in state.json
+        self._record = on_event  # ... and records events
+        self._lock = threading.Condition()
+        self.members = {
+            rank: _MemberSeen(rank, group.nodes[rank]) for rank in range(1, group.nnodes)
+        }
+        self._links: dict[int, ControlLink] = {}
+        self._failures: list[GroupFailure] = []
+        self.generation = 0
+        self._running = False  # from start(g) until its end is decided: a member's end is one
+        self._stopping = False  # stop(g) sent: a member lost now is no new cause
+        self.left: GroupFailure | None = None  # a member stopped on request on its own node
+        self._listener: socket.socket | None = None
+        self._closing = threading.Event()
+        self._pending = 0
+        self._refused = 0
+
+    # -- the supervisor's side --
+
+    def open(self) -> tuple[str, str] | None:
+        """Bind and listen on the control port, then admit members in a thread: None, or the
+        class and message of why not."""
+        import socket
+
+        group = self.group
+        address = host_port(group.control_bind, group.control_port)
+        family = socket.AF_INET6 if ":" in group.control_bind else socket.AF_INET
+        listener = socket.socket(family, socket.SOCK_STREAM)
+        # A previous group's connections in TIME_WAIT must not keep this one from binding; a
+        # listener that holds the port still does.
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            listener.bind((group.control_bind, group.control_port))
+            listener.listen(max(group.nnodes * 2, 8))
+        except OSError as exc:
+            listener.close()
+            if exc.errno == errno.EADDRINUSE:
+                return GROUP_PORT_IN_USE, (
+                    f"the group's control port {address} is in use on {group.nodes[0]} (another "
+                    "group's coordinator, or another program): stop it, or choose another "
+                    "group.control_port"
+                )
+            return GROUP_PORT_UNAVAILABLE, (
+                f"cannot listen on the group's control port {address} on {group.nodes[0]}: "
+                f"{exc.strerror or exc}"
+            )
+        listener.settimeout(0.2)  # the accept loop looks at _closing this often
+        self._listener = listener
+        threading.Thread(target=self._accept, name="group-accept", daemon=True).start()
+        threading.Thread(target=self._beat, name="group-heartbeat", daemon=True).start()
+        return None
+
+    def missing(self) -> list[int]:
+        """The members without a connection, by rank."""
+        with self._lock:
+            return [rank for rank in self.members if rank not in self._links]
+
+    def begin(self) -> int:
+        """A new generation: ``start`` to every member; its number. A member whose connection
+        closed since it was seen joined is lost in this generation (it cannot run without it)."""
+        with self._lock:
+            self.generation += 1
+            generation = self.generation
+            now = self._clock.monotonic()
+            self._failures = [
+                GroupFailure(
+                    rank, member.node, GROUP_MEMBER_LOST,
+                    f"{self.group.name(rank)}: lost (connection closed before generation "
+                    f"{generation} started)", LOST_RETURNCODE, generation, now,
+                )
+                for rank, member in self.members.items()
+                if rank not in self._links
+            ]  # fmt: skip
+            self._running, self._stopping = True, False
+            links = list(self._links.values())
+        for link in links:
+            link.send("start", generation=generation)  # one that fails is lost: a failure
+        return generation
+
+    def failures(self) -> list[GroupFailure]:
+        """The members' ends in this generation so far."""
+        with self._lock:
+            return list(self._failures)
+
+    def stop_members(self, reason: str) -> None:
+        with self._lock:
+            self._stopping = True
+            links = list(self._links.values())
+            generation = self.generation
+        for link in links:
+            link.send("stop", generation=generation, reason=reason[:GROUP_TEXT_MAX])
+
+    def wait_stopped(self, timeout: float, stop_requested: threading.Event) -> list[int]:
+        """Until every connected member confirmed ``stopped`` for this generation (or is gone),
+        ``timeout`` passed, or a stop was requested (the shutdown that follows stops them
+        anyway): the ranks that did not confirm."""
+        deadline = self._clock.monotonic() + timeout
+        with self._lock:
+            while True:
+                waiting = [
+                    rank for rank in self._links if self.members[rank].stopped < self.generation
+                ]
+                remaining = deadline - self._clock.monotonic()
+                if not waiting or remaining <= 0 or stop_requested.is_set():
+                    return waiting
+                self._lock.wait(min(remaining, 0.1))
+
+    def finish(self) -> None:
+        """The generation's end is decided: what members say now is no longer its cause."""
+        with self._lock:
+            self._running = self._stopping = False
+
+    def shutdown(self, reason: str, timeout: float) -> list[int]:
+        """``shutdown`` to every member; until each confirmed (or is gone) or ``timeout``
+        passed. Those that did not confirm are dropped (a member that loses its coordinator
+        stops its server). The ranks that did not confirm."""
+        with self._lock:
+            self._running = self._stopping = False
+            links = list(self._links.values())
+        for link in links:
+            link.send("shutdown", reason=reason[:GROUP_TEXT_MAX])
+        deadline = self._clock.monotonic() + timeout
+        with self._lock:
+            while True:
+                waiting = [rank for rank in self._links if not self.members[rank].shut_down]
+                remaining = deadline - self._clock.monotonic()
+                if not waiting or remaining <= 0:
+                    break
+                self._lock.wait(min(remaining, 0.1))
+        self.drop(waiting, "did not confirm the shutdown in time")
+        return waiting
+
+    def drop(self, ranks: Sequence[int], why: str) -> None:
+        """Close these members' connections: they stop their servers, as on a lost coordinator."""
+        with self._lock:
+            links = [(rank, self._links[rank]) for rank in ranks if rank in self._links]
+        for rank, link in links:
+            self._on_event("group-drop", rank=rank, node=self.group.nodes[rank], reason=why)
+            link.close()
+
+    # The connections' threads tell the supervisor through these. A write that fails (a full
+    # disk) must not end a connection's thread: the member would never be counted lost. The
+    # supervisor's own writes fail too, and end it.
+    def _on_event(self, kind: str, **details: Any) -> None:
+        with contextlib.suppress(OSError):
+            self._record(kind, **details)
+
+    def _on_change(self) -> None:
+        with contextlib.suppress(OSError):
+            self._show()
+
+    def view(self) -> dict[str, Any]:
+        with self._lock:
+            return {str(rank): member.view() for rank, member in self.members.items()}
+
+    def close(self) -> None:
+        self._closing.set()
+        with self._lock:
+            links = list(self._links.values())
+        for link in links:
+            link.close()
+        if self._listener is not None:
+            with contextlib.suppress(OSError):
+                self._listener.close()
+
+    # -- the connections' threads --
+
+    def _beat(self) -> None:
+        """Every member hears from the coordinator at least every heartbeat_s (it counts a
+        silent coordinator lost)."""
+        while not self._closing.wait(self.group.heartbeat_s):
+            with self._lock:
+                links = list(self._links.values())
+            for link in links:
+                link.send("heartbeat")
+
+    def _accept(self) -> None:
+        import socket
+
+        listener = self._listener
+        assert listener is not None  # noqa: S101 - started by open() after binding it
+        while not self._closing.is_set():
+            try:
+                connection, peer = listener.accept()
+            except socket.timeout:  # noqa: UP041 - no TimeoutError before 3.10
+                continue
+            except OSError:
+                if self._closing.is_set():
+                    return
+                self._clock.sleep(0.05)  # EMFILE and the like: try again, never spin
+                continue
+            with self._lock:
+                crowded = self._pending >= GROUP_PENDING_MAX or self._closing.is_set()
+                if not crowded:
+                    self._pending += 1
+            if crowded:
+                connection.close()
+                continue
+            connection.settimeout(self.group.lost_after_s)
+            with contextlib.suppress(OSError):
+                connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            threading.Thread(
+                target=self._serve, args=(connection, str(peer[0])), name="group-member",
+                daemon=True,
+            ).start()  # fmt: skip
+
+    def _serve(self, connection: socket.socket, peer: str) -> None:
+        link = ControlLink(connection, self.group)
+        try:
+            rank = greet_member(link, self.group)
+        except LinkBroken as exc:
+            self._refuse(link, peer, str(exc))
+            return
+        finally:
+            with self._lock:
+                self._pending -= 1
+        with self._lock:
+            admitted = rank not in self._links and not self._closing.is_set()
+            if admitted:
+                self._links[rank] = link
+                member = self.members[rank]
+                member.connected, member.shut_down = True, False
+                generation = self.generation
+                self._lock.notify_all()
+        if not admitted or not link.send("welcome", generation=generation):
+            self._refuse(link, peer, f"rank {rank} is connected already")
+            return
+        self._on_event("group-join", rank=rank, node=self.group.nodes[rank], peer=peer)
+        self._on_change()
+        try:
+            while True:
+                self._handle(rank, link.receive())
+        except LinkBroken as exc:
+            self._lose(rank, link, str(exc))
+        except Exception as exc:  # noqa: BLE001 - the agent's bug: the member is lost, not ignored
+            self._lose(rank, link, f"agent error: {type(exc).__name__}: {exc}")
+
+    def _refuse(self, link: ControlLink, peer: str, why: str) -> None:
+        """Recorded, then closed: whoever sees the close finds the event."""
+        with self._lock:
+            self._refused += 1
+            record = self._refused <= GROUP_REFUSED_EVENTS_MAX
+        if record:
+            self._on_event("group-refused", peer=peer, reason=why)
+        link.close()
+
+    def _handle(self, rank: int, message: dict[str, Any]) -> None:
+        kind = message.get("type")
+        generation = _integer(message.get("generation"))
+        name = self.group.name(rank)
+        event: dict[str, Any] | None = None
+        with self._lock:
+            member = self.members[rank]
+            if kind == "state":
+                member.state = _short_text(message.get("state")) or None
+                member.run_id = _short_text(message.get("run_id")) or None
+                member.pid = _integer(message.get("pid"))
+                member.ready = message.get("ready") is True
+                member.generation = generation or 0
+                member.message = _short_text(message.get("message"))
+            elif kind == "exited":
+                cls = _short_text(message.get("cls"), CRASHED) or CRASHED
+                why = _short_text(message.get("message"), "exited")
+                returncode = _integer(message.get("returncode"))
+                failure = GroupFailure(
+                    rank, member.node, cls, f"{name}: {why}",
+                    LOST_RETURNCODE if returncode is None else returncode,
+                    generation or 0, self._clock.monotonic(),
+                )  # fmt: skip
+                # An old generation's end is no cause of this one's (messages in flight).
+                if self._running and generation == self.generation:
+                    self._failures.append(failure)
+                event = {"kind": "group-member-exited", **failure.as_dict()}
+            elif kind == "stopped" and generation is not None:
+                member.stopped = max(member.stopped, generation)
+                event = {"kind": "group-member-stopped", "rank": rank, "generation": generation}
+            elif kind == "shutdown-done":
+                member.shut_down = True
+            elif kind == "leaving":
+                why = _short_text(message.get("reason"), "stopped on request")
+                failure = GroupFailure(
+                    rank, member.node, STOPPED, f"{name}: {why}", 0, self.generation,
+                    self._clock.monotonic(),
+                )  # fmt: skip
+                if self.left is None:
+                    self.left = failure
+                if self._running:
+                    self._failures.append(failure)
+                event = {"kind": "group-member-left", **failure.as_dict()}
+            # a heartbeat says nothing but that the member is alive: its arrival is enough
+            self._lock.notify_all()
+        if event is not None:
+            self._on_event(event.pop("kind"), **event)
+        if kind in ("state", "exited", "stopped", "leaving"):
+            self._on_change()
+
+    def _lose(self, rank: int, link: ControlLink, why: str) -> None:
+        link.close()
+        with self._lock:
+            if self._links.get(rank) is not link:
+                return
+            del self._links[rank]
+            member = self.members[rank]
+            member.connected = False
+            expected = member.shut_down or self._closing.is_set()
+            if self._running and not self._stopping:
+                self._failures.append(
+                    GroupFailure(
+                        rank, member.node, GROUP_MEMBER_LOST,
+                        f"{self.group.name(rank)}: lost ({why})", LOST_RETURNCODE,
+                        self.generation, self._clock.monotonic(),
+                    )
+                )  # fmt: skip
+            self._lock.notify_all()
+        if not expected:
+            self._on_event("group-member-lost", rank=rank, node=member.node, reason=why)
+        self._on_change()
+
+
+class GroupMemberLink:
+    """A member's end of the control channel: it reaches the coordinator (retrying while the
+    group gathers), says it is alive, and hands the coordinator's ``start``/``stop`` to the
+    supervisor. The coordinator's ``shutdown``, or its loss, ends the member as a stop request
+    does (``stop_requested``), with ``end`` saying why."""
+
+    def __init__(self, group: GroupSpec, clock: Clock, stop_requested: threading.Event) -> None:
+        self.group = group
+        self._clock = clock
+        self._stop_requested = stop_requested
+        self._link: ControlLink | None = None
+        self._lock = threading.Condition()
+        self._commands: deque[dict[str, Any]] = deque()
+        self.end: tuple[str, str] | None = None  # ("shutdown" | "lost", why): the first one
+        self._reported: tuple[Any, ...] | None = None
+
+    @property
+    def connected(self) -> bool:
+        return self._link is not None and not self._link.closed.is_set()
+
+    def connect(self) -> str | None:
+        """Reach the coordinator and join, retrying for join_timeout_s: None once joined (or a
+        stop was requested meanwhile), else why it could not."""
+        import socket
+
+        group = self.group
+        deadline = self._clock.monotonic() + group.join_timeout_s
+        last = "no attempt"
+        while not self._stop_requested.is_set():
+            remaining = deadline - self._clock.monotonic()
+            if remaining <= 0:
+                break
+            timeout = min(remaining, group.lost_after_s)
+            try:
+                connection = socket.create_connection(
+                    (group.control_host, group.control_port), timeout=timeout
+                )
+            except OSError as exc:
+                last = _connect_failure(exc, timeout)
+            else:
+                connection.settimeout(group.lost_after_s)
+                with contextlib.suppress(OSError):
+                    connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                link = ControlLink(connection, group)
+                try:
+                    greet_coordinator(link)
+                except LinkBroken as exc:
+                    link.close()
+                    last = f"it did not admit this rank: {exc}"
+                else:
+                    self._link = link
+                    threading.Thread(target=self._read, args=(link,), daemon=True).start()
+                    threading.Thread(target=self._beat, args=(link,), daemon=True).start()
+                    return None
+            self._clock.wait(self._stop_requested, GROUP_CONNECT_RETRY_S)
+        if self._stop_requested.is_set():
+            return None
+        return (
+            f"could not reach {group.coordinator} at {group.control_address} within "
+            f"{group.join_timeout_s:g} s ({last})"
+        )
+
+    def send(self, kind: str, **fields: Any) -> bool:
+        return self._link is not None and self._link.send(kind, **fields)
+
+    def report(self, state: dict[str, Any], generation: int) -> None:
+        """Tell the coordinator this rank's state when it changed (it shows it in its
+        ``status``)."""
+        snapshot = (
+            state.get("state"), state.get("run_id"), state.get("pid"), bool(state.get("ready")),
+            state.get("message"), generation,
+        )  # fmt: skip
+        if snapshot == self._reported or not self.connected:
+            return
+        self._reported = snapshot
+        self.send(
+            "state", state=snapshot[0], run_id=snapshot[1], pid=snapshot[2], ready=snapshot[3],
+            message=_short_text(snapshot[4]), generation=generation,
+        )  # fmt: skip
+
+    def next_command(self, timeout: float) -> dict[str, Any] | None:
+        """The coordinator's next ``start`` or ``stop``, waiting at most ``timeout``."""
+        with self._lock:
+            if not self._commands:
+                self._lock.wait(timeout)
+            return self._commands.popleft() if self._commands else None
+
+    def interrupting(self, generation: int) -> dict[str, Any] | None:
+        """While the server of ``generation`` runs: the ``stop`` that ends it, taken, or the
+        ``start`` of a newer generation, left for the supervisor's loop. Commands of older
+        generations are dropped: messages in flight when they ended."""
+        with self._lock:
+            while self._commands:
+                head = self._commands[0]
+                if head["generation"] < generation:
+                    self._commands.popleft()
+                elif head["type"] == "stop":
+                    return self._commands.popleft()
+                elif head["generation"] > generation:
+                    return head
+                else:
+                    self._commands.popleft()  # its own start again: nothing to do
+            return None
+
+    def close(self) -> None:
+        if self._link is not None:
+            self._link.close()
+
+    def _read(self, link: ControlLink) -> None:
+        try:
+            while True:
+                message = link.receive()
+                kind = message.get("type")
+                generation = _integer(message.get("generation"))
+                if kind in ("start", "stop") and generation is not None:
+                    command = {
+                        "type": kind, "generation": generation,
+                        "reason": _short_text(message.get("reason")),
+                    }  # fmt: skip
+                    with self._lock:
+                        self._commands.append(command)
+                        self._lock.notify_all()
+                elif kind == "shutdown":
+                    self._finish(
+                        "shutdown", _short_text(message.get("reason"), "the group stopped")
+                    )
+        except LinkBroken as exc:
+            link.close()  # a silent coordinator's connection too: nothing more goes over it
+            self._finish("lost", str(exc))
+
+    def _beat(self, link: ControlLink) -> None:
+        while not link.closed.wait(self.group.heartbeat_s):
+            if not link.send("heartbeat"):
+                return
+
+    def _finish(self, kind: str, why: str) -> None:
+        with self._lock:
+            if self.end is None:
+                self.end = (kind, why)
+            self._lock.notify_all()
+        self._stop_requested.set()
+
+
 # -- the supervisor -----------------------------------------------------------------------------
 
 
@@ -1182,7 +2057,10 @@ class Supervisor:
     """Runs one deployment's server until stopped. Its time (``clock``) and its contacts with
     the world (``world``: spawn, health probe, signals, sweep) are injected, real by default,
     so that its logic runs in-process in tests. Every state change goes through
-    ``_change_state``, checked against TRANSITIONS."""
+    ``_change_state``, checked against TRANSITIONS.
+
+    With a ``group`` in its spec it runs one rank of a launch group: rank 0 coordinates the
+    group's generations (``_coordinate``), the others serve them (``_serve_as_member``)."""
 
     def __init__(
         self,
@@ -1232,6 +2110,18 @@ class Supervisor:
         self._start_times: deque[float] = deque(maxlen=max(spec.restart.start_limit, 1) * 2)
         self._run_seq = _last_run_seq(paths.runs)
         self._received_key: tuple[Any, ...] | None = None
+        # A launch group's: the coordinator's connection threads record what members say, so
+        # state.json is written under a lock.
+        self._state_lock = threading.RLock()
+        self._coordinator: GroupCoordinator | None = None
+        self._member_link: GroupMemberLink | None = None
+        self._generation = 0  # a member's: the generation its server runs (or ran) for
+        self._group_failure: GroupFailure | None = None  # shown in state.json
+        self._interrupted_by: GroupFailure | None = None  # the coordinator's, this generation
+        self._member_stop: dict[str, Any] | None = None  # the stop(g) that ended a member's run
+        self._exit_noticed: float | None = None  # monotonic: when _watch saw its server end
+        if spec.group is not None:
+            self.state["group"] = self._group_view()
 
     def resume(self, recorded: dict[str, Any]) -> None:
         """Continue from the state a dead supervisor recorded (``adopt``, or ``stop`` finishing
@@ -1257,8 +2147,11 @@ class Supervisor:
         self._write(fields)
 
     def _write(self, fields: dict[str, Any]) -> None:
-        self.state.update(fields)
-        write_json_atomic(self.paths.state, self.state)
+        with self._state_lock:
+            self.state.update(fields)
+            write_json_atomic(self.paths.state, self.state)
+        if self._member_link is not None:
+            self._member_link.report(self.state, self._generation)
 
     def fail(self, message: str) -> None:
         """The agent itself failed: FATAL, unless the state was final already."""
@@ -1275,6 +2168,10 @@ class Supervisor:
     def run(self, adopted: ServerProcess | None = None) -> int:
         """Start the server (or watch ``adopted``, a running one taken over), restart it by
         policy, until stopped or final."""
+        if self.spec.group is not None:
+            if self.spec.group.is_coordinator:
+                return self._coordinate(self.spec.group)
+            return self._serve_as_member(self.spec.group)
         consecutive_failures = 0
         while not self.stop_requested.is_set():
             self._start_times.append(self.clock.monotonic())
@@ -1283,36 +2180,47 @@ class Supervisor:
             if self.stop_requested.is_set():
                 break
             consecutive_failures = 1 if was_ready else consecutive_failures + 1
-            if verdict.deterministic:
-                self._change_state(FATAL, message=f"{verdict.cls}: not restarting (deterministic)")
-                self._event("fatal", reason=verdict.cls)
+            delay = self._apply_policy(verdict, returncode, consecutive_failures)
+            if delay is None:
                 return 0
-            if not self.spec.restart.wants_restart(verdict, returncode):
-                self._change_state(
-                    EXITED, message=f"exited ({verdict.cls}); restart={self.spec.restart.mode}"
-                )
-                return 0
-            if self.spec.restart.start_limit_hit(self._start_times, self.clock.monotonic()):
-                message = (
-                    f"{verdict.cls}: start limit hit ({self.spec.restart.start_limit} starts "
-                    f"within {self.spec.restart.start_limit_interval_s:g} s)"
-                )
-                self._change_state(FATAL, message=message, next_start_at=None)
-                self._event("fatal", reason=message)
-                return 0
-            delay = self.spec.restart.delay(consecutive_failures)
-            self._change_state(
-                BACKOFF,
-                next_start_at=self.clock.wall() + delay,
-                message=f"{verdict.cls}: restarting in {delay:g} s",
-            )
-            self._event("backoff", delay_s=delay, failures=consecutive_failures)
             if self.clock.wait(self.stop_requested, delay):
                 break
             self._update(restarts=self.state["restarts"] + 1, next_start_at=None)
         self._change_state(EXITED, pid=None, pgid=None, message="stopped", next_start_at=None)
         self._event("stopped")
         return 0
+
+    def _apply_policy(
+        self, verdict: ExitVerdict, returncode: int, consecutive_failures: int, cause: str = ""
+    ) -> float | None:
+        """The restart policy after a run that ended on its own: FATAL (deterministic, start
+        limit) or EXITED (the policy does not restart it), recorded, and None; or BACKOFF and
+        the delay before the next start. ``cause`` ends each message (a group's failed rank)."""
+        if verdict.deterministic:
+            message = f"{verdict.cls}: not restarting (deterministic){cause}"
+            self._change_state(FATAL, message=message)
+            self._event("fatal", reason=verdict.cls)
+            return None
+        if not self.spec.restart.wants_restart(verdict, returncode):
+            message = f"exited ({verdict.cls}); restart={self.spec.restart.mode}{cause}"
+            self._change_state(EXITED, message=message)
+            return None
+        if self.spec.restart.start_limit_hit(self._start_times, self.clock.monotonic()):
+            message = (
+                f"{verdict.cls}: start limit hit ({self.spec.restart.start_limit} starts "
+                f"within {self.spec.restart.start_limit_interval_s:g} s)"
+            )
+            self._change_state(FATAL, message=message + cause, next_start_at=None)
+            self._event("fatal", reason=message)
+            return None
+        delay = self.spec.restart.delay(consecutive_failures)
+        self._change_state(
+            BACKOFF,
+            next_start_at=self.clock.wall() + delay,
+            message=f"{verdict.cls}: restarting in {delay:g} s{cause}",
+        )
+        self._event("backoff", delay_s=delay, failures=consecutive_failures)
+        return delay
 
     def _new_run_dir(self) -> tuple[str, str]:
         self._run_seq += 1
@@ -1406,6 +2314,10 @@ class Supervisor:
             if self.stop_requested.is_set():
                 self._stop_process(process, tracked)
                 break
+            interrupt = self._group_interrupt()
+            if interrupt is not None:
+                ended_by = self._stop_for_the_group(process, tracked, interrupt)
+                break
             saw_config = past_config or (watcher is not None and watcher.saw_config_line)
             if watcher is not None and not self.state["ready"]:
                 self._note_received(process.pid)
@@ -1421,7 +2333,7 @@ class Supervisor:
                 if watcher is not None and watcher.saw_ready_line and ready_line_at is None:
                     ready_line_at = now
                     next_health = now
-                if now >= next_health and saw_config:
+                if now >= next_health and saw_config and self._worker_line_seen(watcher):
                     healthy = self.world.health_ok(
                         spec.health_host, spec.port, spec.health_endpoint
                     )
@@ -1464,13 +2376,14 @@ class Supervisor:
                         break
             tracked.refresh()
             self.clock.sleep(0.05)
+        self._exit_noticed = self.clock.monotonic()
         returncode = process.wait()
         # Children that outlive the server hold its output pipe open: give the last lines a
         # moment, give the verdict at once, then sweep (which closes the pipe for good).
         process.drain(0.2)
         was_ready = bool(self.state["ready"])
         if self.stop_requested.is_set() and ended_by is None:
-            verdict = ExitVerdict(STOPPED, "stopped on request")
+            verdict = ExitVerdict(STOPPED, self._why_stopped())
         elif ended_by is not None:
             verdict = ended_by
         elif watcher is None:
@@ -1540,8 +2453,7 @@ class Supervisor:
         grace, then SIGKILL."""
         self._signal(process, signal.SIGTERM)
         self._signal(process, signal.SIGCONT)
-        grace = self.spec.stop_timeout_s if self.stop_grace_s is None else self.stop_grace_s
-        deadline = self.clock.monotonic() + grace
+        deadline = self.clock.monotonic() + self._stop_grace()
         while process.poll() is None and self.clock.monotonic() < deadline:
             tracked.refresh()
             self.clock.sleep(0.05)
@@ -1569,6 +2481,16 @@ class Supervisor:
         self._terminate(process, tracked)
         return ExitVerdict(cls, why)
 
+    def _stop_grace(self) -> float:
+        """SIGTERM -> SIGKILL: this stop's (``stop --timeout``), a group member's (SGLang's
+        workers ignore SIGTERM from 0.5.21 on: they wait for rank 0's shutdown broadcast), or
+        the spec's."""
+        if self.stop_grace_s is not None:
+            return self.stop_grace_s
+        if self.spec.group is not None and not self.spec.group.is_coordinator:
+            return self.spec.group.member_stop_grace_s
+        return self.spec.stop_timeout_s
+
     def _sweep(self, run_id: str, tracked: _Descendants) -> list[int]:
         """Kill what is left of the run: the group, then anything carrying the run's marker or
         seen as a descendant (reparented schedulers keep GPU memory otherwise)."""
@@ -1577,6 +2499,357 @@ class Supervisor:
             self.world.signal_group(int(pgid), signal.SIGKILL)
             self._update(pgid=None)
         return self.world.sweep(self.paths.root, run_id, tracked.seen)
+
+    # -- launch groups --
+
+    def _worker_line_seen(self, watcher: OutputWatcher | None) -> bool:
+        """READY's extra evidence on a group member: SGLang's worker line. Its /health is a dummy
+        that answers 200 whatever its schedulers do (ROUND2-FACTS §1.5)."""
+        group = self.spec.group
+        if group is None or group.is_coordinator:
+            return True
+        return watcher is not None and watcher.saw_worker_line
+
+    def _why_stopped(self) -> str:
+        """A stop request's verdict; a member's comes from its coordinator (or its loss)."""
+        group = self.spec.group
+        end = self._member_link.end if self._member_link is not None else None
+        if group is None or end is None:
+            return "stopped on request"
+        if end[0] == "shutdown":
+            return f"stopped: the group coordinator shut the group down ({end[1]})"
+        return f"stopped: {group.coordinator} was lost ({end[1]})"
+
+    def _group_interrupt(self) -> ExitVerdict | None:
+        """While the server runs: the group's reason to stop it, if any (never on one node)."""
+        if self._coordinator is not None:
+            failure = decisive_failure(self._coordinator.failures())
+            if failure is None:
+                return None
+            self._interrupted_by = failure
+            return ExitVerdict(failure.cls, failure.message)
+        if self._member_link is not None:
+            command = self._member_link.interrupting(self._generation)
+            if command is None:
+                return None
+            if command["type"] == "stop":
+                why = command["reason"] or "the group stopped"
+            else:  # a newer generation started: this one ended while its stop was lost
+                why = f"generation {command['generation']} started"
+            self._member_stop = {"generation": self._generation, "reason": why}
+            return ExitVerdict(
+                STOPPED, f"stopped by the group coordinator (generation {self._generation}): {why}"
+            )
+        return None
+
+    def _stop_for_the_group(
+        self, process: ServerProcess, tracked: _Descendants, verdict: ExitVerdict
+    ) -> ExitVerdict:
+        """Stop the server for the group: not a stop request (no STOPPING), the rank starts
+        again with the group's next generation. On the coordinator the members are told
+        first: they stop while rank 0 drains (a broken group serves nothing)."""
+        if self._coordinator is not None:
+            reason = f"group failure: {verdict.message}"
+            self._update(message=f"{reason}: stopping every rank")
+            self._coordinator.stop_members(reason)
+            self._event("group-stop", generation=self._coordinator.generation, reason=reason)
+        else:
+            self._update(message=f"{verdict.message}: stopping it")
+            self._event("group-stop", generation=self._generation, reason=verdict.message)
+        self._terminate(process, tracked)
+        return verdict
+
+    def _group_view(self) -> dict[str, Any]:
+        """state.json's ``group``: this rank, the generation, the failure that ended the last
+        one; on the coordinator each member as it last reported, on a member its coordinator."""
+        group = self.spec.group
+        assert group is not None  # noqa: S101 - called for a group's supervisor only
+        coordinator = self._coordinator
+        view: dict[str, Any] = {
+            "id": group.group_id, "rank": group.rank, "nnodes": group.nnodes,
+            "node": group.nodes[group.rank], "nodes": list(group.nodes),
+            "role": "coordinator" if group.is_coordinator else "member",
+            "control": group.control_address,
+            "generation": coordinator.generation if coordinator is not None else self._generation,
+            "failure": None if self._group_failure is None else self._group_failure.as_dict(),
+        }  # fmt: skip
+        if coordinator is not None:
+            view["members"] = coordinator.view()
+        elif group.is_coordinator:
+            view["members"] = {
+                str(rank): _MemberSeen(rank, group.nodes[rank]).view()
+                for rank in range(1, group.nnodes)
+            }
+        else:
+            link = self._member_link
+            view["coordinator"] = {
+                "rank": 0, "node": group.nodes[0], "connected": link is not None and link.connected,
+            }  # fmt: skip
+        return view
+
+    def _show_group(self) -> None:
+        self._update(group=self._group_view())
+
+    def _group_fatal(self, failure: GroupFailure) -> None:
+        """The group cannot form (or this rank cannot reach it): FATAL, never restarted."""
+        self._group_failure = failure
+        self._change_state(
+            FATAL, message=failure.message, next_start_at=None, group=self._group_view()
+        )
+        self._event("group-failure", **failure.as_dict())
+        self._event("fatal", reason=failure.cls)
+
+    # -- the coordinator (rank 0) --
+
+    def _coordinate(self, group: GroupSpec) -> int:
+        """Rank 0: the control port first, then the group generation by generation: every
+        member joined, ``start`` to each and its own server spawned; any rank's end stops every
+        rank, and rank 0's restart policy decides on the group (see _coordinate_generations)."""
+        coordinator = GroupCoordinator(
+            group, self.clock, on_change=self._show_group, on_event=self._event
+        )
+        self._coordinator = coordinator
+        problem = coordinator.open()
+        if problem is not None:
+            cls, message = problem
+            failure = GroupFailure(0, group.nodes[0], cls, message, None, 0, self.clock.monotonic())
+            self._group_fatal(failure)
+            return 0
+        try:
+            return self._coordinate_generations(group, coordinator)
+        finally:
+            coordinator.close()
+
+    def _coordinate_generations(self, group: GroupSpec, coordinator: GroupCoordinator) -> int:
+        reply_s = group.member_stop_grace_s + GROUP_REPLY_MARGIN_S
+        consecutive_failures = 0
+        while not self.stop_requested.is_set():
+            missing = self._await_members(group, coordinator)
+            if self.stop_requested.is_set():
+                break
+            if coordinator.left is not None:
+                return self._end_as_a_member_left(coordinator, coordinator.left, reply_s)
+            if missing:
+                names = ", ".join(group.name(rank) for rank in missing)
+                verb = "never joined" if coordinator.generation == 0 else "did not rejoin"
+                message = (
+                    f"{names} {verb} the group (control port {group.control_address}, "
+                    f"{group.join_timeout_s:g} s)"
+                )
+                self._group_fatal(
+                    GroupFailure(
+                        missing[0], group.nodes[missing[0]], GROUP_NEVER_JOINED, message, None,
+                        coordinator.generation, self.clock.monotonic(),
+                    )
+                )  # fmt: skip
+                coordinator.shutdown(message, reply_s)
+                return 0
+            self._interrupted_by = self._exit_noticed = None
+            generation = coordinator.begin()
+            self._show_group()
+            self._event("group-start", generation=generation)
+            self._start_times.append(self.clock.monotonic())
+            returncode, verdict, was_ready = self._run_once()
+            if self.stop_requested.is_set():
+                break
+            failure = self._end_generation(group, coordinator, verdict, returncode)
+            if self.stop_requested.is_set():
+                break
+            if failure.cls == STOPPED:  # a member was stopped on request on its own node
+                return self._end_as_a_member_left(coordinator, failure, reply_s)
+            consecutive_failures = 1 if was_ready else consecutive_failures + 1
+            delay = self._apply_policy(
+                ExitVerdict(failure.cls, failure.message),
+                returncode if failure.returncode is None else failure.returncode,
+                consecutive_failures,
+                cause=f": {failure.message}",
+            )
+            if delay is None:  # FATAL or EXITED: the members have nothing left to do
+                coordinator.shutdown(str(self.state["message"]), reply_s)
+                return 0
+            if self.clock.wait(self.stop_requested, delay):
+                break
+            self._update(restarts=self.state["restarts"] + 1, next_start_at=None)
+        # A stop request (orch down). Rank 0's server got its SIGTERM first (in _watch): SGLang's
+        # rank 0 drains and broadcasts the shutdown to the other nodes; now their supervisors.
+        self._update(message="stopping: the members next")
+        coordinator.shutdown(f"stopped on request on {group.name(0)}", reply_s)
+        self._change_state(EXITED, pid=None, pgid=None, message="stopped", next_start_at=None)
+        self._event("stopped")
+        return 0
+
+    def _await_members(self, group: GroupSpec, coordinator: GroupCoordinator) -> list[int]:
+        """Until every member is connected: [] then (or on a stop request, or when a member
+        left), else the ranks still missing after join_timeout_s."""
+        deadline = self.clock.monotonic() + group.join_timeout_s
+        missing = coordinator.missing()
+        if missing:
+            names = ", ".join(group.name(rank) for rank in missing)
+            self._update(
+                message=f"waiting for {names} to join the group "
+                f"(control port {group.control_address})"
+            )
+        while missing and not self.stop_requested.is_set() and coordinator.left is None:
+            if self.clock.monotonic() >= deadline:
+                return missing
+            self.clock.wait(self.stop_requested, 0.05)
+            missing = coordinator.missing()
+        return []
+
+    def _end_generation(
+        self,
+        group: GroupSpec,
+        coordinator: GroupCoordinator,
+        verdict: ExitVerdict,
+        returncode: int,
+    ) -> GroupFailure:
+        """After rank 0's run ended other than on request: every member stopped (bounded; one
+        that does not confirm is dropped), then the failure that names the generation's end
+        (decisive_failure of every rank's end learnt of meanwhile) recorded."""
+        generation = coordinator.generation
+        own: list[GroupFailure] = []
+        if self._interrupted_by is None:  # rank 0's own server ended, or could not start
+            noticed = self._exit_noticed
+            own.append(
+                GroupFailure(
+                    0, group.nodes[0], verdict.cls, f"{group.name(0)}: {verdict.message}",
+                    returncode, generation,
+                    self.clock.monotonic() if noticed is None else noticed,
+                )
+            )  # fmt: skip
+            reason = f"group failure: {own[0].message}"
+            self._update(message=f"{reason}: stopping every member")
+            coordinator.stop_members(reason)
+            self._event("group-stop", generation=generation, reason=reason)
+        unconfirmed = coordinator.wait_stopped(
+            group.member_stop_grace_s + GROUP_REPLY_MARGIN_S, self.stop_requested
+        )
+        if unconfirmed and not self.stop_requested.is_set():
+            coordinator.drop(unconfirmed, "did not confirm its stop in time")
+        failure = decisive_failure(coordinator.failures() + own)
+        assert failure is not None  # noqa: S101 - rank 0's own end, or the member's that stopped it
+        coordinator.finish()
+        self._group_failure = failure
+        last_exit = self.state.get("last_exit")
+        if failure.rank != 0 and isinstance(last_exit, dict):
+            # rank 0's run ended for the failed rank: its verdict is that rank's
+            self._update(
+                last_exit=dict(last_exit, **{"class": failure.cls, "message": failure.message})
+            )
+        self._show_group()
+        self._event("group-failure", **failure.as_dict())
+        return failure
+
+    def _end_as_a_member_left(
+        self, coordinator: GroupCoordinator, failure: GroupFailure, reply_s: float
+    ) -> int:
+        """A member was stopped on request on its own node (not through rank 0): the group
+        cannot run without it, and somebody is taking it down. EXITED, not restarted."""
+        message = f"{failure.message}: stopped the group"
+        self._group_failure = failure
+        coordinator.shutdown(message, reply_s)
+        self._change_state(
+            EXITED, pid=None, pgid=None, message=message, next_start_at=None,
+            group=self._group_view(),
+        )  # fmt: skip
+        self._event("stopped", reason=message)
+        return 0
+
+    # -- a member (rank >= 1) --
+
+    def _serve_as_member(self, group: GroupSpec) -> int:
+        """Rank >= 1: join the coordinator, then start and stop the server when it says so;
+        report each end, never restart on its own. Its shutdown, its loss, or a stop request
+        end this supervisor (EXITED), the server stopped."""
+        link = GroupMemberLink(group, self.clock, self.stop_requested)
+        self._member_link = link
+        coordinator = f"{group.coordinator} at {group.control_address}"
+        self._update(message=f"joining the group: reaching {coordinator}")
+        try:
+            problem = link.connect()
+            if problem is not None:
+                failure = GroupFailure(
+                    0, group.nodes[0], GROUP_COORDINATOR_UNREACHABLE, problem, None, 0,
+                    self.clock.monotonic(),
+                )  # fmt: skip
+                self._group_fatal(failure)
+                return 0
+            if link.connected:
+                self._event("group-join", rank=group.rank, node=group.nodes[group.rank])
+                self._update(
+                    message=f"joined the group: waiting for {coordinator} to start it",
+                    group=self._group_view(),
+                )
+            while not self.stop_requested.is_set():
+                command = link.next_command(0.1)
+                if command is None:
+                    continue
+                generation = command["generation"]
+                if command["type"] == "stop":  # nothing runs: it ended already, or never began
+                    link.send("stopped", generation=generation, run_id=self.state["run_id"])
+                elif generation > self._generation:  # older ones were in flight as they ended
+                    self._run_generation(link, generation)
+            return self._member_ends(link)
+        finally:
+            link.close()
+
+    def _run_generation(self, link: GroupMemberLink, generation: int) -> None:
+        if self._generation:
+            self._update(restarts=self.state["restarts"] + 1)
+        self._generation = generation
+        self._take_member_stop()  # a stop of an earlier generation's is no stop of this one
+        self._show_group()
+        self._event("group-start", generation=generation)
+        returncode, verdict, _ = self._run_once()
+        if self.stop_requested.is_set():
+            return
+        run_id = self.state["run_id"]
+        if self._take_member_stop() is not None:
+            link.send("stopped", generation=generation, run_id=run_id)
+            message = f"stopped by the group (generation {generation}): waiting for the next start"
+        else:
+            link.send(
+                "exited", generation=generation, run_id=run_id, cls=verdict.cls,
+                message=verdict.message[:GROUP_TEXT_MAX], returncode=returncode,
+            )  # fmt: skip
+            message = f"exited ({verdict.cls}): waiting for the group coordinator"
+        if self.state["state"] == BACKOFF:  # a spawn that failed leaves it there
+            self._update(message=message, next_start_at=None)
+        else:
+            self._change_state(BACKOFF, message=message, next_start_at=None)
+
+    def _take_member_stop(self) -> dict[str, Any] | None:
+        """The coordinator's stop that ended this member's run (_group_interrupt), once."""
+        stop, self._member_stop = self._member_stop, None
+        return stop
+
+    def _member_ends(self, link: GroupMemberLink) -> int:
+        group = self.spec.group
+        assert group is not None  # noqa: S101 - a member's
+        end = link.end
+        if end is None:  # a stop request on this node: the coordinator learns it, and stops
+            link.send("leaving", reason="stopped on request on its node")
+            message = "stopped"
+        elif end[0] == "shutdown":
+            message = f"stopped: the group coordinator shut the group down ({end[1]})"
+        else:
+            # A rank without its group is useless and holds its GPUs (NCCL would hang).
+            message = f"{group.coordinator} was lost ({end[1]}): stopped this rank"
+            self._group_failure = GroupFailure(
+                0, group.nodes[0], GROUP_COORDINATOR_LOST, message, None, self._generation,
+                self.clock.monotonic(),
+            )  # fmt: skip
+            self._event("group-coordinator-lost", reason=end[1])
+        self._change_state(
+            EXITED, pid=None, pgid=None, message=message, next_start_at=None,
+            group=self._group_view(),
+        )  # fmt: skip
+        self._event("stopped", reason=message)
+        if end is not None and end[0] == "shutdown":
+            link.send("shutdown-done")  # after EXITED (reported): the coordinator may end now
+        link.close()
+        self._show_group()
+        return 0
 
 
 RECEIVED_FILE = "received.json"  # beside each run's log: what the server was exec'd with
@@ -1809,11 +3082,16 @@ def _supervise(supervisor: Supervisor, writer: int, adopted: ServerProcess | Non
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
     answered = threading.Event()
 
+    # A group's rank spawns once every member joined (the others are started at the same time).
+    group = supervisor.spec.group is not None
+
     def answer_when_spawned() -> None:
-        deadline = clock.monotonic() + 10.0
+        deadline = clock.monotonic() + (GROUP_START_ANSWER_S if group else 10.0)
         while clock.monotonic() < deadline and supervisor.state["pid"] is None:
             if supervisor.state["last_exit"] is not None:
                 break
+            if group and supervisor.state["state"] in TERMINAL_STATES:
+                break  # the group could not form: no server, no run
             clock.sleep(0.01)
         _answer(writer, {"ok": True, "state": supervisor.state})
         answered.set()
@@ -1875,6 +3153,14 @@ def cmd_adopt(deployment_dir: str) -> dict[str, Any]:
             "reason": f"its supervisor died while {state.get('state')}: orch down stops the server",
         }
     spec = _read_spec(paths.spec)
+    if spec.group is not None:
+        # Its coordinator counted it lost and stopped the group's other ranks: a rank alone
+        # serves nothing, and rejoining a running group is not possible (no in-place recovery).
+        return {
+            "ok": False,
+            "reason": f"{spec.group.name(spec.group.rank)} of a launch group cannot be adopted: "
+            "orch down stops the group, orch up starts it again",
+        }
     writer, answer = _start_detached(paths, spec.port)
     if writer is None:
         return answer or {}
@@ -1950,6 +3236,13 @@ def cmd_status(deployment_dir: str) -> dict[str, Any]:
             )
     if not server_alive:
         state.pop("memory_loads", None)  # figures of a server that is gone
+    group = state.get("group")
+    if isinstance(group, dict) and not agent_alive:
+        # its connections died with it, whatever it recorded last
+        peers = [*(group.get("members") or {}).values(), group.get("coordinator")]
+        for peer in peers:
+            if isinstance(peer, dict):
+                peer["connected"] = False
     return state
 
 
@@ -1995,7 +3288,7 @@ def cmd_stop(deployment_dir: str, timeout: float) -> dict[str, Any]:
     if verified_alive(agent) and agent is not None:
         write_json_atomic(paths.stop_request, {"grace_s": timeout})
         os.kill(int(agent["pid"]), signal.SIGTERM)
-        deadline = clock.monotonic() + timeout + 10.0
+        deadline = clock.monotonic() + timeout + 10.0 + _members_stop_s(paths, state)
         while verified_alive(agent) and clock.monotonic() < deadline:
             clock.sleep(0.05)
         if verified_alive(agent):  # it did not finish in time: take over its last duty
@@ -2012,6 +3305,17 @@ def cmd_stop(deployment_dir: str, timeout: float) -> dict[str, Any]:
     result = cmd_status(deployment_dir)
     result["leftovers_killed"] = leftovers
     return result
+
+
+def _members_stop_s(paths: Paths, state: dict[str, Any]) -> float:
+    """How much longer a group's coordinator takes to stop than a server's supervisor: after
+    its own server, it waits (bounded) for every member to confirm its shutdown."""
+    group = state.get("group")
+    if not isinstance(group, dict) or group.get("rank") != 0:
+        return 0.0
+    spec_group = _spec_for(paths, state).group
+    grace = spec_group.member_stop_grace_s if spec_group is not None else 5.0
+    return grace + GROUP_REPLY_MARGIN_S
 
 
 def _stop_for_a_dead_supervisor(
@@ -2258,6 +3562,7 @@ def cmd_probe(port: int, model: str | None, bind: str, env_file: str | None) -> 
     import socket
 
     env = dict(os.environ)
+    inherited = distributed_env(env)  # before the spec's own: what this host adds by itself
     if env_file is not None:
         try:
             check_file(env_file, "the probe's environment file")
@@ -2287,7 +3592,33 @@ def cmd_probe(port: int, model: str | None, bind: str, env_file: str | None) -> 
             and not model.startswith(("/", ".")),
         }
     facts["gpus"] = _gpus()
+    facts["env"] = inherited
     return facts
+
+
+# Variables of the host's own environment that shape a distributed run: a launch group's nodes
+# must agree on them (orch compares them across nodes), and a server inherits them silently.
+DISTRIBUTED_ENV_PREFIXES = (
+    "NCCL_", "GLOO_", "SGLANG_", "TORCH_", "PYTORCH_", "CUDA_", "NVSHMEM_", "UCX_", "HF_",
+    "TRANSFORMERS_", "FLASHINFER_", "TRITON_", "NVIDIA_", "MC_", "TP_SOCKET_IFNAME",
+    "MASTER_ADDR", "MASTER_PORT", "LD_LIBRARY_PATH", "OMP_NUM_THREADS",
+)  # fmt: skip
+_SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSW|KEY|CREDENTIAL", re.IGNORECASE)
+
+
+def distributed_env(environ: dict[str, str]) -> dict[str, str]:
+    """``environ``'s variables of DISTRIBUTED_ENV_PREFIXES; a secret-looking one (HF_TOKEN) as a
+    digest of its value: enough to tell two nodes apart, nothing to read."""
+    import hashlib
+
+    found = {}
+    for name, value in environ.items():
+        if not name.startswith(DISTRIBUTED_ENV_PREFIXES):
+            continue
+        if _SECRET_NAME.search(name):
+            value = "sha256:" + hashlib.sha256(value.encode()).hexdigest()[:12]
+        found[name] = value
+    return dict(sorted(found.items()))
 
 
 _VERSION_PROBE = """
@@ -2430,6 +3761,149 @@ def _env_file_argument(argv: Sequence[str]) -> str | None:
     return None
 
 
+# -- the rendezvous reachability probe ------------------------------------------------------------
+# Before a group starts, orch checks that rank 0's rendezvous (and control) port is reachable over
+# TCP from every other node: a wrong address, a firewall or a wrong NIC then fail by name instead
+# of as a silent hang at ``Init torch distributed begin``. A short-lived listener on rank 0's node
+# stands in for the server; each other node connects and exchanges a token with it.
+
+PROBE_LINE_MAX = 1024  # the token line either way
+PROBE_IO_S = 5.0  # one exchange, once connected
+
+
+def cmd_listen(bind: str, port: int, token: str, seconds: float, expect: int) -> dict[str, Any]:
+    """Bind ``bind:port`` (here, so that a port in use is answered at once), then detach (double
+    fork, like the supervisor, so that an SSH exec returns) a listener that answers each
+    connection sending the token line with ``ok <token>``, for at most ``seconds``, or until
+    ``expect`` (> 0) connections were answered: the port is the server's right after."""
+    import socket
+
+    address = host_port(bind, port)
+    family = socket.AF_INET6 if ":" in bind else socket.AF_INET
+    listener = socket.socket(family, socket.SOCK_STREAM)
+    # As uvicorn and the coordinator do: a previous holder's connections in TIME_WAIT are no
+    # reason to fail (the server will bind despite them); a listener holding the port is.
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        listener.bind((bind, port))
+        listener.listen(64)
+    except OSError as exc:
+        listener.close()
+        return {
+            "protocol": PROTOCOL, "ok": False,
+            "reason": f"cannot listen on {address}: {exc.strerror or exc}",
+        }  # fmt: skip
+    reader, writer = os.pipe()
+    first = os.fork()
+    if first:
+        os.close(writer)
+        listener.close()
+        with os.fdopen(reader, "rb") as pipe:
+            answer = pipe.read()
+        os.waitpid(first, 0)
+        if not answer.strip().isdigit():
+            return {"protocol": PROTOCOL, "ok": False, "reason": "the listener died detaching"}
+        return {"protocol": PROTOCOL, "ok": True, "pid": int(answer), "address": address}
+    try:
+        os.close(reader)
+        os.setsid()
+        if os.fork():
+            os._exit(0)
+        # No terminal, no SSH channel: the caller's pipes close once the parent answered.
+        os.chdir("/")
+        devnull = os.open(os.devnull, os.O_RDWR)
+        for fd in (0, 1, 2):
+            os.dup2(devnull, fd)
+        os.close(devnull)
+        os.write(writer, str(os.getpid()).encode())
+        os.close(writer)
+        _answer_probes(listener, token.encode(), seconds, expect, RealClock())
+    finally:
+        os._exit(0)
+
+
+def _answer_probes(
+    listener: socket.socket, token: bytes, seconds: float, expect: int, clock: Clock
+) -> None:
+    """Answer the token line on each connection, each in its own thread (a connection that
+    sends nothing holds no other up), until ``seconds`` passed or ``expect`` were answered."""
+    deadline = clock.monotonic() + seconds
+    lock = threading.Lock()
+    enough = threading.Event()
+    answered = 0
+
+    def answer(connection: socket.socket) -> None:
+        nonlocal answered
+        with connection:
+            try:
+                connection.settimeout(PROBE_IO_S)
+                if not hmac.compare_digest(_read_probe_line(connection).strip(), token):
+                    return
+                connection.sendall(b"ok " + token + b"\n")
+            except OSError:
+                return
+        with lock:
+            answered += 1
+            if 0 < expect <= answered:
+                enough.set()
+
+    while not enough.is_set():
+        remaining = deadline - clock.monotonic()
+        if remaining <= 0:
+            break
+        listener.settimeout(min(remaining, 0.2))
+        try:
+            connection, _ = listener.accept()
+        except OSError:  # the timeout: look at the clock and at ``enough`` again
+            continue
+        threading.Thread(target=answer, args=(connection,), daemon=True).start()
+    listener.close()
+
+
+def _read_probe_line(connection: socket.socket) -> bytes:
+    """Up to the first newline (or PROBE_LINE_MAX bytes, or the end)."""
+    received = b""
+    while b"\n" not in received and len(received) < PROBE_LINE_MAX:
+        chunk = connection.recv(PROBE_LINE_MAX)
+        if not chunk:
+            break
+        received += chunk
+    return received.split(b"\n", 1)[0]
+
+
+def cmd_reach(host: str, port: int, token: str, timeout: float) -> dict[str, Any]:
+    """From this node: connect to ``host:port``, send the token line, expect ``ok <token>``
+    from ``agent.py listen``. Always an answer (the caller decides): ok and the time to
+    connect, or why not."""
+    import socket
+
+    address = host_port(host, port)
+    clock = RealClock()
+    began = clock.monotonic()
+    try:
+        connection = socket.create_connection((host, port), timeout=timeout)
+    except OSError as exc:
+        return {"protocol": PROTOCOL, "ok": False, "reason": _connect_failure(exc, timeout)}
+    connect_ms = round((clock.monotonic() - began) * 1000.0, 3)
+    with connection:
+        try:
+            connection.settimeout(max(timeout - (clock.monotonic() - began), 0.1))
+            connection.sendall(token.encode() + b"\n")
+            answer = _read_probe_line(connection)
+        except OSError as exc:
+            return {
+                "protocol": PROTOCOL, "ok": False, "connect_ms": connect_ms,
+                "reason": f"connected, then no answer: {_connect_failure(exc, timeout)}",
+            }  # fmt: skip
+    if not hmac.compare_digest(answer.strip(), b"ok " + token.encode()):
+        return {
+            "protocol": PROTOCOL, "ok": False, "connect_ms": connect_ms,
+            "reason": f"wrong answer from {address}: another program holds the port, not "
+            "orch's probe listener",
+        }  # fmt: skip
+    return {"protocol": PROTOCOL, "ok": True, "connect_ms": connect_ms}
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     arguments = list(sys.argv[1:] if argv is None else argv)
     env_file = _env_file_argument(arguments)
@@ -2443,6 +3917,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         remove_env_file(env_file)
     sys.stdout.write(json.dumps(result, sort_keys=True) + "\n")
+    if arguments[:1] == ["reach"]:
+        return 0  # an unreachable port is an answer, not the agent's failure: the caller decides
     return 0 if result.get("ok", True) else 3
 
 
@@ -2470,6 +3946,17 @@ def _dispatch(argv: Sequence[str]) -> dict[str, Any]:
     inspect.add_argument("--host", default="127.0.0.1")
     inspect.add_argument("--env", action="append", default=[])
     inspect.add_argument("--log")
+    listen = commands.add_parser("listen")
+    listen.add_argument("--bind", default="0.0.0.0")  # noqa: S104 - the other nodes connect
+    listen.add_argument("--port", type=int, required=True)
+    listen.add_argument("--token", required=True)
+    listen.add_argument("--seconds", type=float, default=60.0)
+    listen.add_argument("--expect", type=int, default=0)  # end after this many answers (0: none)
+    reach = commands.add_parser("reach")
+    reach.add_argument("--host", required=True)
+    reach.add_argument("--port", type=int, required=True)
+    reach.add_argument("--token", required=True)
+    reach.add_argument("--timeout", type=float, default=5.0)
     args = parser.parse_args(argv)
     if args.command == "start":
         result = cmd_start(args.dir, args.spec)
@@ -2483,6 +3970,10 @@ def _dispatch(argv: Sequence[str]) -> dict[str, Any]:
         result = cmd_runs(args.dir)
     elif args.command == "inspect":
         result = cmd_inspect(args.dir, args.pid, args.port, args.host, args.env, args.log)
+    elif args.command == "listen":
+        result = cmd_listen(args.bind, args.port, args.token, args.seconds, args.expect)
+    elif args.command == "reach":
+        result = cmd_reach(args.host, args.port, args.token, args.timeout)
     else:
         result = cmd_probe(args.port, args.model, args.bind, args.env_file)
     return result
