@@ -11,6 +11,7 @@ import os
 import platform
 import resource
 import shlex
+import signal
 import statistics
 import subprocess
 import sys
@@ -672,7 +673,101 @@ def render_markdown(sections: Sequence[Section], command: str, took: float) -> s
     return "\n".join(out) + "\n"
 
 
-BENCHMARKS = ("verdict", "up", "hosts", "cli", "logs", "ready", "memory")
+BENCHMARKS = ("verdict", "up", "hosts", "cli", "logs", "ready", "memory", "groups")
+
+
+# -- launch groups ------------------------------------------------------------------------------
+
+
+def group_profile(lab: Lab, name: str, hosts: Sequence[str], *, tp: int) -> str:
+    """A stand-in group, rank r on ``hosts[r]`` (each its own sshd), each node its own --port."""
+    document = {
+        "sglang": "0.5.23",
+        "model": {"path": str(MODEL), "served_model_name": "bench"},
+        "port": free_port(), "bind": "127.0.0.1",
+        "env": {"PYTHONPATH": str(STANDIN)},
+        "args": {"skip_server_warmup": True, "tp_size": tp},
+        "restart": {"mode": "on-failure", "delay_s": 0.1, "max_delay_s": 0.1, "start_limit": 50},
+        "stop_timeout_s": 3,
+        "health": {"startup_timeout_s": 120, "interval_s": 0.5},
+        "group": {
+            "nodes": [{"host": hosts[0]}]
+            + [{"host": host, "port": free_port()} for host in hosts[1:]],
+            "rendezvous_port": free_port(), "control_port": free_port(), "join_timeout_s": 60,
+        },
+    }  # fmt: skip
+    (lab.profiles / f"{name}.yaml").write_text(yaml.safe_dump(document, sort_keys=False))
+    return name
+
+
+def launch_groups(lab: Lab, hosts: Sequence[str], runs: int) -> Section:
+    """Group up against one node's up, and the time from a rank's death to the group's verdict
+    (rank 0's supervisor recording the failure) and to the whole group READY again."""
+    single_walls, group_walls, group_own = [], [], []
+    verdicts, recoveries = [], []
+    for run in range(runs):
+        single = lab.profile(f"single-{run}", hosts[0])
+        started = time.monotonic()
+        code, text = lab.orch("up", single, "--no-plan")
+        single_walls.append(time.monotonic() - started)
+        assert code == 0, text
+        lab.orch("down", single)
+
+        name = group_profile(lab, f"group-{run}", hosts[:2], tp=2)
+        started = time.monotonic()
+        code, text = lab.orch("up", name, "--no-plan")
+        group_walls.append(time.monotonic() - started)
+        assert code == 0, text
+        leader = lab.state(hosts[0], name) or {}
+        group_own.append((leader.get("ready_at") or 0) - (leader.get("started_at") or 0))
+
+        worker = lab.state(hosts[1], name) or {}
+        first_generation = (leader.get("group") or {}).get("generation")
+        os.kill(int(worker["pid"]), signal.SIGKILL)
+        killed = time.time()
+        verdict_at = ready_at = None
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and ready_at is None:
+            leader = lab.state(hosts[0], name) or {}
+            group = leader.get("group") or {}
+            if verdict_at is None and group.get("failure"):
+                verdict_at = time.time()
+            worker = lab.state(hosts[1], name) or {}
+            again = group.get("generation") != first_generation
+            if again and leader.get("state") == "READY" and worker.get("state") == "READY":
+                ready_at = time.time()
+            time.sleep(0.001)
+        if verdict_at is not None:
+            verdicts.append(verdict_at - killed)
+        if ready_at is not None:
+            recoveries.append(ready_at - killed)
+        lab.orch("down", name)
+    return Section(
+        "Launch groups",
+        "A 2-node group (TP 2, one rank per node, each node its own sshd on loopback) of the "
+        "stand-in, beside one node's `orch up` of the same server: wall time of `orch up "
+        "--no-plan` to READY (the group's: every node probed, the nodes compared, the rendezvous "
+        "and control ports reached from the other node, both supervisors started, both ranks "
+        "READY). Then SIGKILL of rank 1's server: time until rank 0's supervisor recorded the "
+        "group failure in state.json (polled every 1 ms), and until both ranks were READY "
+        f"again as the next group start (restart delay 0.1 s). {runs} runs each.",
+        [
+            Row("groups", "orch up, one node", ms(median(single_walls))),
+            Row("groups", "orch up, 2-node group", ms(median(group_walls))),
+            Row("groups", "  of which the group's own start to READY", ms(median(group_own))),
+            Row(
+                "groups",
+                "rank 1 killed -> group failure recorded",
+                ms(median(verdicts)) if verdicts else "-",
+                "< 1000 ms",
+            ),
+            Row(
+                "groups",
+                "rank 1 killed -> whole group READY again",
+                ms(median(recoveries)) if recoveries else "-",
+            ),
+        ],
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -701,6 +796,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             sections.append(ready_with_long_line(Path(scratch), (0, 30_000_000), 1 if quick else 3))
         if "memory" in args.only:
             sections.append(memory_plan(runs=1 if quick else 5))
+        if "groups" in args.only:
+            sections.append(launch_groups(lab, hosts, runs=1 if quick else 5))
         if "logs" in args.only:
             sizes_mb = (1, 16) if quick else (1, 100, 1024)
             sections.append(large_log(lab, hosts[0], sizes_mb, runs=1 if quick else 5))

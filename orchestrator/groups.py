@@ -8,7 +8,7 @@ that node's server only, and shows up as a hang or a slow group, not as an error
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 from orchestrator.model import Profile
@@ -94,19 +94,21 @@ class RankDifference:
     why: str
 
 
-def compare_resolved(resolved: Sequence[Mapping[str, object] | None]) -> list[RankDifference]:
-    """The fields SGLang resolved differently on different ranks (ranks that did not show their
-    resolved configuration are left out of the comparison)."""
+def compare_resolved(
+    resolved: Sequence[Mapping[str, object] | None], fields: Collection[str]
+) -> list[RankDifference]:
+    """The SGLang fields (``fields``: the argument table's) resolved differently on different
+    ranks. Rank 0 answers ``/server_info`` (with runtime keys besides the fields), the others
+    only their ``server_args=`` line: a field one rank did not report is not compared, nor is a
+    rank that reported nothing."""
     known = [config for config in resolved if config is not None]
     if len(known) < 2:
         return []
     out = []
-    for name in sorted({key for config in known for key in config}):
-        if name in PER_RANK_FIELDS:
-            continue
+    shared = set(fields).intersection(*(set(config) for config in known))
+    for name in sorted(shared - PER_RANK_FIELDS):
         values = tuple(config.get(name) if config is not None else None for config in resolved)
-        seen = [repr(config.get(name)) for config in known]
-        if len(set(seen)) == 1:
+        if len({repr(config[name]) for config in known}) == 1:
             continue
         if name in PER_PROCESS_FIELDS:
             why = "SGLang draws it per process when the profile does not set it"

@@ -4,7 +4,10 @@ resolved (``/server_info``, else the ``server_args=`` line), and with the profil
 from __future__ import annotations
 
 import dataclasses
+import json
+import posixpath
 from dataclasses import dataclass
+from typing import Any
 
 from orchestrator import argtable, groups, memory, observe, sglang_config, verify
 from orchestrator.commands import lockfile
@@ -13,6 +16,7 @@ from orchestrator.commands.follow import StartupLog
 from orchestrator.errors import NotDeployed, NotResolved
 from orchestrator.model import SecretRef
 from orchestrator.protocol import health_host
+from orchestrator.remote.agent import CONFIG_FILE
 
 
 def diff_effective(
@@ -123,10 +127,28 @@ def diff_group(ctx: Context, launch: Launch, *, include_defaulted: bool = False)
     def compare_rank(rank: int) -> verify.Report:
         return diff_effective(ctx, launch, include_defaulted=include_defaulted, rank=rank)
 
-    reports = parallel(compare_rank, list(range(len(launch.members))))
-    nodes = [launch.profile.for_rank(rank).host.name for rank in range(len(reports))]
-    between = groups.compare_resolved([report.resolved for report in reports])
+    ranks = list(range(len(launch.members)))
+    reports = parallel(compare_rank, ranks)
+    nodes = [launch.profile.for_rank(rank).host.name for rank in ranks]
+    # Like with like: every rank's own server_args= line (rank 0 also answers /server_info,
+    # whose shapes differ from the line's; workers have only the line).
+    logged = parallel(lambda rank: logged_config(ctx, launch, rank), ranks)
+    between = groups.compare_resolved(logged, launch.table.fields)
     return GroupReport(tuple(zip(nodes, reports, strict=True)), tuple(between))
+
+
+def logged_config(ctx: Context, launch: Launch, rank: int) -> dict[str, Any] | None:
+    """What rank ``rank``'s current run logged it resolved (its ``server_args=`` line, which
+    the agent keeps beside the run's log), None when it logged none (yet)."""
+    agent = ctx.agent(launch.profile.for_rank(rank))
+    state = agent.read_state()
+    if state is None or state.run_dir is None:
+        return None
+    try:
+        kept = json.loads(agent.transport.read(posixpath.join(state.run_dir, CONFIG_FILE)))
+        return sglang_config.parse_server_args_line(kept["server_args_line"])
+    except (FileNotFoundError, ValueError, KeyError, TypeError, sglang_config.UnreadableConfig):
+        return None
 
 
 def compare_logged(launch: Launch, startup: StartupLog) -> verify.Report:

@@ -323,8 +323,10 @@ def _members_ready(ctx: Context, launch: Launch, nodes: Sequence[Node], ready: O
             if state is None or state.state != READY
         ]
         current = leader.agent.read_state() or ready.state
-        if current.state != READY or current.run_id != ready.state.run_id:
-            ended = current.last_exit
+        ended = current.last_exit
+        run = ready.state.run_id
+        # the coordinator records the failure at once, its state only once the group stopped
+        if current.state != READY or current.run_id != run or (ended and ended.run_id == run):
             cls = ended.cls if ended is not None else "crashed"
             message = ended.message if ended is not None else current.message
             return _named(failure_outcome(current, cls, message, ()))

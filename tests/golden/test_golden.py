@@ -18,9 +18,9 @@ from tests.conftest import EXAMPLES, SHIPPED_PROFILES, copy_examples
 GOLDEN = Path(__file__).resolve().parent
 # (golden name, profile, SGLang version override or None)
 _SHIPPED = ProfileStore(SHIPPED_PROFILES)
-CASES = [
-    (name, name, None) for name in EXAMPLES if not _SHIPPED.load(name).profile.abstract
-] + [("qwen36-mtp-b200@0.5.23", "qwen36-mtp-b200", "0.5.23")]
+CASES = [(name, name, None) for name in EXAMPLES if not _SHIPPED.load(name).profile.abstract] + [
+    ("qwen36-mtp-b200@0.5.23", "qwen36-mtp-b200", "0.5.23")
+]
 
 
 def _render(tmp_path: Path, profile: str, version: str | None) -> str:
