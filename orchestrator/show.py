@@ -153,7 +153,7 @@ class UpView:
             texts += error(event.summary, event.hint)
         else:
             if event.last_lines:
-                texts.append(Text("  last lines of the log:\n", err=True))
+                texts.append(Text(f"  last lines of {event.lines_of}:\n", err=True))
                 texts += [Text(f"  | {text}\n", err=True) for text in event.last_lines[-15:]]
             failed = "" if event.exit_code == ExitCode.SUPERVISOR else "server failed: "
             texts += error(f"{failed}{event.summary}", event.hint)

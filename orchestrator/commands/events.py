@@ -76,6 +76,7 @@ class Outcome:
     summary: str
     last_lines: tuple[str, ...] = ()
     hint: str | None = None
+    lines_of: str = "the log"  # whose last lines: a group's failed rank's log
 
 
 UpEvent = (

@@ -286,7 +286,7 @@ def _follow(
             yield event
             continue
         if not event.ok:
-            yield _named(event)
+            yield _with_failed_rank_tail(nodes, _named(event))
             return
         outcome = _members_ready(ctx, launch, nodes, event)
         if not outcome.ok:
@@ -305,6 +305,29 @@ def _named(outcome: Outcome) -> Outcome:
     failure = view.failure
     return dataclasses.replace(
         outcome, summary=f"{outcome.summary}; rank {failure.rank} ({failure.node}) {failure.cls}"
+    )
+
+
+TAIL_LINES = 30
+
+
+def _with_failed_rank_tail(nodes: Sequence[Node], outcome: Outcome) -> Outcome:
+    """The last lines of the rank whose end took the group down, rather than rank 0's (which
+    only show it waiting): where a user looks for the cause."""
+    view = outcome.state.group
+    if view is None or view.failure is None or not 0 < view.failure.rank < len(nodes):
+        return outcome
+    node = nodes[view.failure.rank]
+    state = node.agent.read_state()
+    if state is None or state.log is None:
+        return outcome
+    text = ops.LogTail(node.agent.transport, state.log).last_lines(TAIL_LINES)
+    if not text:
+        return outcome
+    return dataclasses.replace(
+        outcome,
+        last_lines=tuple(text.splitlines()),
+        lines_of=f"rank {node.rank}'s log ({node.profile.host.name})",
     )
 
 
@@ -329,7 +352,7 @@ def _members_ready(ctx: Context, launch: Launch, nodes: Sequence[Node], ready: O
         if current.state != READY or current.run_id != run or (ended and ended.run_id == run):
             cls = ended.cls if ended is not None else "crashed"
             message = ended.message if ended is not None else current.message
-            return _named(failure_outcome(current, cls, message, ()))
+            return _with_failed_rank_tail(nodes, _named(failure_outcome(current, cls, message, ())))
         if not waiting:
             summary = f"{ready.summary}  ({len(nodes)} nodes READY)"
             return dataclasses.replace(ready, state=current, summary=summary)

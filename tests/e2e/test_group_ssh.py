@@ -155,6 +155,37 @@ def test_group_sigkill_of_rank1_restarts_the_whole_group(group_space: Workspace)
     assert not alive_pids(before[1]["run_id"])
 
 
+def test_group_up_again_attaches_and_a_rank_dying_in_startup_is_named(
+    group_space: Workspace,
+) -> None:
+    """The same launch already up is followed, not started twice. A rank that dies while the
+    group starts fails `up` with the verdict of rank 0's supervisor, naming rank 1."""
+    name = group_profile(group_space, "again")
+    assert group_space.orch("up", name).code == ExitCode.OK
+    first = rows(group_space, name)
+    again = group_space.orch("up", name)
+    assert again.code == ExitCode.OK, again.err
+    assert [row["run_id"] for row in rows(group_space, name)] == [r["run_id"] for r in first]
+    assert group_space.orch("down", name).code == ExitCode.OK
+
+    dying = group_profile(
+        group_space, "dying", restart={"mode": "no"},
+        env={"ORCH_STANDIN_LOAD_S": "5"},
+    )  # fmt: skip
+    path = group_space.profiles / f"{dying}.yaml"
+    document = yaml.safe_load(path.read_text())
+    document["group"]["nodes"][1]["env"] = {"ORCH_STANDIN_FAIL": "die-after:1"}
+    path.write_text(yaml.safe_dump(document, sort_keys=False))
+    up = group_space.orch("up", dying)
+    assert up.code != ExitCode.OK, up.out
+    assert "rank 1 (node-b)" in up.err
+    assert "last lines of rank 1's log (node-b)" in up.err  # where the failure is, not rank 0's
+    ranks = rows(group_space, dying)
+    assert ranks[0]["state"] == "EXITED"
+    assert ranks[0]["group"]["failure"]["rank"] == 1
+    wait_for("rank 0's server stopped with the group", lambda: not alive_pids(ranks[0]["run_id"]))
+
+
 def test_group_unreachable_rendezvous_is_refused_before_launch(group_space: Workspace) -> None:
     """Rank 0 declared at an address the other node cannot reach: refused at preflight, with
     the node named, and nothing started on either node."""

@@ -7,9 +7,10 @@ import json
 
 import pytest
 
-from orchestrator import render
+from orchestrator import groups, render
 from orchestrator.errors import ExitCode, InvalidProfile, ProfileError
 from orchestrator.profile import LoadedProfile
+from orchestrator.protocol import GpuFacts, HostFacts, PortFacts
 from tests.conftest import ProfileDir
 
 HOSTS = """\
@@ -196,3 +197,51 @@ def test_pp_is_spelled_pp_size(profile_dir: ProfileDir) -> None:
     error = _one(profile_dir, GROUP.replace("{tp_size: 16}", "{tp_size: 8, pp: 2}"))
     assert error.key_path == "args.pp"
     assert "pp_size" in (error.hint or "")
+
+
+def _facts(version: str, python: str, env: dict[str, str]) -> HostFacts:
+    return HostFacts(
+        python=python, executable="/venv/bin/python", hostname="h", sglang_version=version,
+        sglang_error="", psutil="6", port=PortFacts(30000, True, None, ()), model=None,
+        gpus=GpuFacts(False, "no driver", None, ()), inherited_env=env,
+    )  # fmt: skip
+
+
+def test_nodes_compared_apart_from_what_the_profile_sets(profile_dir: ProfileDir) -> None:
+    profile = _load(profile_dir, GROUP + "env: {NCCL_DEBUG: WARN}\n").profile
+    declared = groups.declared_env(profile)
+    assert declared == {"NCCL_DEBUG", "NCCL_SOCKET_IFNAME"}
+    same = {"NCCL_DEBUG": "INFO", "NCCL_SOCKET_IFNAME": "x", "HF_HOME": "/data/hf"}
+    other = {**same, "NCCL_DEBUG": "TRACE", "NCCL_SOCKET_IFNAME": "y"}
+    nodes = ("node-a", "node-b")
+    # the profile sets NCCL_DEBUG and the NIC: the hosts' own values never reach the server
+    assert groups.compare_nodes(nodes, [_facts("0.5.23", "3.11", same)] * 2, declared) == []
+    assert (
+        groups.compare_nodes(
+            nodes, [_facts("0.5.23", "3.11", same), _facts("0.5.23", "3.11", other)], declared
+        )
+        == []
+    )
+    drifted = {**same, "HF_HOME": "/other"}
+    found = groups.compare_nodes(
+        nodes, [_facts("0.5.23", "3.11", same), _facts("0.5.22", "3.12", drifted)], declared
+    )
+    assert [difference.text for difference in found] == [
+        "sglang: node-a 0.5.23, node-b 0.5.22",
+        "python: node-a 3.11, node-b 3.12",
+        "env HF_HOME: node-a HF_HOME=/data/hf, node-b HF_HOME=/other",
+    ]
+
+
+def test_ranks_resolved_configurations_compared_field_by_field() -> None:
+    rank0 = {"tp_size": 16, "node_rank": 0, "port": 30000, "random_seed": 1, "dtype": "bf16"}
+    rank1 = {"tp_size": 16, "node_rank": 1, "port": 30001, "random_seed": 2, "dtype": "fp16"}
+    fields = {"tp_size", "node_rank", "port", "random_seed", "dtype"}
+    found = groups.compare_resolved([rank0, rank1], fields)
+    assert [(row.field, row.values, row.drift) for row in found] == [
+        ("dtype", ("bf16", "fp16"), True),
+        ("random_seed", (1, 2), False),  # SGLang draws it per process
+    ]
+    # a rank that reported nothing, or a field only one rank reported: not compared
+    assert groups.compare_resolved([rank0, None], fields) == []
+    assert groups.compare_resolved([{**rank0, "extra": 1}, rank0], {*fields, "extra"}) == []
