@@ -123,8 +123,9 @@ def _cmd_render(args: argparse.Namespace, output: _Output) -> int:
     loaded = _store(args).load(args.profile)
     for found in loaded.findings:
         output.finding(found)
-    commands = render.render_members(loaded.profile, loaded.table)
-    group = loaded.profile.group
+    profile = render.gated(loaded.profile, loaded.table)
+    commands = render.render_members(profile, loaded.table)
+    group = profile.group
     if args.node is not None:
         if not 0 <= args.node < len(commands):
             raise UsageError(
@@ -141,13 +142,13 @@ def _cmd_render(args: argparse.Namespace, output: _Output) -> int:
         if group is None or args.node is not None:
             output.print(render.command_json(commands[0]))
         else:
-            output.print(render.group_json(loaded.profile, commands))
+            output.print(render.group_json(profile, loaded.table))
     elif args.script:
         output.out.write(render.launcher_script(commands[0]))
     elif group is None or args.node is not None:
         output.print(render.format_command(commands[0], multiline=not args.one_line))
     else:
-        for text in show.group_commands(loaded.profile, commands, one_line=args.one_line):
+        for text in show.group_commands(profile, commands, one_line=args.one_line):
             output.print(text)
     return ExitCode.OK
 

@@ -29,6 +29,39 @@ class NodeDifference:
         return f"{self.what}: {shown}"
 
 
+def parallel_sizes(profile: Profile) -> tuple[int, int]:
+    """(tp_size, pp_size) as the profile sets them (1 where it does not)."""
+    sizes = []
+    for name, alias in (
+        ("tp_size", "tensor_parallel_size"),
+        ("pp_size", "pipeline_parallel_size"),
+    ):
+        value = profile.args.get(name, profile.args.get(alias))
+        sizes.append(value if isinstance(value, int) and not isinstance(value, bool) else 1)
+    return sizes[0], sizes[1]
+
+
+def node_ranks(tp: int, pp: int, nnodes: int) -> list[list[int]]:
+    """The global ranks (``pp_rank * tp + tp_rank``) each node runs, as SGLang lays them out
+    (0.5.11 ``entrypoints/engine.py``: ``pp_per_node = max(pp // nnodes, 1)``,
+    ``nnodes_per_pp_rank = max(nnodes // pp, 1)``, ``tp_per_node = tp // nnodes_per_pp_rank``)."""
+    pp_per_node = max(pp // nnodes, 1)
+    nnodes_per_pp_rank = max(nnodes // pp, 1)
+    tp_per_node = tp // nnodes_per_pp_rank
+    out = []
+    for node in range(nnodes):
+        tp_first = tp_per_node * (node % nnodes_per_pp_rank)
+        pp_first = pp_per_node * (node // nnodes_per_pp_rank)
+        out.append(
+            [
+                pp_rank * tp + tp_rank
+                for pp_rank in range(pp_first, pp_first + pp_per_node)
+                for tp_rank in range(tp_first, tp_first + tp_per_node)
+            ]
+        )
+    return out
+
+
 def declared_env(profile: Profile) -> frozenset[str]:
     """The variables the profile sets itself (the same everywhere, or per node on purpose):
     the host's own value of these never reaches the server."""

@@ -146,7 +146,11 @@ class Group:
     nodes: tuple[GroupNode, ...]
     rendezvous_port: int  # --dist-init-addr <rank 0>:<port>: torch's TCPStore on rank 0
     control_port: int  # rank 0's supervisor, which stops and restarts the group together
-    join_timeout_s: float = 300.0  # how long the supervisors wait for each other
+    join_timeout_s: float = 300.0  # how long the supervisors wait for each other, and the ranks
+    # for the rendezvous (through SGLang's gated launch, where the version has it)
+    gated_launch: bool = True  # --gated-launch-port on SGLang >= 0.5.19 (orch activates the gate)
+    gate_port: int | None = None  # None: the rendezvous port + DEFAULT_GATE_OFFSET
+    active_gate_port: int | None = None  # set per launch, where the SGLang version has the gate
 
     @property
     def nnodes(self) -> int:
@@ -155,6 +159,15 @@ class Group:
     @property
     def leader(self) -> GroupNode:
         return self.nodes[0]
+
+    @property
+    def wanted_gate_port(self) -> int | None:
+        """The gated launch port the group asks for, whether or not its SGLang has the gate."""
+        if not self.gated_launch:
+            return None
+        if self.gate_port is not None:
+            return self.gate_port
+        return self.rendezvous_port + DEFAULT_GATE_OFFSET
 
     @property
     def rendezvous_host(self) -> str:
@@ -172,6 +185,7 @@ class Group:
 
 
 DEFAULT_CONTROL_OFFSET = 100  # control port = rendezvous port + this, unless given
+DEFAULT_GATE_OFFSET = 50  # gated launch port = rendezvous port + this, unless given
 
 
 @dataclass(frozen=True)

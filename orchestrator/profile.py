@@ -85,6 +85,10 @@ def requested_fields(profile: Profile) -> tuple[RequestedField, ...]:
             RequestedField("nnodes", group.nnodes, "group.nodes"),
             RequestedField("node_rank", profile.rank, f"group.nodes.{profile.rank}"),
         ]
+        if group.active_gate_port is not None:
+            out.append(
+                RequestedField("gated_launch_port", group.active_gate_port, "group.gate_port")
+            )
     return tuple(out)
 
 
@@ -577,14 +581,12 @@ def _check_dp_attention_ports(checker: DocChecker, profile: Profile, group: Grou
     for rank, node in enumerate(group.nodes):
         if node.host.address != group.leader.host.address:
             continue
-        clash = [
-            (what, port)
-            for what, port in (
-                ("--port", node.port or profile.port),
-                ("control", group.control_port),
-            )
-            if first <= port <= last and (what == "--port" or rank == 0)
-        ]
+        ports = [("--port", node.port or profile.port)]
+        if rank == 0:
+            ports.append(("control", group.control_port))
+            if group.wanted_gate_port is not None:
+                ports.append(("gated launch", group.wanted_gate_port))
+        clash = [(what, port) for what, port in ports if first <= port <= last]
         for what, port in clash:
             checker.error(
                 ("group", "rendezvous_port"),

@@ -67,11 +67,18 @@ _SECTION_KEYS: dict[str, tuple[str, ...]] = {
         "start_limit_interval_s",
     ),
     "health": ("startup_timeout_s", "interval_s", "endpoint", "failures"),
-    "group": ("nodes", "rendezvous_port", "control_port", "join_timeout_s"),
+    "group": (
+        "nodes",
+        "rendezvous_port",
+        "control_port",
+        "join_timeout_s",
+        "gated_launch",
+        "gate_port",
+    ),
 }
 _NODE_KEYS = ("host", "address", "port", "env")
 # What orch sets on every rank of a group from ``group:``; a profile never writes them.
-GROUP_FIELDS = ("dist_init_addr", "nccl_init_addr", "nnodes", "node_rank")
+GROUP_FIELDS = ("dist_init_addr", "nccl_init_addr", "nnodes", "node_rank", "gated_launch_port")
 DEFAULT_RENDEZVOUS_PORT = 20000  # SGLang's docs and LWS examples use it
 
 # SGLang fields a profile sets through its own structured keys, in render order.
@@ -379,11 +386,16 @@ class ProfileChecker(DocChecker):
         if control is None:
             control = rendezvous + DEFAULT_CONTROL_OFFSET
         join = self.number(("group", "join_timeout_s"), 1.0, MAX_SECONDS)
+        gated = self.get(("group", "gated_launch"))
+        if gated is not MISSING and not isinstance(gated, bool):
+            self.error(("group", "gated_launch"), "expected true or false")
+        gate_port = self.integer(("group", "gate_port"), 1, 65535)
         if len(nodes) != len(raw):
             return None
         group = Group(
-            tuple(nodes), rendezvous, control, join if join is not None else Group.join_timeout_s
-        )
+            tuple(nodes), rendezvous, control, join if join is not None else Group.join_timeout_s,
+            gated_launch=gated is not False, gate_port=gate_port,
+        )  # fmt: skip
         self._group_ports(group, port)
         return group
 
@@ -431,6 +443,22 @@ class ProfileChecker(DocChecker):
                     f"give this node its own port: group.nodes[{rank}].port",
                 )  # fmt: skip
             taken.setdefault(key, f"rank {rank}")
+        gate = group.wanted_gate_port
+        if gate is not None and gate in (group.rendezvous_port, group.control_port):
+            self.error(
+                ("group", "gate_port"),
+                f"the gated launch port {gate} is the group's "
+                + ("rendezvous" if gate == group.rendezvous_port else "control")
+                + " port",
+                "give group.gate_port a port of its own (or gated_launch: false)",
+            )
+        if gate is not None and (leader, gate) in taken:
+            self.error(
+                ("group", "gate_port"),
+                f"the gated launch port {gate} is {taken[(leader, gate)]}'s --port on "
+                f"{group.leader.host.name}",
+                "give group.gate_port a port of its own (or gated_launch: false)",
+            )
         if group.control_port == group.rendezvous_port:
             self.error(
                 ("group", "control_port"),

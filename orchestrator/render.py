@@ -8,6 +8,7 @@ shell reads them.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import posixpath
@@ -32,10 +33,24 @@ MODULE = "sglang.launch_server"
 LAUNCHER_TEMPLATE = "launch.sh.j2"
 
 
+def gated(profile: Profile, table: ArgTable) -> Profile:
+    """``profile`` with its group's gated launch port made active where ``table``'s SGLang has
+    ``--gated-launch-port`` (0.5.19+): every rank renders it, rank 0's supervisor activates the
+    gate once every rank has arrived (remote/agent.py)."""
+    group = profile.group
+    if group is None:
+        return profile
+    port = group.wanted_gate_port if argtable.spell(table, "gated_launch_port") else None
+    if port == group.active_gate_port:
+        return profile
+    return dataclasses.replace(profile, group=dataclasses.replace(group, active_gate_port=port))
+
+
 def render_members(profile: Profile, table: ArgTable) -> tuple[ServerCommand, ...]:
     """One server command per rank: a profile without a group has one; a group's ranks run the
     same command but for the node's own host, port and env, and ``--node-rank``
     (``requested_fields`` adds ``--dist-init-addr``, ``--nnodes`` and ``--node-rank``)."""
+    profile = gated(profile, table)
     return tuple(render(profile.for_rank(rank), table) for rank in range(profile.nnodes))
 
 
@@ -130,8 +145,10 @@ def command_json(command: ServerCommand) -> str:
     return json.dumps(document, indent=2, ensure_ascii=False)
 
 
-def group_json(profile: Profile, commands: tuple[ServerCommand, ...]) -> str:
+def group_json(profile: Profile, table: ArgTable) -> str:
     """A launch group: its rendezvous and one ``{"rank", "host", "argv", "env"}`` per rank."""
+    profile = gated(profile, table)
+    commands = render_members(profile, table)
     group = profile.group
     if group is None:
         raise RenderError(f"{profile.name} is not a group", "use command_json")
@@ -140,6 +157,7 @@ def group_json(profile: Profile, commands: tuple[ServerCommand, ...]) -> str:
             "nnodes": group.nnodes,
             "rendezvous": group.rendezvous,
             "control_port": group.control_port,
+            "gated_launch_port": group.active_gate_port,
         },
         "ranks": [
             {

@@ -187,9 +187,11 @@ def group_commands(
     how the ranks differ (what a reviewer checks: only the rank, ports and NIC variables)."""
     group = profile.group
     assert group is not None  # noqa: S101 - the caller renders single servers itself
+    gate = group.active_gate_port
+    gated = f", gated launch port {gate} (orch activates it)" if gate is not None else ""
     out = [
         f"# {profile.name}: one server over {group.nnodes} nodes, rendezvous "
-        f"{group.rendezvous}, orch control port {group.control_port}"
+        f"{group.rendezvous}, orch control port {group.control_port}{gated}"
     ]
     for rank, (node, command) in enumerate(zip(group.nodes, commands, strict=True)):
         role = "serves the API and the rendezvous" if rank == 0 else "worker"

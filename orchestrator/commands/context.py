@@ -99,6 +99,7 @@ class Launch:
 def _make_launch(
     loaded: LoadedProfile, environ: Mapping[str, str], *, require_secrets: bool
 ) -> Launch:
+    loaded = dataclasses.replace(loaded, profile=render.gated(loaded.profile, loaded.table))
     commands = render.render_members(loaded.profile, loaded.table)
     unset = None if require_secrets else UNSET_SECRET
     members: list[Member] = []

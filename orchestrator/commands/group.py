@@ -37,7 +37,7 @@ from orchestrator.commands.follow import (
 from orchestrator.commands.ops import LogChunk, RunEnded, Stopped, Stopping
 from orchestrator.errors import Conflict, ExitCode, PreflightError
 from orchestrator.model import Group, Profile, RunState
-from orchestrator.protocol import ProbeAnswer, StopReply, build_spec
+from orchestrator.protocol import ProbeAnswer, StopReply, build_spec, health_host
 from orchestrator.remote.agent import READY
 from orchestrator.supervise import Agent
 
@@ -220,7 +220,7 @@ def _holds(state: RunState) -> bool:
 def group_spec(launch: Launch, rank: int, key: str) -> dict[str, Any]:
     """The ``group`` part of rank ``rank``'s spec (``agent.py``'s Spec.from_json reads it)."""
     group = _group(launch)
-    return {
+    spec: dict[str, Any] = {
         "id": launch.digest,
         "rank": rank,
         "nnodes": group.nnodes,
@@ -232,6 +232,17 @@ def group_spec(launch: Launch, rank: int, key: str) -> dict[str, Any]:
         "join_timeout_s": group.join_timeout_s,
         "member_stop_grace_s": MEMBER_STOP_GRACE_S,
     }
+    if group.active_gate_port is not None:
+        profile = launch.profile
+        tp, pp = groups.parallel_sizes(profile)
+        spec["gate"] = {
+            "port": group.active_gate_port,
+            "host": health_host(profile.bind),
+            "world_size": tp * pp,
+            "node_ranks": groups.node_ranks(tp, pp, group.nnodes),
+            "timeout_s": group.join_timeout_s,
+        }
+    return spec
 
 
 def _check_reachable(nodes: Sequence[Node], group: Group, replacing: bool) -> Iterator[UpEvent]:

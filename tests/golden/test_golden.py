@@ -31,7 +31,7 @@ def _render(tmp_path: Path, profile: str, version: str | None) -> str:
     loaded = ProfileStore(root).load(profile)
     commands = render.render_members(loaded.profile, loaded.table)
     if loaded.profile.group is not None:
-        return render.group_json(loaded.profile, commands) + "\n"
+        return render.group_json(loaded.profile, loaded.table) + "\n"
     return render.command_json(commands[0]) + "\n"
 
 

@@ -74,10 +74,11 @@ def test_group_renders_one_command_per_rank_differing_in_rank_and_node_env(
     assert profile.nnodes == 2
     assert profile.host.name == "node-a"  # rank 0's host is the profile's
     commands = render.render_members(profile, loaded.table)
-    tails = [list(command.argv[-6:]) for command in commands]
+    tails = [list(command.argv[-8:]) for command in commands]
+    gate = ["--gated-launch-port", "20050"]  # SGLang 0.5.23 has the gate: rendezvous + 50
     assert tails == [
-        ["--dist-init-addr", "10.0.0.1:20000", "--nnodes", "2", "--node-rank", "0"],
-        ["--dist-init-addr", "10.0.0.1:20000", "--nnodes", "2", "--node-rank", "1"],
+        ["--dist-init-addr", "10.0.0.1:20000", "--nnodes", "2", "--node-rank", "0", *gate],
+        ["--dist-init-addr", "10.0.0.1:20000", "--nnodes", "2", "--node-rank", "1", *gate],
     ]
     assert [c.env["NCCL_SOCKET_IFNAME"] for c in commands] == ["eth0", "eth1"]
     assert render.rank_differences(commands) == [
@@ -86,8 +87,13 @@ def test_group_renders_one_command_per_rank_differing_in_rank_and_node_env(
     ]
     # every rank carries the group's one digest, which changes with any rank's command
     assert render.launch_digest(*commands) != render.launch_digest(commands[0])
-    document = json.loads(render.group_json(profile, commands))
-    assert document["group"] == {"nnodes": 2, "rendezvous": "10.0.0.1:20000", "control_port": 20100}
+    document = json.loads(render.group_json(profile, loaded.table))
+    assert document["group"] == {
+        "nnodes": 2,
+        "rendezvous": "10.0.0.1:20000",
+        "control_port": 20100,
+        "gated_launch_port": 20050,
+    }
     assert [rank["host"] for rank in document["ranks"]] == ["node-a", "node-b"]
 
 
@@ -245,3 +251,35 @@ def test_ranks_resolved_configurations_compared_field_by_field() -> None:
     # a rank that reported nothing, or a field only one rank reported: not compared
     assert groups.compare_resolved([rank0, None], fields) == []
     assert groups.compare_resolved([{**rank0, "extra": 1}, rank0], {*fields, "extra"}) == []
+
+
+def test_gated_launch_only_where_the_version_has_it(profile_dir: ProfileDir) -> None:
+    """--gated-launch-port exists from SGLang 0.5.19: a 0.5.11 group renders without it."""
+    loaded = _load(
+        profile_dir,
+        GROUP.replace(
+            "  rendezvous_port: 20000\n", "  rendezvous_port: 20000\n  gate_port: 21000\n"
+        ),
+    )
+    assert "--gated-launch-port" in render.render_members(loaded.profile, loaded.table)[0].argv
+    profile_dir.write("old", 'sglang: "0.5.11"\nmodel: {path: /m}\n' + GROUP)
+    old = profile_dir.store().load("old")
+    assert "--gated-launch-port" not in render.render_members(old.profile, old.table)[0].argv
+    off = _load(profile_dir, GROUP + "  gated_launch: false\n")
+    assert "--gated-launch-port" not in render.render_members(off.profile, off.table)[0].argv
+
+
+def test_gate_port_clashes_are_refused(profile_dir: ProfileDir) -> None:
+    error = _one(profile_dir, GROUP + "  gate_port: 20100\n")
+    assert "the gated launch port 20100 is the group's control port" in error.message
+
+
+def test_node_ranks_follow_sglangs_layout() -> None:
+    assert groups.node_ranks(16, 1, 2) == [list(range(8)), list(range(8, 16))]
+    # pp 2 over 4 nodes: two nodes per pipeline stage, each half of its TP ranks
+    assert groups.node_ranks(8, 2, 4) == [
+        [0, 1, 2, 3],
+        [4, 5, 6, 7],
+        [8, 9, 10, 11],
+        [12, 13, 14, 15],
+    ]
