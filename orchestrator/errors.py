@@ -42,6 +42,8 @@ class ExitCode(enum.IntEnum):
     CRASHED = 27
     HUNG = 28  # READY, then /health failed health.failures times in a row: the agent stopped it
     SPAWN_FAILED = 29  # the server could not be started at all (exec failed): never restarted
+    GROUP = 30  # a launch group did not form or fell apart: a node never joined, the rendezvous
+    # did not complete, a supervisor of the group was lost (the class names which: group-*)
     INTERNAL = 70  # a bug in orch (EX_SOFTWARE)
     INTERRUPTED = 130  # Ctrl-C
 

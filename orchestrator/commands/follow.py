@@ -61,6 +61,16 @@ EXIT_CODES = {
 }
 
 
+GROUP_CLASS_PREFIX = "group-"  # the agent's classes of a group that did not form or fell apart
+
+
+def exit_code_of(cls: str) -> ExitCode:
+    """The exit code of a verdict's class (docs/exit-codes.md)."""
+    if cls in EXIT_CODES:
+        return EXIT_CODES[cls]
+    return ExitCode.GROUP if cls.startswith(GROUP_CLASS_PREFIX) else ExitCode.CRASHED
+
+
 @dataclass
 class StartupLog:
     """What ``follow`` saw up to SGLang's ``server_args=`` line: the line and those before it
@@ -201,7 +211,7 @@ def failure_outcome(
     run = state.last_exit.run_id if state.last_exit else state.run_id
     return Outcome(
         ok=False,
-        exit_code=EXIT_CODES.get(cls, ExitCode.CRASHED),
+        exit_code=exit_code_of(cls),
         state=state,
         summary=f"{cls}: {message} (run {run}, {state.state})",
         last_lines=last_lines,

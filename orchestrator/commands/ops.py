@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from orchestrator.commands import ownership
 from orchestrator.commands.context import Context
-from orchestrator.commands.follow import EXIT_CODES
+from orchestrator.commands.follow import exit_code_of
 from orchestrator.errors import ExitCode, NotDeployed, OrchError, TransportError, UsageError
 from orchestrator.model import ExitInfo, Profile, RunState
 from orchestrator.protocol import RunInfo, StopReply
@@ -202,7 +202,7 @@ def ended_exit_code(verdict: ExitInfo | None, state: str | None) -> ExitCode:
         return ExitCode.OK if state == EXITED else ExitCode.SUPERVISOR
     if verdict.cls == STOPPED:
         return ExitCode.OK
-    return EXIT_CODES.get(verdict.cls, ExitCode.CRASHED)
+    return exit_code_of(verdict.cls)
 
 
 class LogTail:
