@@ -166,6 +166,21 @@ def test_group_up_again_attaches_and_a_rank_dying_in_startup_is_named(
     again = group_space.orch("up", name)
     assert again.code == ExitCode.OK, again.err
     assert [row["run_id"] for row in rows(group_space, name)] == [r["run_id"] for r in first]
+    # another launch of it is refused while the group runs, unless --replace
+    path = group_space.profiles / f"{name}.yaml"
+    document = yaml.safe_load(path.read_text())
+    document["env"]["ORCH_TEST_CHANGED"] = "1"
+    path.write_text(yaml.safe_dump(document, sort_keys=False))
+    refused = group_space.orch("up", name)
+    assert refused.code == ExitCode.CONFLICT, refused.err
+    assert "rank 0 (box): READY" in refused.err
+    assert "rank 1 (node-b): READY" in refused.err
+    replaced = group_space.orch("up", name, "--replace")
+    assert replaced.code == ExitCode.OK, replaced.out + replaced.err
+    assert "stopping the running group (--replace)" in replaced.out
+    now = rows(group_space, name)
+    assert all(row["run_id"] != old["run_id"] for row, old in zip(now, first, strict=True))
+    assert not alive_pids(*(row["run_id"] for row in first))
     assert group_space.orch("down", name).code == ExitCode.OK
 
     dying = group_profile(
