@@ -10,6 +10,12 @@ the main process, which holds the node's rendezvous connection, writes ``go`` on
 ``store-in-use PORT ERRNO``: torch's store failed to listen, the scheduler fails as SGLang's does).
 ``shutdown`` on stdin later is rank 0's ShutdownReq: the scheduler leaves its loop and exits 0.
 
+With ``--gated-launch-port`` (0.5.19+, gate.py) every scheduler stops after ``Init torch
+distributed ends.``, before ``Load weight begin``: world rank 0 serves the control server and,
+once ``POST /gate/activate`` has set its flag, writes ``{"status": "activated"}`` on its status
+pipe (the main process passes it on to every other rank); the other ranks wait for ``activate``
+on stdin.
+
 The memory lines are SGLang's own f-strings, per imitated release (``sglang/srt/`` of the PyPI
 releases 0.5.11 and 0.5.23; a release between them gets one of the two wordings, switched where
 server.py switches families, which is not checked against those releases); the figures in them
@@ -20,12 +26,14 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import signal
 import sys
 import time
 from typing import Any
 
-from sglang._standin.logs import Log, Progress
+from sglang._standin import gate
+from sglang._standin.logs import Log, Progress, bind_error, uvicorn_default
 from sglang._standin.memory import KV_DTYPE, Figures
 from sglang._standin.proc import die_with_parent, set_title
 from sglang._standin.tracebacks import Traces
@@ -36,9 +44,40 @@ def _block_forever() -> None:
         time.sleep(3600)
 
 
+class Commands:
+    """The main process's commands, one per line on stdin, read straight from the descriptor
+    (``select`` + ``os.read``, no ``sys.stdin`` buffer) so that a timed wait sees every line."""
+
+    def __init__(self, descriptor: int = 0) -> None:
+        self.descriptor = descriptor
+        self._buffer = b""
+        self._eof = False
+
+    def next(self, timeout: float | None = None) -> str | None:
+        """The next line, stripped; ``""`` when ``timeout`` passes first; None at EOF (the main
+        process is gone)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while b"\n" not in self._buffer:
+            if self._eof:
+                return None
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            readable, _, _ = select.select([self.descriptor], [], [], left)
+            if not readable:
+                return ""
+            chunk = os.read(self.descriptor, 4096)
+            if not chunk:
+                self._eof = True
+                if self._buffer:
+                    self._buffer += b"\n"  # a last line without its newline still counts
+            self._buffer += chunk
+        line, _, self._buffer = self._buffer.partition(b"\n")
+        return line.decode(errors="replace").strip()
+
+
 class Scheduler:
     def __init__(self, spec: dict[str, Any]) -> None:
         self.spec = spec
+        self.commands = Commands()
         self.log = Log(bool(spec["log_ms"]), str(spec["prefix"]))
         self.figures = Figures.from_json(spec["figures"])
         self.traces = Traces(str(spec["entry"]), bool(spec["modern"]))
@@ -63,6 +102,8 @@ class Scheduler:
         if "nccl" in self.fails and self.first:
             self.fail(self.traces.nccl())
         self.log("Init torch distributed ends. mem usage=0.00 GB")
+        if self.spec.get("gate"):
+            self.gated_launch(self.spec["gate"])
         self.log(f"Load weight begin. avail mem={figures.avail_start_gb:.2f} GB")
         if "hang" in self.fails:
             _block_forever()
@@ -87,15 +128,49 @@ class Scheduler:
                 f"context_len={figures.context_len}, "
                 f"available_gpu_mem={figures.avail_after_graph_gb:.2f} GB"
             )
-        status_fd = int(self.spec["status_fd"])
-        os.write(status_fd, b'{"status": "ready"}\n')
-        os.close(status_fd)
+        self.report("ready")
+        os.close(int(self.spec["status_fd"]))
         self.serve_commands()
+
+    def report(self, status: str) -> None:
+        """A line on the status pipe to the main process."""
+        os.write(int(self.spec["status_fd"]), json.dumps({"status": status}).encode() + b"\n")
+
+    def gated_launch(self, config: dict[str, Any]) -> None:
+        """SGLang's ``maybe_wait_for_gated_launch`` (gate.py): world rank 0 serves the control
+        server; every rank waits until rank 0's flag is set (forever if it never is)."""
+        rank = int(self.spec.get("world_rank", 0))
+        if self.rank0:
+            host, port = str(config["host"]), int(config["port"])
+            server = gate.GateServer()
+            error = server.serve(host, port)
+            self.log(gate.control_server_started(host, port))  # logged as the thread starts
+            if error is not None:  # uvicorn's thread logs it, exits; the flag stays unset
+                uvicorn_default("ERROR", bind_error(error, host, port))
+            self.log(gate.waiting(rank))
+            elapsed = gate.wait_until_activated(server.flag.is_set, time.sleep, self.log, rank)
+            self.report("activated")  # the broadcast: the main process passes it on
+        else:
+            self.log(gate.waiting(rank))
+            got: list[bool] = []
+
+            def pause(seconds: float) -> None:
+                """Blocked in the broadcast: wait for rank 0's ``activate`` meanwhile."""
+                deadline = time.monotonic() + seconds
+                while not got and (left := deadline - time.monotonic()) > 0:
+                    command = self.commands.next(left)
+                    if command is None or command == "shutdown":
+                        sys.exit(0)  # the main process is gone, or rank 0's ShutdownReq
+                    if command == "activate":
+                        got.append(True)
+
+            elapsed = gate.wait_until_activated(lambda: bool(got), pause, self.log, rank)
+        self.log(gate.activated(elapsed))
 
     def wait_for_group(self) -> None:
         """Block in init_process_group until the main process says the world is complete."""
-        line = sys.stdin.readline()
-        if not line:  # the main process is gone
+        line = self.commands.next()
+        if line is None:  # the main process is gone
             sys.exit(0)
         command = line.split()
         if command[:1] == ["store-in-use"] and len(command) == 4:
@@ -205,10 +280,10 @@ class Scheduler:
 
     def serve_commands(self) -> None:
         """Commands from the main process, one per line on stdin; EOF when it is gone."""
-        for line in sys.stdin:
-            if line.strip() == "crash":
+        while (line := self.commands.next()) is not None:
+            if line == "crash":
                 self.fail(self.traces.illegal_memory_access())
-            if line.strip() == "shutdown":  # ShutdownReq: leave the event loop, exit 0
+            if line == "shutdown":  # ShutdownReq: leave the event loop, exit 0
                 sys.exit(0)
         if self.spec["orphan"]:
             time.sleep(float(self.spec["orphan_ttl_s"]))

@@ -20,10 +20,14 @@ What is imitated (docs/groups.md for what orch expects of a group; SGLang source
   memory all-reduce, graph capture), so node 0 cannot finish before the slowest node.
 - Node 0 broadcasts ``shutdown`` to the members when it drains after SIGTERM (SGLang 0.5.14+
   dispatches a ``ShutdownReq`` that the rank-0 scheduler broadcasts to every TP rank).
+- With ``--gated-launch-port`` (gate.py), node 0 sends ``activate`` to the members once world
+  rank 0's gate flag is set: SGLang broadcasts rank 0's flag to every rank of the world (gloo,
+  every second) and every rank leaves its wait at the same poll.
 
 The wire protocol is the stand-in's own, one JSON object per line (no NCCL, no store keys):
 ``{"op": "join", "node_rank": R, "ranks": [...]}`` from a node to node 0, ``{"op": "go"}`` back,
-``{"op": "loaded"}`` from the node, and, at the end, ``{"op": "shutdown"}`` from node 0. A
+``{"op": "loaded"}`` from the node, ``{"op": "activate"}`` from node 0 (the gated launch: after
+``go``, before ``loaded``), and, at the end, ``{"op": "shutdown"}`` from node 0. A
 connection that never sends a valid ``join`` (a port probe, say) is kept or dropped without
 effect, as a TCPStore tolerates a bare TCP connect.
 """
@@ -45,6 +49,7 @@ RETRY_S = 0.2  # a store client's reconnect pause
 GO = b'{"op": "go"}\n'
 LOADED = b'{"op": "loaded"}\n'
 SHUTDOWN = b'{"op": "shutdown"}\n'
+ACTIVATE = b'{"op": "activate"}\n'
 
 
 @dataclass(frozen=True)
@@ -204,6 +209,14 @@ class Store:
                 member.sendall(SHUTDOWN)
                 member.shutdown(socket.SHUT_WR)
 
+    def broadcast_activate(self) -> None:
+        """World rank 0's gate flag, reaching the other nodes' schedulers (the gated launch)."""
+        with self._lock:
+            members = list(self._members)
+        for member in members:
+            with contextlib.suppress(OSError):
+                member.sendall(ACTIVATE)
+
     def _serve(self) -> None:
         listener = self._listener
         assert listener is not None  # noqa: S101 - listen() comes first
@@ -296,7 +309,8 @@ def _looks_numeric(host: str) -> bool:
 
 class Peer:
     """A node of rank >= 1: connect to node 0 (forever), join, wait for ``go``, then hold the
-    connection; ``on_shutdown`` runs when node 0 broadcasts the shutdown."""
+    connection; ``on_shutdown`` runs when node 0 broadcasts the shutdown, ``on_activate`` when
+    it broadcasts the gated launch's activation (both on this object's thread)."""
 
     def __init__(
         self,
@@ -304,12 +318,14 @@ class Peer:
         placement: Placement,
         broken: threading.Event,
         on_shutdown: Callable[[], None],
+        on_activate: Callable[[], None] | None = None,
     ) -> None:
         self.address = address
         self.placement = placement
         self.complete = threading.Event()
         self.broken = broken
         self.on_shutdown = on_shutdown
+        self.on_activate = on_activate
         self._sock: socket.socket | None = None
 
     def report_loaded(self) -> None:
@@ -361,6 +377,9 @@ class Peer:
             op = _op(raw)
             if op == "go":
                 self.complete.set()
+            elif op == "activate" and self.complete.is_set():
+                if self.on_activate is not None:
+                    self.on_activate()
             elif op == "shutdown" and self.complete.is_set():
                 self.on_shutdown()
                 return True

@@ -96,6 +96,12 @@ class Knobs:
         return self.version >= (0, 5, 21)
 
     @property
+    def has_gated_launch(self) -> bool:
+        """0.5.19+: ``--gated-launch-port`` (distributed/gated_launch.py; the argument tables from
+        0.5.19 on have the flag, earlier ones reject it)."""
+        return self.version >= (0, 5, 19)
+
+    @property
     def resolves_in_run_server(self) -> bool:
         """0.5.19+: parsing does not resolve; ``run_server`` calls ``resolve_once()``."""
         return self.version >= (0, 5, 19)

@@ -8,6 +8,7 @@ stderr with ``\\r`` updates and one final ``\\n``.
 
 from __future__ import annotations
 
+import errno
 import sys
 import threading
 import time
@@ -55,6 +56,14 @@ class Log:
         with datefmt ``%Y-%m-%d %H:%M:%S`` (no milliseconds even with SGLANG_LOG_MS)."""
         levelprefix = f"{level}:".ljust(9)
         write(stream or self.stream, f"[{stamp(False)}] {levelprefix} {message}\n")
+
+
+def uvicorn_default(level: str, message: str, stream: TextIO | None = None) -> None:
+    """A uvicorn record under uvicorn's own default logging config (``LOGGING_CONFIG``, when the
+    caller passes no ``log_config``): ``%(levelprefix)s %(message)s`` on stderr, no timestamp, no
+    colours off a terminal. The gated launch's control server logs its bind error this way."""
+    levelprefix = f"{level}:".ljust(9)
+    write(stream or sys.stderr, f"{levelprefix} {message}\n")
 
 
 def format_interval(seconds: float) -> str:
@@ -123,3 +132,12 @@ class Progress:
     def close(self) -> None:
         self._draw()
         write(self.stream, "\n")
+
+
+def bind_error(error: OSError, host: str, port: int) -> str:
+    """uvicorn's message when the bind fails (asyncio's ``create_server`` OSError)."""
+    reason = (error.strerror or str(error)).lower()
+    if error.errno == errno.EADDRINUSE:
+        reason = "address already in use"
+    address = (host, port)
+    return f"[Errno {error.errno}] error while attempting to bind on address {address!r}: {reason}"

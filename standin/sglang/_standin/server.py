@@ -19,12 +19,17 @@ once its schedulers are ready it serves the dummy health app on ``--host``/``--p
 for its schedulers to exit (rank 0's shutdown: each ``terminated with 0``, then exit 0). When a
 peer node goes away after the rendezvous, nothing is logged and nothing exits: the survivors are
 "hung in NCCL" until killed.
+
+With ``--gated-launch-port P`` (0.5.19+, gate.py) every scheduler waits after ``Init torch
+distributed ends.`` until ``POST /gate/activate`` reaches world rank 0's control server on
+``--host:P``. The main process carries the activation: when its world-rank-0 scheduler reports
+``activated`` on its status pipe it writes ``activate`` to its other schedulers and broadcasts
+it to the other nodes (group.py), whose main processes pass it on to theirs.
 """
 
 from __future__ import annotations
 
 import contextlib
-import errno
 import json
 import os
 import signal
@@ -41,7 +46,7 @@ from sglang._standin import argtable, render
 from sglang._standin import knobs as knobs_module
 from sglang._standin.endpoints import ServerState, make_dummy_server, make_server
 from sglang._standin.group import Peer, Placement, Store, StoreInUse, parse_address
-from sglang._standin.logs import Log
+from sglang._standin.logs import Log, bind_error
 from sglang._standin.memory import startup_figures
 from sglang._standin.model import model_facts
 from sglang._standin.proc import spawn_child
@@ -84,6 +89,7 @@ class Launcher:
         self.store: Store | None = None  # node 0 of a multi-node group
         self.peer: Peer | None = None  # a node of rank >= 1
         self.group_broken = threading.Event()  # a peer node is gone after the rendezvous
+        self.group_went = threading.Event()  # "go" written to this node's schedulers
 
     # --- SGLang's kill_process_tree ---
 
@@ -222,7 +228,13 @@ class Launcher:
         if address is None:
             _block_forever()  # 127.0.0.1:<random nccl port>: no other node can ever join
         if placement.worker:
-            peer = self.peer = Peer(address, placement, self.group_broken, self.stop_schedulers)
+            peer = self.peer = Peer(
+                address,
+                placement,
+                self.group_broken,
+                self.stop_schedulers,
+                on_activate=self.activate_schedulers,
+            )
             peer.start()
             _wait(peer.complete)
         else:
@@ -241,6 +253,7 @@ class Launcher:
             _wait(store.complete)
         for scheduler in self.schedulers:
             self.command(scheduler, "go")
+        self.group_went.set()
 
     def group_loaded(self) -> None:
         """The ranks meet in collectives while they initialise: node 0 goes on once every node's
@@ -261,6 +274,20 @@ class Launcher:
                 child.stdin.write(line.encode() + b"\n")
                 child.stdin.flush()
 
+    def activate_schedulers(self) -> None:
+        """Rank 0's gate flag reached this node (a node of rank >= 1): its schedulers go on."""
+        _wait(self.group_went)  # "go" first: the schedulers read their commands in order
+        for scheduler in self.schedulers:
+            self.command(scheduler, "activate")
+
+    def gate_activated(self) -> None:
+        """World rank 0 (this node's first scheduler) saw its gate flag set: the broadcast of
+        the flag to every other rank, on this node and on the others."""
+        for scheduler in self.schedulers[1:]:
+            self.command(scheduler, "activate")
+        if self.store is not None:
+            self.store.broadcast_activate()
+
     def stop_schedulers(self) -> None:
         """Rank 0's ShutdownReq reached this node: every scheduler leaves its loop and exits."""
         for scheduler in self.schedulers:
@@ -277,7 +304,7 @@ class Launcher:
             # the thread, through SGLang's root logger (log_config=None), and the node runs on
             # without a health server
             self.log(f"Dummy health check server started in background thread at {shown}")
-            self.log(_bind_error(error, host, port))
+            self.log(bind_error(error, host, port))
             self.log(f"Dummy health check server stopped at {shown}")
         else:
             threading.Thread(
@@ -355,6 +382,10 @@ class Launcher:
         placement = self.placement
         tp, pp, dp = placement.tp, placement.pp, placement.dp
         group = placement.multi_node
+        gate_port = values.get("gated_launch_port")
+        gate = None
+        if knobs.has_gated_launch and gate_port is not None:
+            gate = {"host": str(values.get("host") or "127.0.0.1"), "port": int(gate_port)}
         common = {
             "parent": os.getpid(),
             "log_ms": knobs.log_ms,
@@ -378,6 +409,8 @@ class Launcher:
                 "title": "sglang::scheduler" + prefix.replace(" ", "_"),
                 "prefix": prefix,
                 "rank0": rank0,
+                "world_rank": p * tp + t,  # torch's rank: pp_rank * tp_size + tp_rank
+                "gate": gate,
                 "first": first,
                 "rendezvous": group,
                 "tp_spans_nodes": group and placement.tp_spans_nodes and tp > 1,
@@ -413,15 +446,23 @@ class Launcher:
         return status_fds
 
     def wait_for_schedulers(self, status_fds: list[int]) -> bool:
+        """Read each scheduler's status pipe until ``ready``. World rank 0 (the first scheduler
+        of node 0) reports ``activated`` before it, when the gated launch's flag is set."""
         for rank, descriptor in enumerate(status_fds):
-            data = b""
-            while not data.endswith(b"\n"):
-                chunk = os.read(descriptor, 4096)
-                if not chunk:
-                    break
-                data += chunk
-            os.close(descriptor)
-            if data.endswith(b"\n") and json.loads(data).get("status") == "ready":
+            status = None
+            with os.fdopen(descriptor, "rb", buffering=0) as pipe:
+                data = b""
+                while status != "ready":
+                    chunk = pipe.read(4096)
+                    if not chunk:
+                        break
+                    data += chunk
+                    while b"\n" in data:
+                        raw, _, data = data.partition(b"\n")
+                        status = json.loads(raw).get("status")
+                        if status == "activated":
+                            self.gate_activated()
+            if status == "ready":
                 continue
             time.sleep(0.2)  # a failing child's SIGQUIT is handled here, if one is coming
             child = self.schedulers[rank]
@@ -449,7 +490,7 @@ class Launcher:
         try:
             httpd = make_server(state, host, port)
         except OSError as error:
-            self.log.uvicorn("ERROR", _bind_error(error, host, port))
+            self.log.uvicorn("ERROR", bind_error(error, host, port))
             self.log.uvicorn("INFO", "Waiting for application shutdown.")
             self.log.uvicorn("INFO", "Application shutdown complete.")
             self.kill_tree(include_parent=False)
@@ -513,15 +554,6 @@ class Launcher:
             with contextlib.suppress(OSError):
                 stdin.write(b"crash\n")
                 stdin.flush()
-
-
-def _bind_error(error: OSError, host: str, port: int) -> str:
-    """uvicorn's message when the bind fails."""
-    reason = (error.strerror or str(error)).lower()
-    if error.errno == errno.EADDRINUSE:
-        reason = "address already in use"
-    address = (host, port)
-    return f"[Errno {error.errno}] error while attempting to bind on address {address!r}: {reason}"
 
 
 def _wait(event: threading.Event) -> None:
