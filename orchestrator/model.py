@@ -332,6 +332,17 @@ class GroupView:
     generation: int  # the group's starts: every rank's server of one start shares it
     members: tuple[GroupMember, ...] = ()  # on the coordinator only
     failure: GroupFailure | None = None  # the last group failure
+    gate: GateView | None = None  # SGLang's gated launch, on the coordinator
+
+
+@dataclass(frozen=True)
+class GateView:
+    """The gated launch of a group's current generation, as its coordinator sees it."""
+
+    status: str  # waiting, activated, timed-out, unreachable
+    world_size: int
+    missing: tuple[int, ...]  # global ranks not (yet) at the gate
+    activated_after_s: float | None  # from the generation's start
 
 
 @dataclass(frozen=True)

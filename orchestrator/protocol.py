@@ -19,6 +19,7 @@ from orchestrator.errors import PreflightError, SupervisorError
 from orchestrator.memory import GpuMemory, MemoryAnswer, ModelMemory
 from orchestrator.model import (
     ExitInfo,
+    GateView,
     GroupFailure,
     GroupMember,
     GroupView,
@@ -379,7 +380,16 @@ def _group_view(reader: _Reader | None) -> GroupView | None:
             cls=raw_failure.text("cls", ""),
             message=raw_failure.text("message", ""),
         )
+    gate = None
+    if (raw_gate := reader.child("gate")) is not None and raw_gate.has("status"):
+        gate = GateView(
+            status=raw_gate.text("status", "?"),
+            world_size=raw_gate.integer("world_size", 0),
+            missing=tuple(int(rank) for rank in raw_gate.items("missing")),
+            activated_after_s=raw_gate.opt_number("activated_after_s"),
+        )
     return GroupView(
+        gate=gate,
         rank=reader.integer("rank", 0),
         nnodes=reader.integer("nnodes", 1),
         generation=reader.integer("generation", 0),

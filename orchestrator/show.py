@@ -475,7 +475,15 @@ def status_table(rows: Sequence[StatusRow], *, wide: bool = False) -> str:
             f"r{m.rank} {m.state or '?'}" + ("" if m.connected else " (not connected)")
             for m in view.members
         )
-        lines.append(f"{row.profile}: group start {view.generation}; {ranks}")
+        gate = ""
+        if view.gate is not None:
+            after = view.gate.activated_after_s
+            gate = f"; gated launch {view.gate.status}" + (
+                f" {after:.1f} s after the start" if after is not None else ""
+            )
+            if view.gate.missing and view.gate.status != "activated":
+                gate += f" (ranks not at the gate: {', '.join(map(str, view.gate.missing))})"
+        lines.append(f"{row.profile}: group start {view.generation}; {ranks}{gate}")
         if view.failure is not None:
             lost = view.failure
             lines.append(

@@ -28,8 +28,11 @@ A spec with a ``group`` makes it one rank of a launch group (one server over N n
 the same argv but ``--node-rank``): rank 0's supervisor coordinates the others' over a TCP
 control channel (signed JSON lines, see "launch groups"). Any rank's end stops every rank and
 the group starts again whole, by rank 0's restart policy; a member never restarts on its own,
-and stops its server when its coordinator is lost. ``listen`` and ``reach`` check, before a
-group starts, that rank 0's ports are reachable from every other node.
+and stops its server when its coordinator is lost. With SGLang's gated launch (``group.gate``)
+each supervisor reads which global ranks of its node wait at the gate, the members tell the
+coordinator, and it activates the gate once every rank is there (or fails the generation when
+they are not, in time). ``listen`` and ``reach`` check, before a group starts, that rank 0's
+ports are reachable from every other node.
 
 The supervisor's states and their allowed transitions are one table (TRANSITIONS), checked on
 every change. Its time comes from an injected Clock and its contacts with the world (spawning,
@@ -56,7 +59,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 if TYPE_CHECKING:
@@ -187,6 +190,36 @@ def is_worker_ready_line(line: str) -> bool:
 def strip_log_prefix(line: str) -> str:
     record = log_record(line)
     return (line if record is None else record.message).strip()
+
+
+# SGLang's gated launch (--gated-launch-port, 0.5.19+; sglang/srt/distributed/gated_launch.py):
+# after the rendezvous, before its large GPU allocations, every scheduler (every global rank, on
+# every node) logs the waiting line once and waits; world rank 0 serves ``POST /gate/activate``
+# and each logs the activated line once it was. ``Gated launch still waiting for activation.
+# rank=N elapsed=X s`` (every 10 s) is not the waiting line.
+GATE_LINE_MARK = "Gated launch "
+_GATE_WAITING_MESSAGE = re.compile(r"Gated launch waiting for activation\. rank=(\d{1,7})")
+_GATE_ACTIVATED_MESSAGE = re.compile(r"Gated launch activated\.(?: elapsed=.*)?")
+
+
+def gate_waiting_rank(line: str) -> int | None:
+    """The global rank of SGLang's ``Gated launch waiting for activation. rank=N`` (a record of
+    its logger), else None."""
+    if GATE_LINE_MARK not in line:
+        return None
+    record = log_record(line.rstrip("\r\n"))
+    match = None if record is None else _GATE_WAITING_MESSAGE.fullmatch(record.message.strip())
+    return None if match is None else int(match.group(1))
+
+
+def is_gate_activated_line(line: str) -> bool:
+    """``Gated launch activated. elapsed=X s``: a rank passed the gate."""
+    if GATE_LINE_MARK not in line:
+        return False
+    record = log_record(line.rstrip("\r\n"))
+    return (
+        record is not None and _GATE_ACTIVATED_MESSAGE.fullmatch(record.message.strip()) is not None
+    )
 
 
 # Exit classes; the deterministic ones are never restarted (the same argv fails the same way).
@@ -595,6 +628,58 @@ class RestartPolicy:
 # A launch group's control channel (see "launch groups" below). Seconds unless named otherwise.
 GROUP_HEARTBEAT_S = 1.0  # each end of a control connection says it is alive this often
 GROUP_LOST_AFTER_S = 5.0  # a peer silent this long, or whose connection closed, is lost
+GATE_REQUEST_TIMEOUT_S = 2.0  # one POST /gate/activate
+GATE_ATTEMPTS = 3  # rank 0's gate server starts in a thread as its ranks log the waiting line
+GATE_RETRY_S = 0.5
+# What SGLang binds when told a wildcard, and where its own node reaches it then.
+_WILDCARDS = {"": "127.0.0.1", "0.0.0.0": "127.0.0.1", "::": "::1"}  # noqa: S104
+
+
+@dataclass(frozen=True)
+class GateSpec:
+    """A launch group's gated launch (the spec's ``group.gate``; absent: SGLang has none or orch
+    does not use it): every rank runs with ``--gated-launch-port``, and the coordinator activates
+    the gate once every global rank logged its waiting line (see GATE_LINE_MARK)."""
+
+    port: int  # --gated-launch-port: world rank 0's gate server
+    host: str  # where rank 0's node reaches it (its --host; a wildcard as loopback)
+    world_size: int  # global ranks that must wait at the gate (tp * pp)
+    node_ranks: tuple[tuple[int, ...], ...]  # the global ranks each node runs, by group rank
+    timeout_s: float = 300.0  # from a generation's start: the rendezvous completes within it
+    request_timeout_s: float = GATE_REQUEST_TIMEOUT_S  # not written by orch: tests make them
+    attempts: int = GATE_ATTEMPTS  # short
+
+    @property
+    def url(self) -> str:
+        return f"http://{host_port(self.host, self.port)}/gate/activate"
+
+    @staticmethod
+    def from_json(data: dict[str, Any], nnodes: int) -> GateSpec:
+        port = int(data["port"])
+        world_size = int(data["world_size"])
+        node_ranks = tuple(tuple(int(rank) for rank in ranks) for ranks in data["node_ranks"])
+        if not 0 < port < 65536:
+            raise ValueError(f"group.gate.port: {port} is no TCP port")
+        if len(node_ranks) != nnodes:
+            raise ValueError(f"group.gate.node_ranks: {len(node_ranks)} nodes for nnodes {nnodes}")
+        every = sorted(rank for ranks in node_ranks for rank in ranks)
+        if world_size < 1 or every != list(range(world_size)):
+            raise ValueError(
+                f"group.gate.node_ranks: the nodes' ranks are not 0-{world_size - 1} once each"
+            )
+        timeout = float(data.get("timeout_s", 300.0))
+        if not timeout > 0:
+            raise ValueError(f"group.gate.timeout_s: {timeout:g} is not positive")
+        host = str(data.get("host", "127.0.0.1"))
+        return GateSpec(
+            port=port,
+            host=_WILDCARDS.get(host, host),
+            world_size=world_size,
+            node_ranks=node_ranks,
+            timeout_s=timeout,
+            request_timeout_s=float(data.get("request_timeout_s", GATE_REQUEST_TIMEOUT_S)),
+            attempts=max(int(data.get("attempts", GATE_ATTEMPTS)), 1),
+        )
 
 
 @dataclass(frozen=True)
@@ -615,6 +700,7 @@ class GroupSpec:
     member_stop_grace_s: float = 5.0  # SIGTERM -> SIGKILL on ranks >= 1 (they ignore SIGTERM)
     heartbeat_s: float = GROUP_HEARTBEAT_S  # not written by orch: tests make them short
     lost_after_s: float = GROUP_LOST_AFTER_S
+    gate: GateSpec | None = None  # None: no gated launch (an SGLang without it)
 
     @property
     def is_coordinator(self) -> bool:
@@ -661,6 +747,7 @@ class GroupSpec:
             member_stop_grace_s=float(data.get("member_stop_grace_s", 5.0)),
             heartbeat_s=float(data.get("heartbeat_s", GROUP_HEARTBEAT_S)),
             lost_after_s=float(data.get("lost_after_s", GROUP_LOST_AFTER_S)),
+            gate=None if data.get("gate") is None else GateSpec.from_json(data["gate"], nnodes),
         )
 
 
@@ -838,6 +925,11 @@ class OutputWatcher:
         self.saw_config_line = False
         self.saw_ready_line = False
         self.saw_worker_line = False  # a group member's own ready line (is_worker_ready_line)
+        # The gated launch: the global ranks that logged their waiting line (replaced, never
+        # changed in place: the supervisor's thread reads it while the reader's adds to it),
+        # and whether a rank logged that it passed the gate.
+        self.gate_waiting: frozenset[int] = frozenset()
+        self.gate_activated = False
         self.memory_lines: list[str] = []
         # The line being received: its first LINE_SCAN_BYTES, in pieces (never re-joined per
         # read: a 30 MB line without a newline took READY from 0.1 s to 68 s when it was).
@@ -894,6 +986,13 @@ class OutputWatcher:
             self.saw_ready_line = True
             if not self.saw_worker_line and is_worker_ready_line(line):
                 self.saw_worker_line = True
+        elif GATE_LINE_MARK in line:
+            rank = gate_waiting_rank(line)
+            if rank is not None:
+                if rank not in self.gate_waiting:
+                    self.gate_waiting = self.gate_waiting | {rank}
+            elif not self.gate_activated and is_gate_activated_line(line):
+                self.gate_activated = True
 
     def _keep_memory(self) -> None:
         """SGLang's memory lines of this run's startup, beside its log: ``diff-effective``
@@ -1302,8 +1401,11 @@ class _Spawned:
 #   coordinator -> member: challenge{nonce}, welcome{generation}, start{generation},
 #                          stop{generation, reason}, shutdown{reason}, heartbeat
 #   member -> coordinator: hello{session}, state{generation, state, run_id, pid, ready, message},
-#                          exited{generation, run_id, cls, message, returncode},
-#                          stopped{generation, run_id}, shutdown-done, leaving{reason}, heartbeat
+#                          gate{generation, ranks}, exited{generation, run_id, cls, message,
+#                          returncode}, stopped{generation, run_id}, shutdown-done,
+#                          leaving{reason}, heartbeat
+# ``gate`` (a group with a gated launch): the global ranks of the member's node that logged their
+# waiting line in its server of ``generation``, all of them so far, sent as more arrive.
 
 GROUP_CONNECT_RETRY_S = 0.5  # a member's pause between attempts to reach the coordinator
 # Beyond member_stop_grace_s, what a member's stop may take before it confirms: SIGKILL, the
@@ -1318,15 +1420,20 @@ GROUP_REFUSED_EVENTS_MAX = 20  # refused connections recorded in events.jsonl (a
 GROUP_TEXT_MAX = 4000  # characters of a verdict's message carried in a control message
 _NONCE = re.compile(r"[0-9a-f]{32}")
 
-# The group's own verdicts (not classify_exit's). Only the member lost is restarted: it never
-# joining, a control port that cannot be bound, a coordinator that cannot be reached or that was
-# lost end the group (or the rank) for good.
+# The group's own verdicts (not classify_exit's). Only the member lost and the gated launch's are
+# restarted (by rank 0's policy and its start limit): a member never joining, a control port that
+# cannot be bound, a coordinator that cannot be reached or that was lost end the group (or the
+# rank) for good. The gate's: not every rank at the gate within gate.timeout_s of the
+# generation's start (a node stuck before the rendezvous: NCCL, a slow load, a wrong address), or
+# rank 0's gate server not answering its activation (its port held by another program).
 GROUP_PORT_IN_USE = "group-control-port-in-use"
 GROUP_PORT_UNAVAILABLE = "group-control-port-unavailable"
 GROUP_NEVER_JOINED = "group-member-never-joined"
 GROUP_MEMBER_LOST = "group-member-lost"
 GROUP_COORDINATOR_UNREACHABLE = "group-coordinator-unreachable"
 GROUP_COORDINATOR_LOST = "group-coordinator-lost"
+GROUP_RENDEZVOUS_TIMEOUT = "group-rendezvous-timeout"
+GROUP_GATE_UNREACHABLE = "group-gate-unreachable"
 
 
 def _canonical(document: dict[str, Any]) -> bytes:
@@ -1547,6 +1654,135 @@ def decisive_failure(failures: Sequence[GroupFailure]) -> GroupFailure | None:
     )
 
 
+@dataclass(frozen=True)
+class GateProgress:
+    """One generation's gated launch as the coordinator sees it: which global ranks each node
+    reported at the gate, and how it ended. Replaced on every change (the coordinator's
+    connection threads and its supervisor's share it)."""
+
+    gate: GateSpec
+    generation: int
+    started: float  # monotonic: the generation's start, where gate.timeout_s counts from
+    arrived: tuple[frozenset[int], ...]  # by group rank: its global ranks logged waiting
+    activated_at: float | None = None  # wall clock
+    activated_after_s: float | None = None  # from the generation's start
+    failed: str | None = None  # GROUP_RENDEZVOUS_TIMEOUT or GROUP_GATE_UNREACHABLE
+
+    @staticmethod
+    def begin(gate: GateSpec, generation: int, started: float) -> GateProgress:
+        return GateProgress(gate, generation, started, tuple(frozenset() for _ in gate.node_ranks))
+
+    def arrive(self, rank: int, ranks: Iterable[int]) -> GateProgress:
+        """With ``ranks`` (of ``range(world_size)``) at the gate on node ``rank``: ``self`` when
+        nothing is new."""
+        if not 0 <= rank < len(self.arrived):
+            return self
+        known = self.arrived[rank]
+        now = known | {r for r in ranks if 0 <= r < self.gate.world_size}
+        if now == known:
+            return self
+        return replace(
+            self, arrived=(*self.arrived[:rank], frozenset(now), *self.arrived[rank + 1 :])
+        )
+
+    @property
+    def waiting(self) -> frozenset[int]:
+        return frozenset().union(*self.arrived)
+
+    @property
+    def complete(self) -> bool:
+        return len(self.waiting) == self.gate.world_size
+
+    @property
+    def settled(self) -> bool:
+        return self.activated_at is not None or self.failed is not None
+
+    def missing(self, rank: int) -> list[int]:
+        """Node ``rank``'s global ranks not at the gate (reported by any node)."""
+        waiting = self.waiting
+        return [r for r in self.gate.node_ranks[rank] if r not in waiting]
+
+    def view(self) -> dict[str, Any]:
+        """state.json's ``group.gate`` on the coordinator."""
+        waiting = self.waiting
+        if self.activated_at is not None:
+            status = "activated"
+        elif self.failed == GROUP_RENDEZVOUS_TIMEOUT:
+            status = "timed-out"
+        elif self.failed is not None:
+            status = "unreachable"
+        else:
+            status = "waiting"
+        return {
+            "generation": self.generation, "url": self.gate.url,
+            "world_size": self.gate.world_size, "timeout_s": self.gate.timeout_s,
+            "status": status, "waiting": sorted(waiting),
+            "missing": [r for r in range(self.gate.world_size) if r not in waiting],
+            "by_node": {str(rank): sorted(ranks) for rank, ranks in enumerate(self.arrived)},
+            "activated_at": self.activated_at, "activated_after_s": self.activated_after_s,
+        }  # fmt: skip
+
+
+def rank_runs(ranks: Iterable[int]) -> str:
+    """``8-15``, ``0, 2-3``: ranks as runs."""
+    runs: list[list[int]] = []
+    for rank in sorted(set(ranks)):
+        if runs and rank == runs[-1][1] + 1:
+            runs[-1][1] = rank
+        else:
+            runs.append([rank, rank])
+    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
+
+
+def rendezvous_shortfall(progress: GateProgress, group: GroupSpec) -> tuple[int, str]:
+    """The group did not reach the gate in time: the first node with ranks missing (never rank
+    0 when its ranks are all there) and the message naming what each node lacks."""
+    short: list[str] = []
+    whole: list[str] = []
+    first: int | None = None
+    for rank, ranks in enumerate(progress.gate.node_ranks):
+        missing = progress.missing(rank)
+        name = group.name(rank)
+        if not missing:
+            whole.append(f"{name} has all")
+            continue
+        first = rank if first is None else first
+        if len(missing) == len(ranks):
+            short.append(f"{name} has none of its ranks {rank_runs(ranks)} at the gate")
+        else:
+            short.append(
+                f"{name} lacks {rank_runs(missing)} of its ranks {rank_runs(ranks)} at the gate"
+            )
+    message = f"the group did not rendezvous within {progress.gate.timeout_s:g} s: " + "; ".join(
+        short + whole
+    )
+    return (0 if first is None else first), message
+
+
+def open_gate(url: str, timeout: float) -> str | None:
+    """POST the activation to SGLang's gate server: None once it answered 2xx, else why not.
+    Never through a proxy: the gate is on this node."""
+    import http.client
+    import urllib.error
+    import urllib.request
+
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    request = urllib.request.Request(url, data=b"", method="POST")  # noqa: S310 - GateSpec.url
+    try:
+        with opener.open(request, timeout=timeout) as response:
+            response.read(4096)
+            return None
+    except urllib.error.HTTPError as exc:
+        return f"HTTP {exc.code} {exc.reason}"
+    except urllib.error.URLError as exc:
+        reason = exc.reason
+        return _connect_failure(reason, timeout) if isinstance(reason, OSError) else str(reason)
+    except OSError as exc:  # a timeout reading the answer, a reset
+        return _connect_failure(exc, timeout)
+    except http.client.HTTPException as exc:  # it closed without an answer, or spoke no HTTP
+        return f"no HTTP answer ({type(exc).__name__}: {exc})"
+
+
 @dataclass
 class _MemberSeen:
     """What the coordinator knows of one member, updated as its messages arrive (under the
@@ -1600,6 +1836,7 @@ class GroupCoordinator:
         self._running = False  # from start(g) until its end is decided: a member's end is one
         self._stopping = False  # stop(g) sent: a member lost now is no new cause
         self.left: GroupFailure | None = None  # a member stopped on request on its own node
+        self._gate: GateProgress | None = None  # this generation's, with a gated launch
         self._listener: socket.socket | None = None
         self._closing = threading.Event()
         self._pending = 0
@@ -1662,10 +1899,47 @@ class GroupCoordinator:
                 if rank not in self._links
             ]  # fmt: skip
             self._running, self._stopping = True, False
+            if self.group.gate is not None:
+                self._gate = GateProgress.begin(self.group.gate, generation, now)
             links = list(self._links.values())
         for link in links:
             link.send("start", generation=generation)  # one that fails is lost: a failure
         return generation
+
+    def gate(self) -> GateProgress | None:
+        """This generation's gated launch so far (None without one)."""
+        with self._lock:
+            return self._gate
+
+    def note_gate(self, rank: int, generation: int, ranks: Iterable[int]) -> bool:
+        """Node ``rank``'s ranks at the gate in ``generation``'s server: whether that is news
+        (an older generation's report never is)."""
+        with self._lock:
+            progress = self._gate
+            if progress is None or progress.generation != generation or not self._running:
+                return False
+            self._gate = progress.arrive(rank, ranks)
+            return self._gate is not progress
+
+    def gate_activated(self, generation: int, at: float, after_s: float) -> None:
+        with self._lock:
+            if self._gate is not None and self._gate.generation == generation:
+                self._gate = replace(self._gate, activated_at=at, activated_after_s=after_s)
+
+    def gate_failed(self, failure: GroupFailure) -> None:
+        """The gate's end of ``failure.generation``: a failure of the generation, which the
+        supervisor finds among ``failures()`` and stops the group for."""
+        with self._lock:
+            if self._gate is None or self._gate.generation != failure.generation:
+                return
+            self._gate = replace(self._gate, failed=failure.cls)
+            if self._running and failure.generation == self.generation:
+                self._failures.append(failure)
+            self._lock.notify_all()
+
+    def gate_view(self) -> dict[str, Any] | None:
+        with self._lock:
+            return None if self._gate is None else self._gate.view()
 
     def failures(self) -> list[GroupFailure]:
         """The members' ends in this generation so far."""
@@ -1861,6 +2135,15 @@ class GroupCoordinator:
                 if self._running and generation == self.generation:
                     self._failures.append(failure)
                 event = {"kind": "group-member-exited", **failure.as_dict()}
+            elif kind == "gate" and generation is not None:
+                ranks = message.get("ranks")
+                progress = self._gate
+                if (
+                    progress is not None and isinstance(ranks, list) and self._running
+                    and generation == progress.generation
+                ):  # fmt: skip
+                    reported = (_integer(r) for r in ranks)
+                    self._gate = progress.arrive(rank, (r for r in reported if r is not None))
             elif kind == "stopped" and generation is not None:
                 member.stopped = max(member.stopped, generation)
                 event = {"kind": "group-member-stopped", "rank": rank, "generation": generation}
@@ -1881,7 +2164,7 @@ class GroupCoordinator:
             self._lock.notify_all()
         if event is not None:
             self._on_event(event.pop("kind"), **event)
-        if kind in ("state", "exited", "stopped", "leaving"):
+        if kind in ("state", "gate", "exited", "stopped", "leaving"):
             self._on_change()
 
     def _lose(self, rank: int, link: ControlLink, why: str) -> None:
@@ -2120,6 +2403,9 @@ class Supervisor:
         self._interrupted_by: GroupFailure | None = None  # the coordinator's, this generation
         self._member_stop: dict[str, Any] | None = None  # the stop(g) that ended a member's run
         self._exit_noticed: float | None = None  # monotonic: when _watch saw its server end
+        # A member's gated launch in its server of this generation: (ranks at the gate, a rank
+        # logged it passed), as last reported to the coordinator.
+        self._gate_seen: tuple[frozenset[int], bool] = (frozenset(), False)
         if spec.group is not None:
             self.state["group"] = self._group_view()
 
@@ -2314,6 +2600,7 @@ class Supervisor:
             if self.stop_requested.is_set():
                 self._stop_process(process, tracked)
                 break
+            self._tend_gate(watcher)
             interrupt = self._group_interrupt()
             if interrupt is not None:
                 ended_by = self._stop_for_the_group(process, tracked, interrupt)
@@ -2542,6 +2829,92 @@ class Supervisor:
             )
         return None
 
+    def _tend_gate(self, watcher: OutputWatcher | None) -> None:
+        """A launch group's gated launch while its server runs (never on one node, never
+        without ``group.gate``): a member reports the ranks of its node at the gate; the
+        coordinator gathers every node's, activates the gate once all are there, and fails the
+        generation when they are not there gate.timeout_s after its start."""
+        group = self.spec.group
+        if group is None or group.gate is None or watcher is None:
+            return
+        if self._coordinator is not None:
+            self._tend_gate_as_coordinator(group, group.gate, self._coordinator, watcher)
+        elif self._member_link is not None:
+            seen = (watcher.gate_waiting, watcher.gate_activated)
+            if seen == self._gate_seen:
+                return
+            if seen[0] != self._gate_seen[0]:
+                ranks = sorted(rank for rank in seen[0] if rank < group.gate.world_size)
+                self._member_link.send("gate", generation=self._generation, ranks=ranks)
+            self._gate_seen = seen
+            self._show_group()
+
+    def _tend_gate_as_coordinator(
+        self,
+        group: GroupSpec,
+        gate: GateSpec,
+        coordinator: GroupCoordinator,
+        watcher: OutputWatcher,
+    ) -> None:
+        progress = coordinator.gate()
+        if progress is None or progress.settled or coordinator.failures():
+            return  # a rank's end stops the generation: its gate no longer matters
+        if coordinator.note_gate(0, progress.generation, watcher.gate_waiting):
+            progress = coordinator.gate() or progress
+            self._show_group()
+        now = self.clock.monotonic()
+        if progress.complete:
+            self._open_gate(group, gate, coordinator, progress)
+        elif now - progress.started > gate.timeout_s:
+            rank, message = rendezvous_shortfall(progress, group)
+            coordinator.gate_failed(
+                GroupFailure(
+                    rank, group.nodes[rank], GROUP_RENDEZVOUS_TIMEOUT, message, None,
+                    progress.generation, now,
+                )
+            )  # fmt: skip
+            self._show_group()
+
+    def _open_gate(
+        self,
+        group: GroupSpec,
+        gate: GateSpec,
+        coordinator: GroupCoordinator,
+        progress: GateProgress,
+    ) -> None:
+        """Every rank is at the gate: POST the activation, once per generation (a few tries:
+        rank 0's gate server starts in a thread as its ranks arrive). Not answered, it is the
+        generation's failure."""
+        error = "not tried"
+        for attempt in range(gate.attempts):
+            if attempt and self.clock.wait(self.stop_requested, GATE_RETRY_S):
+                return  # stopped meanwhile: the stop ends the generation
+            error = open_gate(gate.url, gate.request_timeout_s) or ""
+            if not error:
+                break
+        now = self.clock.monotonic()
+        if not error:
+            after = now - progress.started
+            coordinator.gate_activated(progress.generation, self.clock.wall(), after)
+            self._event(
+                "group-gate-activated", generation=progress.generation, url=gate.url,
+                ranks=gate.world_size, elapsed_s=round(after, 3),
+            )  # fmt: skip
+            self._show_group()
+            return
+        tries = "1 attempt" if gate.attempts == 1 else f"{gate.attempts} attempts"
+        message = (
+            f"{group.name(0)}: could not activate the gated launch at {gate.url}: {error} "
+            f"({tries}; another program may hold port {gate.port}, leaving SGLang's gate "
+            "server unbound)"
+        )
+        coordinator.gate_failed(
+            GroupFailure(
+                0, group.nodes[0], GROUP_GATE_UNREACHABLE, message, None, progress.generation, now
+            )
+        )
+        self._show_group()
+
     def _stop_for_the_group(
         self, process: ServerProcess, tracked: _Descendants, verdict: ExitVerdict
     ) -> ExitVerdict:
@@ -2573,6 +2946,13 @@ class Supervisor:
             "generation": coordinator.generation if coordinator is not None else self._generation,
             "failure": None if self._group_failure is None else self._group_failure.as_dict(),
         }  # fmt: skip
+        if group.gate is not None and group.is_coordinator:
+            view["gate"] = None if coordinator is None else coordinator.gate_view()
+        elif group.gate is not None:  # a member: its own node's ranks at the gate
+            view["gate"] = {
+                "generation": self._generation, "ranks": list(group.gate.node_ranks[group.rank]),
+                "waiting": sorted(self._gate_seen[0]), "activated": self._gate_seen[1],
+            }  # fmt: skip
         if coordinator is not None:
             view["members"] = coordinator.view()
         elif group.is_coordinator:
@@ -2797,6 +3177,7 @@ class Supervisor:
         if self._generation:
             self._update(restarts=self.state["restarts"] + 1)
         self._generation = generation
+        self._gate_seen = (frozenset(), False)
         self._take_member_stop()  # a stop of an earlier generation's is no stop of this one
         self._show_group()
         self._event("group-start", generation=generation)

@@ -96,13 +96,17 @@ def test_group_reaches_ready_and_down_leaves_nothing_on_either_node(
         (0, "box", "READY"),
         (1, "node-b", "READY"),
     ]
+    gate = ranks[0]["group"]["gate"]  # SGLang 0.5.23's gated launch, activated by rank 0's agent
+    assert (gate["status"], gate["missing"], gate["world_size"]) == ("activated", [], 2)
     worker = ranks[1]
     log = Path(worker["log"]).read_text()
+    assert "Gated launch activated" in log
     assert "Dummy health check server started in background thread" in log
     assert "TP1" in log  # rank 1 runs TP rank 1 of --tp 2 over 2 nodes
     text = group_space.orch("status", name).out
     assert f"{name} r0" in text
     assert f"{name} r1" in text
+    assert "gated launch activated" in text
 
     logs = group_space.orch("logs", name, "--node", "1", "-n", "50")
     assert logs.code == ExitCode.OK
