@@ -750,7 +750,9 @@ def launch_groups(lab: Lab, hosts: Sequence[str], runs: int) -> Section:
         "and control ports reached from the other node, both supervisors started, both ranks "
         "READY). Then SIGKILL of rank 1's server: time until rank 0's supervisor recorded the "
         "group failure in state.json (polled every 1 ms), and until both ranks were READY "
-        f"again as the next group start (restart delay 0.1 s). {runs} runs each.",
+        f"again as the next group start (restart delay 0.1 s). SGLang 0.5.23's gated launch is "
+        "on: every start waits for rank 0's supervisor to activate the gate, and the stand-in, "
+        f"as SGLang, polls it once a second. {runs} runs each.",
         [
             Row("groups", "orch up, one node", ms(median(single_walls))),
             Row("groups", "orch up, 2-node group", ms(median(group_walls))),
