@@ -46,6 +46,7 @@ R = TypeVar("R")
 
 REACH_TIMEOUT_S = 5.0  # one TCP connect between two nodes of a group: seconds, not minutes
 LISTEN_S = 60.0  # the probe listener's life at most; it ends once every node has reached it
+GATE_CHECK_S = 0.2  # the gate port is only bound to see that it can be: then freed at once
 MEMBER_STOP_GRACE_S = 5.0  # SIGTERM -> SIGKILL on ranks >= 1 (SGLang >= 0.5.21 ignores SIGTERM)
 
 
@@ -280,6 +281,17 @@ def _check_reachable(nodes: Sequence[Node], group: Group, replacing: bool) -> It
                 )
             slowest = max(slowest, answer.connect_ms or 0.0)
         yield Step(f"{what} {host}:{port} reached from every node (slowest {slowest:.1f} ms)")
+    gate = group.active_gate_port
+    if gate is not None:  # rank 0's scheduler binds it on --host once the rendezvous is done
+        bind = leader.profile.bind
+        opened = leader.agent.listen(bind, gate, secrets.token_hex(8), GATE_CHECK_S, expect=0)
+        if not opened.ok:
+            raise PreflightError(
+                f"the gated launch port {gate} on {leader.profile.host.name} cannot be opened: "
+                f"{opened.reason}",
+                "SGLang's gate server would fail to bind and every rank wait at the gate: "
+                "stop what holds it, or choose another group.gate_port",
+            )
 
 
 def _follow(

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import stat
 import sys
 from pathlib import Path
@@ -213,6 +214,25 @@ def test_group_unreachable_rendezvous_is_refused_before_launch(group_space: Work
     assert up.code == ExitCode.PREFLIGHT, up.out + up.err
     assert "rank 1 (node-b) cannot reach rank 0's rendezvous port 192.0.2.1:" in up.err
     assert "group.nodes[0].address" in up.err
+    assert [row["state"] for row in rows(group_space, name)] == [None, None]
+
+
+def test_group_gate_port_in_use_is_refused_before_launch(group_space: Workspace) -> None:
+    """SGLang's gate server binds rank 0's --host:gate_port in a thread: taken, it only logs and
+    every rank waits at the gate. orch checks the port can be opened before anything starts."""
+    name = group_profile(group_space, "gated")
+    path = group_space.profiles / f"{name}.yaml"
+    document = yaml.safe_load(path.read_text())
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        document["group"]["gate_port"] = holder.getsockname()[1]
+        path.write_text(yaml.safe_dump(document, sort_keys=False))
+        up = group_space.orch("up", name)
+    assert up.code == ExitCode.PREFLIGHT, up.out + up.err
+    assert f"the gated launch port {document['group']['gate_port']} on box cannot be opened" in (
+        up.err
+    )
     assert [row["state"] for row in rows(group_space, name)] == [None, None]
 
 
