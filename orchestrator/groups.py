@@ -29,18 +29,6 @@ class NodeDifference:
         return f"{self.what}: {shown}"
 
 
-def parallel_sizes(profile: Profile) -> tuple[int, int]:
-    """(tp_size, pp_size) as the profile sets them (1 where it does not)."""
-    sizes = []
-    for name, alias in (
-        ("tp_size", "tensor_parallel_size"),
-        ("pp_size", "pipeline_parallel_size"),
-    ):
-        value = profile.args.get(name, profile.args.get(alias))
-        sizes.append(value if isinstance(value, int) and not isinstance(value, bool) else 1)
-    return sizes[0], sizes[1]
-
-
 def node_ranks(tp: int, pp: int, nnodes: int) -> list[list[int]]:
     """The global ranks (``pp_rank * tp + tp_rank``) each node runs, as SGLang lays them out
     (0.5.11 ``entrypoints/engine.py``: ``pp_per_node = max(pp // nnodes, 1)``,

@@ -234,6 +234,18 @@ class Profile:
     def nnodes(self) -> int:
         return self.group.nnodes if self.group is not None else 1
 
+    @property
+    def parallel_sizes(self) -> tuple[int, int]:
+        """(tp_size, pp_size) as ``args`` sets them, by either spelling (1 where unset)."""
+        sizes = []
+        for name, alias in (
+            ("tp_size", "tensor_parallel_size"),
+            ("pp_size", "pipeline_parallel_size"),
+        ):
+            value = self.args.get(name, self.args.get(alias))
+            sizes.append(value if isinstance(value, int) and not isinstance(value, bool) else 1)
+        return sizes[0], sizes[1]
+
 
 class Severity(enum.StrEnum):
     WARNING = "warning"

@@ -535,14 +535,8 @@ def _check_parallelism(checker: DocChecker, profile: Profile) -> None:
                 "declare the nodes under group.nodes (rank 0 first); orch renders "
                 "--dist-init-addr, --nnodes and --node-rank for each",
             )  # fmt: skip
-    needed = 1
-    for name, alias in (
-        ("tp_size", "tensor_parallel_size"),
-        ("pp_size", "pipeline_parallel_size"),
-    ):
-        value = profile.args.get(name, profile.args.get(alias))
-        if isinstance(value, int) and not isinstance(value, bool):
-            needed *= value
+    tp, pp = profile.parallel_sizes
+    needed = tp * pp
     group = profile.group
     nnodes = group.nnodes if group is not None else 1
     if needed % nnodes:

@@ -355,11 +355,11 @@ class ProfileChecker(DocChecker):
                 self.keys(path, _NODE_KEYS)
             name = item.get("host")
             host = self._node_host(path, name, inventory)
-            node_port = self.integer((*path, "port"), 1, 65535) if "port" in item else None
-            address = self.text((*path, "address")) if "address" in item else None
+            node_port = self.integer((*path, "port"), 1, 65535)
+            address = self.text((*path, "address"))
             if address is not None and (not address or any(c.isspace() for c in address)):
                 self.error((*path, "address"), f"expected a hostname or IP, got {address!r}")
-            env = self._env((*path, "env"), GpuSpec()) if "env" in item else {}
+            env = self._env((*path, "env"), GpuSpec())
             if host is None:
                 continue
             if any(node.host.name == host.name for node in nodes):

@@ -35,10 +35,10 @@ from orchestrator.commands.follow import (
     follow,
 )
 from orchestrator.commands.ops import LogChunk, RunEnded, Stopped, Stopping
-from orchestrator.errors import Conflict, ExitCode, PreflightError
+from orchestrator.errors import Conflict, ExitCode, PreflightError, SupervisorError
 from orchestrator.model import Group, Profile, RunState
 from orchestrator.protocol import ProbeAnswer, StopReply, build_spec, health_host
-from orchestrator.remote.agent import READY
+from orchestrator.remote.agent import CRASHED, READY
 from orchestrator.supervise import Agent
 
 T = TypeVar("T")
@@ -182,7 +182,7 @@ def up(
         yield from planning.gate(ctx, launch, force=force, replacing=bool(running))
     if running:
         yield Step(f"stopping the running group (--replace): {len(running)} node(s)")
-        stop_group(nodes)
+        stop_group(nodes, profile.name)
 
     key = secrets.token_hex(32)  # the supervisors' control messages: spec.json is 0600
     meta = launch.meta(ctx.origin())
@@ -197,7 +197,8 @@ def up(
     replies = parallel(start, nodes)
     refused = [(node, reply) for node, reply in zip(nodes, replies, strict=True) if not reply.ok]
     if refused:
-        stop_group([node for node, reply in zip(nodes, replies, strict=True) if reply.ok])
+        started = [node for node, reply in zip(nodes, replies, strict=True) if reply.ok]
+        stop_group(started, profile.name)
         node, reply = refused[0]
         raise Conflict(
             f"{node.name}: {reply.reason}",
@@ -209,7 +210,10 @@ def up(
             yield Started(f"{state.run_id} ({node.name})", state.pid, state.log or "")
     first = replies[0].state
     if first is None:
-        raise Conflict(f"rank 0 on {nodes[0].profile.host.name} answered no state", None)
+        raise SupervisorError(
+            f"the agent of rank 0 on {nodes[0].profile.host.name} started without a state",
+            f"orch status {profile.name}; orch down {profile.name}",
+        )
     yield from _follow(ctx, launch, nodes, first)
 
 
@@ -235,7 +239,7 @@ def group_spec(launch: Launch, rank: int, key: str) -> dict[str, Any]:
     }
     if group.active_gate_port is not None:
         profile = launch.profile
-        tp, pp = groups.parallel_sizes(profile)
+        tp, pp = profile.parallel_sizes
         spec["gate"] = {
             "port": group.active_gate_port,
             "host": health_host(profile.bind),
@@ -373,7 +377,7 @@ def _members_ready(ctx: Context, launch: Launch, nodes: Sequence[Node], ready: O
         run = ready.state.run_id
         # the coordinator records the failure at once, its state only once the group stopped
         if current.state != READY or current.run_id != run or (ended and ended.run_id == run):
-            cls = ended.cls if ended is not None else "crashed"
+            cls = ended.cls if ended is not None else CRASHED
             message = ended.message if ended is not None else current.message
             return _with_failed_rank_tail(nodes, _named(failure_outcome(current, cls, message, ())))
         if not waiting:
@@ -395,35 +399,39 @@ def _members_ready(ctx: Context, launch: Launch, nodes: Sequence[Node], ready: O
 # -- down ----------------------------------------------------------------------------------------
 
 
-def stop_group(nodes: Sequence[Node], timeout_s: float | None = None) -> list[StopReply]:
-    """Rank 0 first (it drains; its supervisor stops the others'), then every other node's
-    supervisor (each stop also sweeps what is left of its run)."""
-    replies: list[StopReply] = []
-    for node in nodes:
-        timeout = node.profile.stop_timeout_s if timeout_s is None else timeout_s
-        replies.append(node.agent.stop(timeout))
-    return replies
+def stop_group(nodes: Sequence[Node], name: str) -> None:
+    """Every rank stopped (``--replace``, or the ranks started before one refused)."""
+    for _ in _stop_ranks(nodes, name, None, None):
+        pass
 
 
 def down(
     ctx: Context, launch: Launch, *, timeout_s: float | None = None, take_over: bool = False
 ) -> Iterator[Stopping | Stopped]:
-    """Stop every rank, rank 0 first: SGLang's rank 0 drains and broadcasts the shutdown, and
-    its supervisor tells the others'; then each other node's supervisor is asked too (it stops
-    and sweeps what is left, SIGKILL after a short grace: workers ignore SIGTERM since 0.5.21),
-    so that nothing of the group is left on any node, whatever state rank 0 was in."""
+    """Stop every rank (``_stop_ranks``) after checking that every node's deployment is this
+    profiles repository's to stop; nothing when no rank runs."""
     nodes = nodes_of(ctx, launch)
     states = parallel(lambda node: node.agent.status(), nodes)
     for node, state in zip(nodes, states, strict=True):
         if state.deployed:
             ownership.check(node.profile, state, ctx.origin(), "stop", take_over=take_over)
-    if not any(_active(state) for state in states):
-        return
+    if any(_active(state) for state in states):
+        yield from _stop_ranks(nodes, launch.profile.name, timeout_s, states[0])
+
+
+def _stop_ranks(
+    nodes: Sequence[Node], name: str, timeout_s: float | None, leader_state: RunState | None
+) -> Iterator[Stopping | Stopped]:
+    """Rank 0 first: SGLang's rank 0 drains and broadcasts the shutdown, and its supervisor
+    tells the others'; then each other node's supervisor is asked too (it stops and sweeps what
+    is left, SIGKILL after a short grace: workers ignore SIGTERM since 0.5.21), so that nothing
+    of the group is left on any node, whatever state rank 0 was in. Each rank's state is read
+    just before its turn: rank 0's supervisor may have ended it a moment ago."""
     for index, node in enumerate(nodes):
-        state = states[index] if index == 0 else node.agent.status()
-        label = f"{launch.profile.name} {node.name}"
+        state = leader_state if index == 0 and leader_state else node.agent.status()
+        label = f"{name} {node.name}"
         if not _active(state):
-            if state.deployed:  # ended by rank 0's supervisor a moment ago, or long before
+            if state.deployed:
                 yield Stopped(label, StopReply(state, ()))
             continue
         timeout = node.profile.stop_timeout_s if timeout_s is None else timeout_s

@@ -7,10 +7,8 @@ and rank 1's learns the activation from it (SGLang broadcasts it over torch.dist
 
 from __future__ import annotations
 
-import json
 import secrets
 import socket
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -121,19 +119,8 @@ STUCK = CONFIG_LINE + "time.sleep(60)\n"  # a node that never reaches the gate (
 
 
 def start(ranks: Ranks, rank: int, program: str, start_limit: int = 5, **group: Any) -> Rank:
-    """Ranks.start with rank 0's start limit as given."""
-    spec = ranks.plan.spec(rank, program, **group)
-    spec["restart"]["start_limit"] = start_limit
-    paths = agent.Paths(str(ranks.root / "workdir" / f"r{rank}"))
-    agent.secure_deployment(paths, create=True)
-    Path(paths.spec).write_text(json.dumps(spec))
-    supervisor = agent.Supervisor(agent.Spec.from_json(spec), paths)
-    thread = threading.Thread(target=supervisor.run, name=f"rank-{rank}", daemon=True)
-    thread.start()
-    started = Rank(supervisor, thread)
-    ranks.started.append(started)
-    wait_until("state.json written", Path(paths.state).exists)
-    return started
+    """Ranks.start with rank 0's start limit given positionally (the tests vary it)."""
+    return ranks.start(rank, program, start_limit=start_limit, **group)
 
 
 @pytest.fixture

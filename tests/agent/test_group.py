@@ -133,8 +133,10 @@ class Ranks:
         self.plan = GroupPlan(_free_port(), secrets.token_hex(32))
         self.started: list[Rank] = []
 
-    def start(self, rank: int, program: str, **group: Any) -> Rank:
+    def start(self, rank: int, program: str, *, start_limit: int = 5, **group: Any) -> Rank:
+        """Rank ``rank``'s supervisor in a thread; ``start_limit``: its restart policy's."""
         spec = self.plan.spec(rank, program, **group)
+        spec["restart"]["start_limit"] = start_limit
         paths = agent.Paths(str(self.root / "workdir" / f"r{rank}"))
         agent.secure_deployment(paths, create=True)
         Path(paths.spec).write_text(json.dumps(spec))

@@ -104,7 +104,7 @@ def test_group_rank0_address_and_ipv6_rendezvous(profile_dir: ProfileDir) -> Non
     assert "[fd00::1]:20000" in commands[1].argv
 
 
-def test_group_nodes_on_one_machine_need_their_own_ports(profile_dir: ProfileDir) -> None:
+def test_group_nodes_on_one_machine_need_their_own_workdirs(profile_dir: ProfileDir) -> None:
     """Two host entries for one machine (as the tests do on 127.0.0.1) may share it only with
     different workdirs and ports."""
     body = GROUP.replace("node-b", "node-a2")
