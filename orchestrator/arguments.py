@@ -10,6 +10,7 @@ import os
 from pathlib import Path
 
 from orchestrator import __version__
+from orchestrator.model import EXPORT_ENGINES
 
 PROFILES_ENV = "ORCH_PROFILES"
 
@@ -84,6 +85,23 @@ def parser() -> argparse.ArgumentParser:
         help="a launch group's rank only (default: every rank; --script needs one)",
     )
     render.set_defaults(command="render")
+
+    export = commands.add_parser(
+        "export",
+        help="write the manifest another engine runs the profile with: Kubernetes "
+        "(LeaderWorkerSet, Deployment), SkyPilot, dstack",
+        description="The profile's exact argv and env for another engine: Kubernetes in exec "
+        "form with every $ escaped, SkyPilot and dstack as shell with every word quoted once. "
+        "What an engine cannot run is an error naming the profile key (docs/export.md).",
+    )
+    export.add_argument(
+        "engine", metavar="ENGINE", choices=EXPORT_ENGINES, help=", ".join(EXPORT_ENGINES)
+    )
+    export.add_argument("profile", metavar="PROFILE")
+    export.add_argument(
+        "-o", "--output", metavar="FILE", type=Path, help="write here (default: stdout)"
+    )
+    export.set_defaults(command="export")
 
     validate = commands.add_parser(
         "validate",
@@ -257,6 +275,9 @@ def parser() -> argparse.ArgumentParser:
 
 # What each subcommand's --help ends with: examples a user can paste.
 EXAMPLES: dict[str, str] = {
+    "export": "orch export k8s-lws qwen35-397b-2x8-h200 -o lws.yaml && kubectl apply -f lws.yaml\n"
+    "  orch export skypilot qwen36-mtp-b200 -o task.yaml && sky launch task.yaml\n"
+    "  orch diff-effective qwen36-mtp-b200 --url http://127.0.0.1:30000  # after port-forward",
     "render": "orch render qwen36-mtp-b200\n  orch render qwen36-mtp-b200 --script > launch.sh",
     "validate": "orch validate\n  orch validate --strict qwen36-mtp-b200   # in CI",
     "profiles": "orch profiles",

@@ -153,6 +153,38 @@ def _cmd_render(args: argparse.Namespace, output: _Output) -> int:
     return ExitCode.OK
 
 
+def _cmd_export(args: argparse.Namespace, output: _Output) -> int:
+    from orchestrator import export
+    from orchestrator.commands.context import profiles_origin
+
+    store = _store(args)
+    loaded = store.load(args.profile)
+    for found in loaded.findings:
+        output.finding(found)
+    origin = profiles_origin(store.root)
+    provenance = export.Provenance(loaded.profile.source, origin.commit, origin.dirty)
+    result = export.export(loaded.profile, loaded.table, args.engine, provenance)
+    if args.output is None:
+        output.out.write(result.text)  # the notes are its header's comments
+        return ExitCode.OK
+    _write_export(args.output, result.text)
+    output.print(f"wrote {args.output}: {args.engine} for {result.profile}")
+    for note in result.notes:
+        output.print(f"  note: {note}")
+    return ExitCode.OK
+
+
+def _write_export(path: Path, text: str) -> None:
+    """Replace ``path`` whole (a reader never sees half a manifest); it holds no secret values."""
+    temporary = path.with_name(f".{path.name}.orch-tmp")
+    try:
+        temporary.write_text(text, encoding="utf-8")
+        temporary.replace(path)
+    except OSError as exc:
+        temporary.unlink(missing_ok=True)
+        raise UsageError(f"cannot write {path}: {exc.strerror or exc}", "another -o FILE") from exc
+
+
 def _cmd_validate(args: argparse.Namespace, output: _Output) -> int:
     """Every profile named (else every file of the directory) is checked and reported; one bad
     file never stops the others. CONFIG when any is invalid (docs/exit-codes.md)."""
@@ -575,6 +607,7 @@ def main(
 
 HANDLERS: dict[str, Callable[[argparse.Namespace, _Output], int]] = {
     "render": _cmd_render,
+    "export": _cmd_export,
     "validate": _cmd_validate,
     "profiles": _cmd_profiles,
     "up": _cmd_up,

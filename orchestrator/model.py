@@ -184,6 +184,22 @@ class Group:
         return f"{shown}:{self.rendezvous_port}"
 
 
+# What ``orch export`` writes (orchestrator/export.py): Kubernetes LeaderWorkerSet, Deployment,
+# SkyPilot task, dstack run configuration.
+EXPORT_ENGINES = ("k8s-lws", "k8s", "skypilot", "dstack")
+
+
+@dataclass(frozen=True)
+class ExportSettings:
+    """``export:``: what ``orch export`` needs beyond the launch itself (docs/export.md)."""
+
+    image: str | None = None  # None: lmsysorg/sglang:v<sglang>
+    python: str = "python3"  # the interpreter inside the image (the host's ``python`` is not there)
+    secret: str | None = None  # the Kubernetes Secret holding from_env values; None: <name>-secrets
+    secret_keys: Mapping[str, str] = field(default_factory=frozen_map)  # from_env NAME -> key
+    replicas: int = 1  # Kubernetes: servers (Deployment pods, LeaderWorkerSet groups)
+
+
 DEFAULT_CONTROL_OFFSET = 100  # control port = rendezvous port + this, unless given
 DEFAULT_GATE_OFFSET = 50  # gated launch port = rendezvous port + this, unless given
 
@@ -213,6 +229,7 @@ class Profile:
     pin: tuple[str, ...] = ()
     group: Group | None = None  # a multi-node launch group; ``host`` is then its rank 0's
     rank: int = 0  # the group's rank this profile is, as its node runs it (``for_rank``)
+    export: ExportSettings = ExportSettings()
 
     def for_rank(self, rank: int) -> Profile:
         """The profile as rank ``rank`` of its group runs it: that node's host, port and env

@@ -22,6 +22,7 @@ from orchestrator.model import (
     DEFAULT_CONTROL_OFFSET,
     ArgValue,
     EnvValue,
+    ExportSettings,
     GpuSpec,
     Group,
     GroupNode,
@@ -44,6 +45,8 @@ LOCAL_HOST = "local"
 
 _ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _FIELD_NAME_RE = re.compile(r"^[a-z][a-z0-9_]*$")
+_K8S_NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
+_SECRET_KEY_RE = re.compile(r"^[-._a-zA-Z0-9]+$")
 _DEVICE_UUID_RE = re.compile(r"^(GPU|MIG)-[0-9A-Za-z-]+$")
 # Durations are slept and waited on by the agent: a finite bound keeps every one of them within
 # what the host's clock and timers take (time.sleep(1e308) raises; .inf is refused by yamldoc).
@@ -52,7 +55,7 @@ MAX_SECONDS = 366 * 86400.0
 _TOP_KEYS = (
     "extends", "abstract", "description", "sglang", "host", "launcher", "model", "gpu",
     "spec_decode", "port", "bind", "env", "args", "restart", "health", "stop_timeout_s", "pin",
-    "group",
+    "group", "export",
 )  # fmt: skip
 _SECTION_KEYS: dict[str, tuple[str, ...]] = {
     "model": ("path", "served_model_name"),
@@ -75,6 +78,7 @@ _SECTION_KEYS: dict[str, tuple[str, ...]] = {
         "gated_launch",
         "gate_port",
     ),
+    "export": ("image", "python", "secret", "secret_keys", "replicas"),
 }
 _NODE_KEYS = ("host", "address", "port", "env")
 # What orch sets on every rank of a group from ``group:``; a profile never writes them.
@@ -156,6 +160,7 @@ class ProfileChecker(DocChecker):
         health = self._health()
         stop_timeout = self.number(("stop_timeout_s",), 0.0, MAX_SECONDS)
         pin = self._pin()
+        export = self._export()
         description = self.text(("description",), one_line=False) or ""
 
         if self.errors:
@@ -185,6 +190,7 @@ class ProfileChecker(DocChecker):
             stop_timeout_s=stop_timeout if stop_timeout is not None else Profile.stop_timeout_s,
             pin=pin,
             group=group,
+            export=export,
         )
         return profile, table
 
@@ -528,6 +534,41 @@ class ProfileChecker(DocChecker):
             self.error(("pin",), "expected a list of SGLang field names")
             return ()
         return tuple(item.replace("-", "_") for item in raw)
+
+    def _export(self) -> ExportSettings:
+        """``export:``: the image, its interpreter and the Kubernetes Secret (docs/export.md)."""
+        if self.mapping(("export",)) is None:
+            return ExportSettings()
+        defaults = ExportSettings()
+        image = self.text(("export", "image"))
+        if image is not None and (not image or any(c.isspace() for c in image)):
+            self.error(("export", "image"), f"expected an image reference, got {image!r}")
+        python = self.text(("export", "python"))
+        if python is not None and (not python or any(c.isspace() for c in python)):
+            self.error(("export", "python"), f"expected a program, got {python!r}", "python3")
+        secret = self.text(("export", "secret"))
+        if secret is not None and not _K8S_NAME_RE.match(secret):
+            self.error(
+                ("export", "secret"), f"expected a Kubernetes Secret name, got {secret!r}",
+                "lower-case letters, digits, '-' and '.' (DNS-1123)",
+            )  # fmt: skip
+        keys: dict[str, str] = {}
+        for name, key in (self.mapping(("export", "secret_keys")) or {}).items():
+            path: KeyPath = ("export", "secret_keys", name)
+            if not _ENV_NAME_RE.match(name):
+                self.error(path, f"expected a from_env variable name, got {name!r}")
+            elif not isinstance(key, str) or not _SECRET_KEY_RE.match(key):
+                self.error(path, "expected a key of the Secret", "letters, digits, '-', '_', '.'")
+            else:
+                keys[name] = key
+        replicas = self.integer(("export", "replicas"), 1)
+        return ExportSettings(
+            image=image,
+            python=python or defaults.python,
+            secret=secret,
+            secret_keys=frozen_map(keys),
+            replicas=replicas if replicas is not None else defaults.replicas,
+        )
 
     def _restart(self) -> RestartPolicy:
         if self.mapping(("restart",)) is None:
