@@ -705,7 +705,8 @@ def shell_script(plan: _Plan, shell: _Shell) -> str:
             if len(set(exec_lines)) > 1:
                 body.append(exec_lines[rank])
             lines.append(f"  {rank})")
-            lines += [f"    {line}" for line in "\n".join(body).splitlines()] or ["    :"]
+            # indent each entry's first line only: a quoted value's own newlines are its text
+            lines += [f"    {entry}" for entry in body] or ["    :"]
             lines.append("    ;;")
         message = shlex.quote(
             f"orch export: {plan.profile.name} has ranks 0-{plan.nnodes - 1}, not "

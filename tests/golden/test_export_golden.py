@@ -1,0 +1,48 @@
+"""Each shipped profile exported to each engine is exactly tests/golden/export/<profile>.<engine>.yaml.
+
+A change in an export shows up here as a diff to review; rewrite on purpose with
+``pytest tests/golden --update-goldens``. The provenance is fixed (no commit) so that the files do
+not change with every commit of this repository.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from orchestrator import export
+from orchestrator.errors import RenderError
+from orchestrator.model import EXPORT_ENGINES
+from orchestrator.profile import ProfileStore
+from tests.conftest import EXAMPLES, REPO, SHIPPED_PROFILES
+
+GOLDEN = Path(__file__).resolve().parent / "export"
+_SHIPPED = ProfileStore(SHIPPED_PROFILES, display_root=REPO)  # sources as profiles/x.yaml
+CASES = [
+    (name, engine)
+    for name in EXAMPLES
+    if not _SHIPPED.load(name).profile.abstract
+    for engine in EXPORT_ENGINES
+]
+
+
+@pytest.mark.parametrize(("profile", "engine"), CASES, ids=[f"{p}.{e}" for p, e in CASES])
+def test_golden_export(request: pytest.FixtureRequest, profile: str, engine: str) -> None:
+    loaded = _SHIPPED.load(profile)
+    provenance = export.Provenance(f"profiles/{profile}.yaml", None)
+    try:
+        text = export.export(loaded.profile, loaded.table, engine, provenance).text
+    except RenderError as exc:  # an engine that cannot run the profile: its refusal is golden
+        text = f"# refused: {exc.message}\n# hint: {exc.hint}\n"
+    path = GOLDEN / f"{profile}.{engine}.yaml"
+    if request.config.getoption("--update-goldens"):
+        GOLDEN.mkdir(exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+    assert path.exists(), f"no golden for {profile} {engine}: pytest tests/golden --update-goldens"
+    assert text == path.read_text(encoding="utf-8")
+
+
+def test_every_export_golden_has_a_case() -> None:
+    stale = {p.name for p in GOLDEN.glob("*.yaml")} - {f"{p}.{e}.yaml" for p, e in CASES}
+    assert stale == set(), f"golden exports without a profile: {sorted(stale)}"
