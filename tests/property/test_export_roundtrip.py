@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -99,16 +100,24 @@ def _run_script(
     return json.loads(out.read_text(encoding="utf-8"))
 
 
-ENGINE_RANKS = {
-    "skypilot": lambda rank: {
-        "SKYPILOT_NODE_RANK": str(rank), "SKYPILOT_NUM_NODES": "2",
-        "SKYPILOT_NODE_IPS": "10.0.0.1\n10.0.0.2\n",
-    },
-    "dstack": lambda rank: {
-        "DSTACK_NODE_RANK": str(rank), "DSTACK_NODES_NUM": "2",
-        "DSTACK_MASTER_NODE_IP": "10.0.0.1", "DSTACK_NODES_IPS": "10.0.0.1\n10.0.0.2",
-    },
-}  # fmt: skip
+def _skypilot_rank(rank: int) -> dict[str, str]:
+    ips = "10.0.0.1\n10.0.0.2\n"  # newline-separated, head first
+    return {"SKYPILOT_NODE_RANK": str(rank), "SKYPILOT_NUM_NODES": "2", "SKYPILOT_NODE_IPS": ips}
+
+
+def _dstack_rank(rank: int) -> dict[str, str]:
+    return {
+        "DSTACK_NODE_RANK": str(rank),
+        "DSTACK_NODES_NUM": "2",
+        "DSTACK_MASTER_NODE_IP": "10.0.0.1",
+        "DSTACK_NODES_IPS": "10.0.0.1\n10.0.0.2",
+    }
+
+
+ENGINE_RANKS: dict[str, Callable[[int], dict[str, str]]] = {
+    "skypilot": _skypilot_rank,
+    "dstack": _dstack_rank,
+}
 SHELLS = ["bash"] + (
     ["dash"] if any(os.access(f"{d}/dash", os.X_OK) for d in ("/bin", "/usr/bin")) else []
 )
