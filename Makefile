@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
 
-.PHONY: setup test test-fast lint type check demo bench argtables clean
+.PHONY: setup test test-fast lint type check demo bench argtables skypilot-venv clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -52,6 +52,15 @@ demo: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python -m bench
+
+# The optional tier that reads `orch export skypilot` tasks with SkyPilot's own parser (460 MB).
+SKYPILOT_VENV ?= $(HOME)/.cache/orch/skypilot-venv
+skypilot-venv:
+	rm -rf $(SKYPILOT_VENV).partial
+	$(PYTHON) -m venv $(SKYPILOT_VENV).partial
+	$(SKYPILOT_VENV).partial/bin/python -m pip install --quiet 'skypilot==0.14.1'
+	$(SKYPILOT_VENV).partial/bin/python -c 'import sky'
+	rm -rf $(SKYPILOT_VENV) && mv $(SKYPILOT_VENV).partial $(SKYPILOT_VENV)
 
 # Regenerate orchestrator/argtables/ from the real sglang packages (slow: builds CPU venvs, cached).
 argtables:

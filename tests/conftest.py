@@ -53,7 +53,7 @@ def capture_lines(name: str) -> list[str]:
 _TIERS = {
     "unit": "unit", "golden": "unit", "property": "unit", "agent": "agent", "e2e": "e2e",
     "ssh": "e2e", "transport": "e2e", "standin": "e2e", "sglang_real": "sglang_real",
-    "bench": "bench",
+    "bench": "bench", "engines": "engines",
 }  # fmt: skip
 
 
