@@ -102,6 +102,13 @@ def run_diff_effective(space: Workspace, name: str, sshd: SshServer) -> None:
     _ok(_orch(space, "diff-effective", name), "no drift")
 
 
+def run_export(space: Workspace, name: str, sshd: SshServer) -> None:
+    _ok(_orch(space, "export", "k8s-lws", name), "kind: LeaderWorkerSet", "lmsysorg/sglang:v0.5.23")
+    written = space.root / "deploy.yaml"
+    _ok(_orch(space, "export", "k8s", name, "-o", str(written)), "wrote")
+    assert "kind: Deployment" in written.read_text()
+
+
 def run_hosts(space: Workspace, name: str, sshd: SshServer) -> None:
     hosts = space.profiles / "hosts.yaml"
     hosts.write_text(
@@ -122,7 +129,7 @@ RUNS: dict[str, Callable[[Workspace, str, SshServer], None]] = {
     "render": run_render, "validate": run_validate, "profiles": run_profiles, "up": run_up,
     "down": run_down, "restart": run_restart, "status": run_status, "logs": run_logs,
     "runs": run_runs, "plan": run_plan, "lock": run_lock, "diff-effective": run_diff_effective,
-    "hosts": run_hosts, "init": run_init,
+    "hosts": run_hosts, "init": run_init, "export": run_export,
 }  # fmt: skip
 
 
