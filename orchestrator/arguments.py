@@ -239,8 +239,8 @@ def parser() -> argparse.ArgumentParser:
         help="compare the profile with what the server received and what SGLang resolved",
         description="Field by field: the profile, the server process's command line and "
         "environment (/proc on the host), and SGLang's resolved configuration (/server_info, "
-        "else the server_args= log line). Exit 0 when every field the profile sets matches, "
-        "1 on drift.",
+        "else the server_args= log line). With --url, the server is asked over HTTP from this "
+        "machine instead. Exit 0 when every field the profile sets matches, 1 on drift.",
     )
     diff.add_argument("profile", metavar="PROFILE")
     diff.add_argument("--json", action="store_true", help="the stable machine-readable format")
@@ -250,6 +250,23 @@ def parser() -> argparse.ArgumentParser:
     diff.add_argument("--wide", action="store_true", help="values whole, never cut")
     diff.add_argument("--pid", type=int, help="the server's pid (a server not started by orch)")
     diff.add_argument("--log", metavar="PATH", help="its log on the host, for the server_args line")
+    diff.add_argument(
+        "--url",
+        metavar="URL",
+        help="ask the server at URL from this machine, without SSH (a pod behind kubectl "
+        "port-forward, a SkyPilot or dstack cluster, a server started by hand): what SGLang "
+        "resolved (/server_info) and, from 0.5.20, its launch_command; the profile's api_key "
+        "is sent as a Bearer token",
+    )
+    diff.add_argument(
+        "--node",
+        "--rank",
+        dest="node",
+        type=int,
+        metavar="RANK",
+        help="a launch group's node N only (default: every node, and the nodes compared with "
+        "each other); with --url, the node whose profile the server is compared with",
+    )
     diff.set_defaults(command="diff-effective")
 
     init = commands.add_parser(
@@ -291,7 +308,8 @@ EXAMPLES: dict[str, str] = {
     "~/.cache/orch/sglang-venvs/0.5.11/bin/python --model-config config.json",
     "lock": "orch lock qwen36-mtp-b200 && git diff profiles/qwen36-mtp-b200.lock.json",
     "diff-effective": "orch diff-effective qwen36-mtp-b200\n"
-    "  orch diff-effective qwen36-mtp-b200 --json --all",
+    "  orch diff-effective qwen36-mtp-b200 --json --all\n"
+    "  orch diff-effective qwen36-mtp-b200 --url http://127.0.0.1:30000  # kubectl port-forward",
     "hosts": "orch hosts trust b200-1",
     "init": "orch init ~/src/team-profiles",
 }

@@ -127,12 +127,7 @@ def _cmd_render(args: argparse.Namespace, output: _Output) -> int:
     commands = render.render_members(profile, loaded.table)
     group = profile.group
     if args.node is not None:
-        if not 0 <= args.node < len(commands):
-            raise UsageError(
-                f"--node {args.node}: {args.profile} has rank(s) 0-{len(commands) - 1}",
-                "a rank of group.nodes, 0 for the first",
-            )
-        commands = (commands[args.node],)
+        commands = (commands[_node(args.node, args.profile, len(commands))],)
     elif group is not None and args.script:
         raise UsageError(
             f"{args.profile} is a group of {group.nnodes} nodes: one script per rank",
@@ -495,18 +490,29 @@ def _cmd_diff_effective(args: argparse.Namespace, output: _Output) -> int:
     from orchestrator import show_reports
     from orchestrator.commands import effective
 
+    if args.url is not None and (args.pid is not None or args.log is not None):
+        raise UsageError(
+            "--url asks the server over HTTP; --pid and --log read a process and a log on the "
+            "profile's host: give one or the other"
+        )
     ctx = _context(args, output)
     try:
         launch = ctx.launch(args.profile, require_secrets=False)
-        if launch.is_group and args.pid is None and args.log is None:
+        rank = _node(args.node, launch.profile.name, len(launch.members))
+        whole_group = launch.is_group and args.node is None and args.url is None
+        if whole_group and args.pid is None and args.log is None:
             group_report = effective.diff_group(ctx, launch, include_defaulted=args.all)
+        elif args.url is not None:
+            report = effective.diff_url(
+                ctx, launch, args.url, include_defaulted=args.all, rank=rank
+            )
         else:
             report = effective.diff_effective(
-                ctx, launch, include_defaulted=args.all, pid=args.pid, log=args.log
+                ctx, launch, include_defaulted=args.all, pid=args.pid, log=args.log, rank=rank
             )
     finally:
         ctx.close()
-    if launch.is_group and args.pid is None and args.log is None:
+    if whole_group and args.pid is None and args.log is None:
         if args.json:
             document = show_reports.group_diff_json(group_report)
             output.print(json.dumps(document, indent=2, default=str))
@@ -518,6 +524,18 @@ def _cmd_diff_effective(args: argparse.Namespace, output: _Output) -> int:
     else:
         output.print(show_reports.diff_text(report, wide=args.wide))
     return ExitCode.DRIFT if report.drift else ExitCode.OK
+
+
+def _node(rank: int | None, profile: str, nodes: int) -> int:
+    """``--node RANK`` checked against the profile's nodes (0 when not given)."""
+    if rank is None:
+        return 0
+    if not 0 <= rank < nodes:
+        raise UsageError(
+            f"--node {rank}: {profile} has rank(s) 0-{nodes - 1}",
+            "a rank of group.nodes, 0 for the first",
+        )
+    return rank
 
 
 def _cmd_init(args: argparse.Namespace, output: _Output) -> int:

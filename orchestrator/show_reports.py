@@ -117,7 +117,10 @@ def lock_written(target: Path, document: dict[str, Any], report: plan.PlanReport
 
 def diff_text(report: verify.Report, *, wide: bool = False) -> str:
     width = WIDE if wide else VALUE_WIDTH
-    found = {"orch": "run by orch", "port": "found by its port", "pid": "given pid"}
+    found = {
+        "orch": "run by orch", "port": "found by its port", "pid": "given pid",
+        "url": "asked by --url",
+    }  # fmt: skip
     head = (
         f"{report.profile}: SGLang {report.sglang_version}, pid {report.pid or '-'} "
         f"({found.get(report.found_by, 'not running')}), resolved from "

@@ -147,7 +147,8 @@ class Observation:
     """What the agent found on the host (see ``agent.py inspect``)."""
 
     pid: int | None
-    found_by: str  # "orch" (its supervisor), "port" (the listener), "pid" (given), "" (none)
+    # "orch" (its supervisor), "port" (the listener), "pid" (given), "url" (--url), "" (none)
+    found_by: str
     alive: bool
     argv: tuple[str, ...] | None  # /proc/PID/cmdline; None when no process could be read
     env: Mapping[str, str] | None  # only the names asked for; None when not readable

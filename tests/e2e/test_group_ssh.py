@@ -126,6 +126,26 @@ def test_group_reaches_ready_and_down_leaves_nothing_on_either_node(
     }
     assert node_rank["node-b"]["received"] == 1
     assert node_rank["node-b"]["verdict"] == "ok"
+    one = group_space.orch("diff-effective", name, "--json", "--node", "1")
+    assert one.code == ExitCode.OK, one.out + one.err
+    assert next(f for f in one.json()["fields"] if f["field"] == "node_rank")["received"] == 1
+
+    # Without SSH, as behind a port-forward: rank 0 answers /server_info, rank 1 only /health
+    written = yaml.safe_load((group_space.profiles / f"{name}.yaml").read_text())
+    leader_url = f"http://127.0.0.1:{written['port']}"
+    worker_url = f"http://127.0.0.1:{written['group']['nodes'][1]['port']}"
+    asked = group_space.orch("diff-effective", name, "--json", "--url", leader_url)
+    assert asked.code == ExitCode.OK, asked.out + asked.err
+    assert asked.json()["found_by"] == "url"
+    as_rank1 = group_space.orch(
+        "diff-effective", name, "--json", "--url", leader_url, "--node", "1"
+    )
+    assert as_rank1.code == ExitCode.DRIFT  # rank 0's server is not what rank 1's profile says
+    wrong = next(f for f in as_rank1.json()["fields"] if f["field"] == "node_rank")
+    assert (wrong["profile"], wrong["resolved"]) == (1, 0)
+    dummy = group_space.orch("diff-effective", name, "--url", worker_url)
+    assert dummy.code == ExitCode.NOT_RESOLVED
+    assert "point --url at rank 0" in dummy.err
 
     run_ids = [row["run_id"] for row in ranks]
     assert alive_pids(*run_ids)

@@ -17,6 +17,7 @@ generation request hangs, as it would there. Nodes of rank >= 1 serve only the d
 
 from __future__ import annotations
 
+import hmac
 import json
 import socket
 import sys
@@ -400,9 +401,25 @@ class _Handler(BaseHTTPRequestHandler):
             return {}
         return parsed if isinstance(parsed, dict) else {}
 
+    def _authorized(self, path: str) -> bool:
+        """SGLang's API-key middleware (srt/utils/auth.py ``decide_request_auth``, the same in
+        0.5.11 and 0.5.23) for its ordinary endpoints, the only kind the stand-in serves: with
+        ``--api-key`` every path but ``/health*``, ``/ready*`` and ``/metrics*`` needs
+        ``Authorization: Bearer KEY``, else 401 ``{"error": "Unauthorized"}``."""
+        key = self.state.values.get("api_key")
+        if not key or path.startswith(("/health", "/ready", "/metrics")):
+            return True
+        scheme, _, token = (self.headers.get("Authorization") or "").partition(" ")
+        if scheme.lower() == "bearer" and hmac.compare_digest(token.encode(), str(key).encode()):
+            return True
+        self._send(401, {"error": "Unauthorized"})
+        return False
+
     def do_GET(self) -> None:
         state = self.state
         path, _, query = self.path.partition("?")
+        if not self._authorized(path):
+            return
         if path in ("/health", "/health_generate"):
             if state.draining.is_set():
                 state.log("Health check request received during shutdown. Returning 503.")
@@ -440,6 +457,8 @@ class _Handler(BaseHTTPRequestHandler):
         state = self.state
         path = self.path.split("?", 1)[0]
         body = self._body()
+        if not self._authorized(path):
+            return
         if state.group_broken.is_set() and path in _GENERATION:
             _hang()  # the request waits on a scheduler stuck in a collective, as in SGLang
         if path == "/generate":

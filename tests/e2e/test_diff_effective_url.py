@@ -1,0 +1,313 @@
+"""orch diff-effective --url: a server asked over HTTP from this machine, without SSH, as behind
+``kubectl port-forward``. The servers are orch's SGLang stand-in (NOT SGLang) started by hand;
+the profiles' host is an SSH address where nothing listens, so any attempt to use SSH fails."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, ClassVar
+
+import pytest
+
+from orchestrator.errors import ExitCode
+from tests.e2e.conftest import MODEL, STANDIN, Workspace, add_host, free_port
+
+KEY = "sk-url-0123456789abcdef"
+INCIDENT_ARGS = {"mamba_scheduler_strategy": "extra_buffer", "context_length": 8192}
+INCIDENT_SPEC = """\
+spec_decode:
+  algorithm: EAGLE
+  num_steps: 3
+  eagle_topk: 1
+  num_draft_tokens: {draft}
+"""
+SPEC_FLAGS = (
+    "--speculative-algorithm", "EAGLE", "--speculative-num-steps", "3",
+    "--speculative-eagle-topk", "1",
+)  # fmt: skip
+
+Start = Callable[..., str]
+
+
+@pytest.fixture
+def by_hand() -> Iterator[Start]:
+    """Starts stand-in servers the way someone does by hand; returns each one's base URL."""
+    started: list[subprocess.Popen[bytes]] = []
+
+    def start(*flags: str, version: str = "0.5.23", env: dict[str, str] | None = None) -> str:
+        port = free_port()
+        argv = [
+            sys.executable, "-m", "sglang.launch_server", "--model-path", str(MODEL),
+            "--served-model-name", "qwen-test", "--host", "127.0.0.1", "--port", str(port),
+            "--skip-server-warmup", *flags,
+        ]  # fmt: skip
+        env = {
+            **os.environ, "PYTHONPATH": str(STANDIN), "ORCH_STANDIN_VERSION": version,
+            "ORCH_STANDIN_LOAD_S": "0.2", **(env or {}),
+        }  # fmt: skip
+        server = subprocess.Popen(
+            argv, env=env, start_new_session=True,
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        started.append(server)
+        url = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 30
+        while True:
+            assert server.poll() is None, f"the stand-in exited with {server.returncode}"
+            try:
+                with urllib.request.urlopen(url + "/health", timeout=1) as answer:  # noqa: S310
+                    if answer.status == 200:
+                        return url
+            except OSError:
+                pass
+            assert time.monotonic() < deadline, "the hand-started stand-in never became healthy"
+            time.sleep(0.1)
+
+    yield start
+    for server in started:
+        if server.poll() is None:
+            os.killpg(server.pid, signal.SIGKILL)
+            server.wait()
+
+
+@pytest.fixture
+def far(local_workspace: Workspace) -> Workspace:
+    """The workspace with host ``far``: an SSH address where nothing listens."""
+    add_host(
+        local_workspace, "far", address="127.0.0.1", port=free_port(), user="nobody",
+        workdir="/srv/orch",
+    )  # fmt: skip
+    return local_workspace
+
+
+def incident(space: Workspace, name: str, url: str, *, args: dict[str, Any] | None = None) -> str:
+    """The incident's profile on ``far``, for the server at ``url`` (its port)."""
+    return space.profile(
+        name, INCIDENT_SPEC.format(draft=4), host="far", port=port_of(url),
+        args={**INCIDENT_ARGS, **(args or {})},
+    )  # fmt: skip
+
+
+def port_of(url: str) -> int:
+    return int(url.rpartition(":")[2])
+
+
+def rows(outcome_json: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {row["field"]: row for row in outcome_json["fields"]}
+
+
+def incident_flags(*, mamba: bool = True, draft: int = 4) -> tuple[str, ...]:
+    mamba_flags = ("--mamba-radix-cache-strategy", "extra_buffer") if mamba else ()
+    return (
+        *SPEC_FLAGS, "--speculative-num-draft-tokens", str(draft), *mamba_flags,
+        "--context-length", "8192",
+    )  # fmt: skip
+
+
+def test_url_compares_a_hand_started_server_without_ssh(far: Workspace, by_hand: Start) -> None:
+    url = by_hand(*incident_flags())
+    name = incident(far, "pod", url)
+    plain = far.orch("diff-effective", name)
+    assert plain.code == ExitCode.CONNECT, plain.err  # the profile's host: nothing there
+
+    outcome = far.orch("diff-effective", name, "--json", "--url", url)
+    assert outcome.code == ExitCode.OK, outcome.out + outcome.err
+    report = outcome.json()
+    assert (report["found_by"], report["pid"]) == ("url", None)
+    assert report["resolved_source"] == "/server_info"
+    assert report["env"] == []  # no process environment to read through a URL
+    fields = rows(report)
+    assert {row["verdict"] for row in fields.values()} == {"ok"}
+    mamba = fields["mamba_radix_cache_strategy"]
+    assert (mamba["requested_as"], mamba["resolved"]) == (
+        "mamba_scheduler_strategy",
+        "extra_buffer",
+    )
+    assert mamba["launch_command"] == "extra_buffer"  # SGLang 0.5.20+ says what it was given
+    assert mamba["received_present"] is False
+
+    text = far.orch("diff-effective", name, "--url", url + "/")
+    assert text.code == ExitCode.OK
+    assert "asked by --url" in text.out
+    assert f"asked {url}/server_info from this machine" in text.out
+    assert "no drift" in text.out
+
+
+def test_url_finds_the_incidents_dropped_flag_in_launch_command(
+    far: Workspace, by_hand: Start
+) -> None:
+    url = by_hand(*incident_flags(mamba=False))  # the heredoc lost the flag
+    name = incident(far, "dropped", url)
+    outcome = far.orch("diff-effective", name, "--json", "--url", url)
+    assert outcome.code == ExitCode.DRIFT, outcome.out + outcome.err
+    fields = rows(outcome.json())
+    mamba = fields["mamba_radix_cache_strategy"]
+    assert mamba["verdict"] == "not-received"
+    assert mamba["why"] == "SGLang's launch_command lacks it"
+    drifted = {field for field, row in fields.items() if row["verdict"] != "ok"}
+    assert drifted == {"mamba_radix_cache_strategy"}
+
+
+def test_url_on_a_release_without_launch_command_shows_the_override(
+    far: Workspace, by_hand: Start
+) -> None:
+    # 0.5.11 refuses EAGLE on this model without extra_buffer and spec v2 (the incident's error)
+    spec_v2 = {"SGLANG_ENABLE_SPEC_V2": "1"}
+    url = by_hand(*incident_flags(draft=8, mamba=False), "--mamba-scheduler-strategy",
+                  "extra_buffer", version="0.5.11", env=spec_v2)  # fmt: skip
+    name = far.profile(
+        "old", INCIDENT_SPEC.format(draft=8), host="far", version="0.5.11", port=port_of(url),
+        args=INCIDENT_ARGS, env=spec_v2,
+    )  # fmt: skip
+    outcome = far.orch("diff-effective", name, "--json", "--url", url)
+    assert outcome.code == ExitCode.DRIFT, outcome.out + outcome.err
+    document = outcome.json()
+    assert document["sglang_version"] == "0.5.11"
+    fields = rows(document)
+    draft = fields["speculative_num_draft_tokens"]
+    assert (draft["profile"], draft["resolved"], draft["verdict"]) == (8, 4, "overridden")
+    assert draft["launch_command"] is None
+    assert fields["mamba_scheduler_strategy"]["verdict"] == "ok"
+    assert any("does not report its launch_command" in note for note in document["notes"])
+
+
+def test_url_sends_the_profiles_api_key_and_never_shows_it(
+    far: Workspace, by_hand: Start, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    url = by_hand(*incident_flags(), "--api-key", KEY)
+    with pytest.raises(urllib.error.HTTPError) as refused:  # the stand-in guards it as SGLang does
+        urllib.request.urlopen(url + "/server_info", timeout=5)  # noqa: S310
+    assert refused.value.code == 401
+    name = incident(far, "keyed", url, args={"api_key": {"from_env": "URL_KEY"}})
+
+    unset = far.orch("diff-effective", name, "--url", url)
+    assert unset.code == ExitCode.AUTH, unset.out + unset.err
+    assert "HTTP 401" in unset.err
+    assert "args.api_key (from_env URL_KEY) is not set here" in unset.err
+
+    monkeypatch.setenv("URL_KEY", "sk-not-the-servers")
+    wrong = far.orch("diff-effective", name, "--url", url)
+    assert wrong.code == ExitCode.AUTH
+    assert "the key from args.api_key (from_env URL_KEY) was refused" in wrong.err
+
+    monkeypatch.setenv("URL_KEY", KEY)
+    outcome = far.orch("diff-effective", name, "--json", "--url", url)
+    assert outcome.code == ExitCode.OK, outcome.out + outcome.err
+    assert rows(outcome.json())["api_key"]["profile"] == "<secret>"
+    shown = "".join(o.out + o.err for o in (unset, wrong, outcome))
+    assert KEY not in shown
+    assert "sk-not-the-servers" not in shown
+
+
+class _Answers(BaseHTTPRequestHandler):
+    """Not SGLang: answers every path with ``routes[path]`` (status, body), else 404."""
+
+    routes: ClassVar[dict[str, tuple[int, Any]]]
+    seen: ClassVar[list[tuple[str, str | None]]]  # (path, its Authorization header) per request
+
+    def do_GET(self) -> None:
+        self.seen.append((self.path, self.headers.get("Authorization")))
+        status, body = self.routes.get(self.path, (404, {"detail": "Not Found"}))
+        data = json.dumps(body).encode()
+        self.send_response(status)
+        if status in (301, 302, 307, 308):
+            self.send_header("location", body)
+        self.send_header("content-length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+Serve = Callable[..., str]
+
+
+@pytest.fixture
+def other_server() -> Iterator[Serve]:
+    servers: list[ThreadingHTTPServer] = []
+
+    def serve(routes: dict[str, tuple[int, Any]], seen: list[Any] | None = None) -> str:
+        handler = type(
+            "Routes", (_Answers,), {"routes": routes, "seen": [] if seen is None else seen}
+        )
+        server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        servers.append(server)
+        return f"http://127.0.0.1:{server.server_address[1]}"
+
+    yield serve
+    for server in servers:
+        server.shutdown()
+        server.server_close()
+
+
+def test_url_that_is_not_sglangs_server_info_is_a_distinct_error(
+    far: Workspace, other_server: Serve
+) -> None:
+    worker = other_server({"/health": (200, None)})  # like a group's rank >= 1
+    name = incident(far, "elsewhere", worker)
+    outcome = far.orch("diff-effective", name, "--url", worker)
+    assert outcome.code == ExitCode.NOT_RESOLVED, outcome.err
+    assert "answers neither /server_info nor /get_server_info" in outcome.err
+    assert "point --url at rank 0" in outcome.err
+
+    router = other_server({"/server_info": (200, {"workers": []})})
+    outcome = far.orch("diff-effective", name, "--url", router)
+    assert outcome.code == ExitCode.NOT_RESOLVED, outcome.err
+    assert "no ServerArgs fields" in outcome.err
+
+
+def test_url_never_sends_the_api_key_across_a_redirect(
+    far: Workspace, other_server: Serve, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seen: list[tuple[str, str | None]] = []
+    elsewhere = other_server({}, seen)
+    redirecting = other_server({"/server_info": (302, elsewhere + "/collect")}, seen)
+    monkeypatch.setenv("URL_KEY", KEY)
+    name = incident(far, "redirected", redirecting, args={"api_key": {"from_env": "URL_KEY"}})
+    outcome = far.orch("diff-effective", name, "--url", redirecting)
+    assert outcome.code == ExitCode.NOT_RESOLVED, outcome.err
+    assert seen[:2] == [("/server_info", f"Bearer {KEY}"), ("/collect", None)]
+    assert KEY not in outcome.out + outcome.err
+
+
+def test_url_where_nothing_answers_is_a_connect_error(far: Workspace) -> None:
+    url = f"http://127.0.0.1:{free_port()}"
+    name = incident(far, "gone", url)
+    outcome = far.orch("diff-effective", name, "--url", url)
+    assert outcome.code == ExitCode.CONNECT, outcome.err
+    assert "cannot reach" in outcome.err
+    assert "kubectl port-forward" in outcome.err
+
+
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        (["--url", "http://127.0.0.1:1", "--pid", "1"], "give one or the other"),
+        (["--url", "ftp://127.0.0.1:1"], "expected http://HOST:PORT"),
+        (["--url", "127.0.0.1:30000"], "expected http://HOST:PORT"),
+        (["--url", "http://admin:hunter2pw@127.0.0.1:1"], "credentials in a URL are not sent"),
+        (["--url", "http://127.0.0.1:1/?x=1"], "without ?query"),
+        (["--url", "http://127.0.0.1:99999"], "--url http://127.0.0.1:99999"),
+        (["--node", "1"], "--node 1: local-one has rank(s) 0-0"),
+    ],
+)
+def test_url_usage_errors_change_nothing_and_hide_credentials(
+    far: Workspace, argv: list[str], said: str
+) -> None:
+    name = far.profile("local-one")  # its own host: a usage error must come before any contact
+    outcome = far.orch("diff-effective", name, *argv)
+    assert outcome.code == ExitCode.USAGE, outcome.err
+    assert said in outcome.err
+    assert "hunter2pw" not in outcome.out + outcome.err
+    assert not far.deployment_dir(name).exists()
