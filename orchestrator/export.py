@@ -809,8 +809,15 @@ class _Dumper(yaml.SafeDumper):
         return True
 
 
+# YAML 1.1 also breaks lines at NEL, LS and PS, and PyYAML writes them raw with allow_unicode: a
+# reader then folds them into a space. Only the double-quoted style escapes them.
+_YAML_ONLY_LINE_BREAKS = frozenset("\x85\u2028\u2029")
+
+
 def _represent_text(dumper: yaml.SafeDumper, text: str) -> yaml.ScalarNode:
-    style = "|" if "\n" in text else None
+    style: str | None = "|" if "\n" in text else None
+    if _YAML_ONLY_LINE_BREAKS.intersection(text):
+        style = '"'
     return dumper.represent_scalar("tag:yaml.org,2002:str", text, style=style)
 
 

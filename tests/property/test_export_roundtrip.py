@@ -26,7 +26,7 @@ TEXT = st.text(
 )
 HOSTILE = st.sampled_from(
     ["$", "$$", "$(X)", "$$(LWS_GROUP_SIZE)", "$(LWS_WORKER_INDEX)", "${HOME}", "$HF_TOKEN", "`id`",
-     "'", '"', "a'b\"c", "\\", "\n", "x\ny", "ünï ⚡", "--flag", "-1", "*", "~", "!!", ";ls", "%%"]
+     "'", '"', "a'b\"c", "\\", "\n", "x\ny", "ünï ⚡", "a\x85b\u2028c\u2029", "--flag", "-1", "*", "~", "!!", ";ls", "%%"]
 )  # fmt: skip
 VALUE = st.one_of(HOSTILE, TEXT)
 SECRETS = {"HF_TOKEN": "hf_$(LWS_GROUP_SIZE)'\"$x", "API_KEY": "sk $$ `x`"}
