@@ -103,6 +103,51 @@ def parser() -> argparse.ArgumentParser:
     )
     export.set_defaults(command="export")
 
+    importing = commands.add_parser(
+        "import",
+        help="turn launch scripts into profiles (--check: find what is wrong in them)",
+        description="Read launch scripts with a real shell parser (bash as it would run them: "
+        "quoting, continuations, heredocs, ssh, docker run, variables) and write the profile of "
+        "each SGLang server they start, to the profiles directory, never over an existing file. "
+        "What orch does itself (nohup, &, > log, sleep; grep, pkill) is dropped and said; a value "
+        "the script does not determine is a placeholder until --set gives it (docs/import.md).",
+    )
+    importing.add_argument(
+        "scripts", metavar="SCRIPT", nargs="+", help="launch scripts (- for standard input); "
+        "one per node of a multi-node server: they become one group",
+    )  # fmt: skip
+    importing.add_argument(
+        "--check", action="store_true",
+        help="report what is wrong in the scripts (file:line:col, the fix in orch's terms) and "
+        "write nothing; exit 1 when anything is found",
+    )  # fmt: skip
+    importing.add_argument(
+        "--name", metavar="NAME", help="the profile's name (default: the script's)"
+    )
+    importing.add_argument(
+        "--host", metavar="HOST[,HOST...]", help="the host of hosts.yaml the server runs on "
+        "(default: the script's ssh target, else local); a multi-node server's ranks in order",
+    )  # fmt: skip
+    importing.add_argument(
+        "--sglang", metavar="VERSION", help="the SGLang version the script runs (default: an "
+        "image tag the script names, else the newest whose flags accept the script)",
+    )  # fmt: skip
+    importing.add_argument(
+        "--set", metavar="NAME=VALUE", action="append", default=[], dest="settings",
+        help="a variable the script does not set (repeatable; NAME may be 1, 2 ... for $1, $2)",
+    )  # fmt: skip
+    importing.add_argument(
+        "--extends", metavar="PROFILE", help="write only what differs from this profile"
+    )
+    importing.add_argument(
+        "--launch", metavar="N", type=int, help="import only the Nth server the scripts start"
+    )
+    importing.add_argument(
+        "-o", "--output", metavar="FILE", help="write here instead (- for standard output)"
+    )
+    importing.add_argument("--json", action="store_true", help="with --check: the findings as JSON")
+    importing.set_defaults(command="import")
+
     validate = commands.add_parser(
         "validate",
         help="check profiles before anything runs (all of them when none is named)",
@@ -295,6 +340,9 @@ EXAMPLES: dict[str, str] = {
     "export": "orch export k8s-lws qwen35-397b-2x8-h200 -o lws.yaml && kubectl apply -f lws.yaml\n"
     "  orch export skypilot qwen36-mtp-b200 -o task.yaml && sky launch task.yaml\n"
     "  orch diff-effective qwen36-mtp-b200 --url http://127.0.0.1:30000  # after port-forward",
+    "import": "orch import launch.sh --host b200-1\n"
+    "  orch import node0.sh node1.sh --name qwen35-2x8 --set MODEL=/models/Qwen3.5-397B-A17B\n"
+    "  orch import --check launch.sh --sglang 0.5.23   # a linter, in CI",
     "render": "orch render qwen36-mtp-b200\n  orch render qwen36-mtp-b200 --script > launch.sh",
     "validate": "orch validate\n  orch validate --strict qwen36-mtp-b200   # in CI",
     "profiles": "orch profiles",

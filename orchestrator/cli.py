@@ -180,6 +180,34 @@ def _write_export(path: Path, text: str) -> None:
         raise UsageError(f"cannot write {path}: {exc.strerror or exc}", "another -o FILE") from exc
 
 
+def _cmd_import(args: argparse.Namespace, output: _Output) -> int:
+    """Scripts -> profiles (``--check``: findings only, exit 1 when there are any)."""
+    from orchestrator import show_import
+    from orchestrator.commands import importing
+    from orchestrator.script_check import check_scripts
+    from orchestrator.script_import import script_secrets
+
+    stdin_text = sys.stdin.read() if importing.STDIN in args.scripts else None
+    files = importing.read_scripts(args.scripts, stdin_text)
+    given = importing.parse_settings(args.settings)
+    output.redact.add(script_secrets(files, given))  # before anything is shown
+    if args.check:
+        report = check_scripts(files, sglang=args.sglang, given=given)
+        if args.json:
+            output.print(json.dumps(show_import.check_json(report), indent=2))
+        else:
+            output.write(show_import.check_report(report))
+        return ExitCode.DRIFT if report.problems else ExitCode.OK
+    if args.json:
+        raise UsageError("--json goes with --check", "orch import --check --json SCRIPT")
+    written = importing.run_import(
+        files, _store(args), name=args.name, host=args.host, sglang=args.sglang, given=given,
+        extends=args.extends, launch=args.launch, output=args.output, redactor=output.redact,
+    )  # fmt: skip
+    output.write(show_import.written(written))
+    return ExitCode.OK
+
+
 def _cmd_validate(args: argparse.Namespace, output: _Output) -> int:
     """Every profile named (else every file of the directory) is checked and reported; one bad
     file never stops the others. CONFIG when any is invalid (docs/exit-codes.md)."""
@@ -626,6 +654,7 @@ def main(
 HANDLERS: dict[str, Callable[[argparse.Namespace, _Output], int]] = {
     "render": _cmd_render,
     "export": _cmd_export,
+    "import": _cmd_import,
     "validate": _cmd_validate,
     "profiles": _cmd_profiles,
     "up": _cmd_up,

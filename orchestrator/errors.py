@@ -31,6 +31,7 @@ class ExitCode(enum.IntEnum):
     STARTUP_TIMEOUT = 13  # the server did not become ready within health.startup_timeout_s
     NOT_RESOLVED = 14  # diff-effective: the server has not shown its resolved configuration yet
     PLAN_REFUSED = 15  # SGLang rejects the command line, or the memory plan says it fails
+    IMPORT = 16  # orch import: the script cannot be read, or holds no SGLang launch to import
     # The server died; one code per crash class, so scripts can tell them apart.
     CONFIG_ERROR = 20
     CUDA_OOM = 21
@@ -99,6 +100,12 @@ class ArgTableError(OrchError):
     """The shipped SGLang argument tables are missing or unreadable (a packaging fault)."""
 
     exit_code = ExitCode.CONFIG
+
+
+class ImportScriptError(OrchError):
+    """``orch import``: a script that cannot be read or holds nothing orch can import."""
+
+    exit_code = ExitCode.IMPORT
 
 
 class RenderError(OrchError):

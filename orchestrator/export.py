@@ -30,8 +30,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import yaml
-
 from orchestrator import __version__, argtable, render
 from orchestrator.argtable import ArgTable
 from orchestrator.errors import RenderError
@@ -43,7 +41,7 @@ from orchestrator.model import (
     ServerCommand,
     frozen_map,
 )
-from orchestrator.yamldoc import KeyPath, format_path
+from orchestrator.yamldoc import KeyPath, dump_yaml, format_path
 
 LOOPBACK_BINDS = ("127.0.0.1", "localhost", "::1")
 ANY_ADDRESS = "0.0.0.0"  # noqa: S104 - a pod or cloud VM serves its port on its own address
@@ -101,7 +99,7 @@ def export(profile: Profile, table: ArgTable, engine: str, provenance: Provenanc
     plan = _plan(profile, table, engine, provenance)
     documents, variables = builders[engine](plan)
     header = _header(plan)
-    body = "---\n".join(_dump(document) for document in documents)
+    body = "---\n".join(dump_yaml(document) for document in documents)
     result = Export(
         engine=engine,
         profile=profile.name,
@@ -800,32 +798,6 @@ def _dstack(plan: _Plan) -> tuple[list[dict[str, Any]], dict[str, str]]:
 
 
 # -- output ---------------------------------------------------------------------------------------
-
-
-class _Dumper(yaml.SafeDumper):
-    """Block scalars for multi-line text (scripts read as scripts); no aliases."""
-
-    def ignore_aliases(self, data: Any) -> bool:
-        return True
-
-
-# YAML 1.1 also breaks lines at NEL, LS and PS, and PyYAML writes them raw with allow_unicode: a
-# reader then folds them into a space. Only the double-quoted style escapes them.
-_YAML_ONLY_LINE_BREAKS = frozenset("\x85\u2028\u2029")
-
-
-def _represent_text(dumper: yaml.SafeDumper, text: str) -> yaml.ScalarNode:
-    style: str | None = "|" if "\n" in text else None
-    if _YAML_ONLY_LINE_BREAKS.intersection(text):
-        style = '"'
-    return dumper.represent_scalar("tag:yaml.org,2002:str", text, style=style)
-
-
-_Dumper.add_representer(str, _represent_text)
-
-
-def _dump(document: Mapping[str, Any]) -> str:
-    return yaml.dump(document, Dumper=_Dumper, sort_keys=False, allow_unicode=True, width=1 << 30)
 
 
 def _header(plan: _Plan) -> str:

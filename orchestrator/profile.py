@@ -165,6 +165,12 @@ class ProfileStore:
         """Load, inherit and validate one profile; ``InvalidProfile`` lists every problem."""
         chain, merged = self._inherit(name)
         checker = ProfileChecker(merged, self.display(self.path_of(name)))
+        for path, placeholder in _placeholders(merged.value, ()):
+            checker.error(
+                path, f"{placeholder} is a placeholder `orch import` left: the script did not "
+                "determine this value",
+                "write the value here, or import again with --set NAME=VALUE",
+            )  # fmt: skip
         profile, table = checker.profile(name, chain, self.inventory())
         if profile is not None:
             _check_fields(checker, profile, table)
@@ -172,6 +178,11 @@ class ProfileStore:
         if checker.errors or profile is None:
             raise InvalidProfile(checker.errors)
         return LoadedProfile(profile, table, tuple(checker.findings))
+
+    def merged(self, name: str) -> dict[str, Any]:
+        """The profile's document with its ``extends`` chain merged in (not validated)."""
+        _, merged = self._inherit(name)
+        return dict(merged.value)
 
     def inventory(self) -> dict[str, Host]:
         """The host inventory: ``hosts.yaml`` entries plus the built-in ``local``."""
@@ -279,6 +290,26 @@ class ProfileStore:
             own = doc if index == len(docs) - 1 else _strip_not_inherited(doc)
             merged = _merge(merged, own)
         return tuple(chain), merged
+
+
+PLACEHOLDER_RE = re.compile(r"<unset: [^>]*>")
+
+
+def placeholder(what: str) -> str:
+    """The visible stand-in ``orch import`` writes for a value a script does not determine;
+    validation refuses a profile that still holds one."""
+    return f"<unset: {what}>"
+
+
+def _placeholders(value: Any, path: KeyPath) -> list[tuple[KeyPath, str]]:
+    """``<unset: NAME>`` texts (``orch import``'s placeholders) anywhere in a document."""
+    if isinstance(value, str):
+        return [(path, found) for found in PLACEHOLDER_RE.findall(value)]
+    if isinstance(value, dict):
+        return [f for key, item in value.items() for f in _placeholders(item, (*path, key))]
+    if isinstance(value, list):
+        return [f for index, item in enumerate(value) for f in _placeholders(item, (*path, index))]
+    return []
 
 
 def _strip_not_inherited(doc: YamlDoc) -> YamlDoc:

@@ -15,6 +15,7 @@ refused wherever they are written.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, TypeAlias
 
@@ -286,3 +287,33 @@ class _Builder:
 def _show(node: yaml.Node) -> str:
     text = str(node.value) if isinstance(node, yaml.ScalarNode) else type(node).__name__
     return text if len(text) <= 40 else text[:37] + "..."
+
+
+# -- writing --------------------------------------------------------------------------------------
+
+
+class _Dumper(yaml.SafeDumper):
+    """Block scalars for multi-line text (scripts read as scripts); no aliases."""
+
+    def ignore_aliases(self, data: Any) -> bool:
+        return True
+
+
+# YAML 1.1 also breaks lines at NEL, LS and PS, and PyYAML writes them raw with allow_unicode: a
+# reader then folds them into a space. Only the double-quoted style escapes them.
+_YAML_ONLY_LINE_BREAKS = frozenset("\x85\u2028\u2029")
+
+
+def _represent_text(dumper: yaml.SafeDumper, text: str) -> yaml.ScalarNode:
+    style: str | None = "|" if "\n" in text else None
+    if _YAML_ONLY_LINE_BREAKS.intersection(text):
+        style = '"'
+    return dumper.represent_scalar("tag:yaml.org,2002:str", text, style=style)
+
+
+_Dumper.add_representer(str, _represent_text)
+
+
+def dump_yaml(document: Mapping[str, Any]) -> str:
+    """YAML that reads back as ``document``: key order kept, block scalars for multi-line text."""
+    return yaml.dump(document, Dumper=_Dumper, sort_keys=False, allow_unicode=True, width=1 << 30)

@@ -1,0 +1,198 @@
+"""``orch import``: read launch scripts, write the profiles they amount to (never over a file
+that exists), and validate what was written; ``--check``: the findings only.
+
+The scripts are read here (a path, or ``-`` for standard input); ``script_import`` and
+``script_check`` do the work without I/O. Every secret value a script holds (a token in an
+``export``, an ``--api-key``) is handed to the caller for redaction before anything is shown,
+and never reaches a written profile: those hold ``{from_env: NAME}``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from orchestrator.errors import ImportScriptError, InvalidProfile, OrchError, UsageError
+from orchestrator.profile import ProfileStore, valid_name
+from orchestrator.render import Redactor
+from orchestrator.script_import import (
+    ImportedProfile,
+    ImportRequest,
+    Note,
+    ScriptFile,
+    import_scripts,
+)
+from orchestrator.yamldoc import dump_yaml
+
+STDIN = "-"
+MAX_SCRIPT_BYTES = 4 << 20
+
+
+@dataclass(frozen=True)
+class Written:
+    profile: ImportedProfile
+    path: Path | None  # None: written to standard output
+    text: str
+    problems: tuple[OrchError, ...]  # what validation says of the written profile
+
+
+def read_scripts(paths: Sequence[str], stdin_text: str | None) -> list[ScriptFile]:
+    files = []
+    for path in paths:
+        if path == STDIN:
+            if stdin_text is None:
+                raise UsageError("- (standard input) can be read once", "name the other scripts")
+            files.append(ScriptFile("<stdin>", stdin_text))
+            stdin_text = None
+            continue
+        try:
+            with Path(path).open("rb") as handle:
+                data = handle.read(MAX_SCRIPT_BYTES + 1)
+        except OSError as exc:
+            raise ImportScriptError(
+                f"{path}: cannot read: {exc.strerror or exc}", "name a launch script (a file)"
+            ) from exc
+        if len(data) > MAX_SCRIPT_BYTES:
+            raise ImportScriptError(
+                f"{path}: larger than {MAX_SCRIPT_BYTES >> 20} MiB: not a launch script",
+                "name the script that starts the server",
+            )
+        files.append(ScriptFile(path, data.decode("utf-8", "surrogateescape")))
+    return files
+
+
+def parse_settings(settings: Sequence[str]) -> dict[str, str]:
+    given: dict[str, str] = {}
+    for setting in settings:
+        name, equals, value = setting.partition("=")
+        if not equals or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*|[1-9][0-9]*", name):
+            raise UsageError(
+                f"--set {setting!r}: expected NAME=VALUE", "e.g. --set MODEL=/models/Qwen3.6-27B"
+            )
+        given[name] = value
+    return given
+
+
+def default_name(files: Sequence[ScriptFile]) -> str:
+    stem = Path(files[0].display).stem if files[0].display != "<stdin>" else "imported"
+    name = re.sub(r"[^A-Za-z0-9._-]+", "-", stem).strip("-._") or "imported"
+    return name[:64]
+
+
+def run_import(
+    files: Sequence[ScriptFile],
+    store: ProfileStore,
+    *,
+    name: str | None,
+    host: str | None,
+    sglang: str | None,
+    given: Mapping[str, str],
+    extends: str | None,
+    launch: int | None,
+    output: str | None,
+    redactor: Redactor,
+) -> list[Written]:
+    name = name or default_name(files)
+    if not valid_name(name):
+        raise UsageError(
+            f"--name {name!r} is not a profile name",
+            "letters, digits, '.', '_' and '-', starting with a letter or digit",
+        )
+    inventory = dict(store.inventory())
+    hosts = tuple(host.split(",")) if host is not None else ()
+    for each in hosts:
+        if each not in inventory:
+            raise UsageError(
+                f"--host {each!r} is not in {store.root / 'hosts.yaml'}",
+                f"hosts: {', '.join(sorted(inventory))}",
+            )
+    base = store.merged(extends) if extends is not None else None
+    request = ImportRequest(
+        name=name, host=hosts[0] if hosts else None, rank_hosts=hosts, sglang=sglang,
+        given=dict(given), launch=launch,
+        extends=extends, base=base, inventory=inventory,
+    )  # fmt: skip
+    imported = import_scripts(files, request)
+    if output is not None and output != STDIN and len(imported) > 1:
+        raise UsageError(
+            f"the scripts start {len(imported)} servers: one profile each, -o names one file",
+            "leave -o out (each goes to the profiles directory), or pick one with --launch N",
+        )
+    targets: list[Path | None] = []
+    for profile in imported:
+        if output == STDIN:
+            targets.append(None)
+        elif output is not None:
+            targets.append(Path(output))
+        else:
+            targets.append(store.path_of(profile.name))
+    existing = [str(t) for t in targets if t is not None and t.exists()]
+    if existing:
+        raise ImportScriptError(
+            f"{', '.join(existing)} already exist{'s' if len(existing) == 1 else ''}: orch "
+            "import never overwrites a profile",
+            "choose another --name (or -o FILE), or move the old profile away first",
+        )
+    written = []
+    for profile, target in zip(imported, targets, strict=True):
+        text = redactor(profile_text(profile))
+        if target is not None:
+            _create(target, text)
+        problems: tuple[OrchError, ...] = ()
+        if target is not None and target.parent.resolve() == store.root.resolve():
+            problems = _validate(store, profile.name)
+        written.append(Written(profile, target, text, problems))
+    return written
+
+
+def profile_text(profile: ImportedProfile) -> str:
+    """The profile's YAML, its notes as comments at the top: what was dropped and why, what
+    is still a placeholder."""
+    lines = [f"# Written by `orch import`. {_first(profile.notes, 'version')}"]
+    for title, kinds in (
+        ("Dropped (orch does this itself):", ("dropped",)),
+        ("Unresolved (placeholders `orch validate` refuses until given):", ("unresolved",)),
+        ("Read as:", ("canonical", "renamed", "default", "secret")),
+        ("Check:", ("warning", "host", "skipped")),
+    ):
+        chosen = [n for n in profile.notes if n.kind in kinds]
+        if chosen:
+            lines.append(f"# {title}")
+            lines.extend(f"#   {_one_line(n.located())}" for n in chosen)
+    return "\n".join(lines) + "\n" + dump_yaml(profile.document)
+
+
+def _first(notes: Sequence[Note], kind: str) -> str:
+    return next((n.message for n in notes if n.kind == kind), "")
+
+
+def _one_line(text: str) -> str:
+    return text.replace("\n", "\\n")
+
+
+def _create(path: Path, text: str) -> None:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    except FileExistsError as exc:
+        raise ImportScriptError(
+            f"{path} already exists: orch import never overwrites a profile",
+            "choose another --name (or -o FILE)",
+        ) from exc
+    except OSError as exc:
+        raise UsageError(f"cannot write {path}: {exc.strerror or exc}", "another -o FILE") from exc
+    with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
+        handle.write(text)
+
+
+def _validate(store: ProfileStore, name: str) -> tuple[OrchError, ...]:
+    try:
+        store.load(name)
+    except InvalidProfile as exc:
+        return tuple(exc.errors)
+    except OrchError as exc:
+        return (exc,)
+    return ()

@@ -1,0 +1,372 @@
+"""``orch import --check``: what is wrong in a launch script a team still runs.
+
+Each finding is located (file:line:column) and says the fix in orch's terms:
+
+- ``heredoc-expands-locally``: ``ssh HOST bash <<EOF`` with an unquoted delimiter expands ``$VAR``,
+  ``$(...)`` and backticks on this machine before ssh sends the text (the incident: a variable
+  set inside the heredoc, for the host, expanded here to nothing and took a flag with it). The
+  body is read both ways, as meant (on the host) and as sent, and the flags that change or
+  disappear are named, with the value this machine gives when it is known.
+- the arguments, read with the target version's table: unknown, renamed or removed flags,
+  ambiguous abbreviations, values outside the choices, flags given twice, JSON that the shell's
+  quoting left invalid, a flag missing its value;
+- ``log-truncated`` (``> log``), ``nohup-without-redirect`` over SSH, ``sleep-readiness``
+  (``sleep N`` then grep/curl), ``pkill-broad`` (``pkill -f sglang`` kills every server on the box).
+
+Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+import posixpath
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from orchestrator import argtable
+from orchestrator.argtable import RENAMES, ArgTable, format_version
+from orchestrator.launches import Launch, ParsedArguments, find_launches, parse_arguments
+from orchestrator.script_import import ScriptFile, read_scripts
+from orchestrator.shellscript import (
+    Command,
+    Heredoc,
+    Position,
+    Script,
+    Unresolved,
+    Word,
+    parse_nested,
+)
+
+_ARGUMENT_FIXES = {
+    "unknown-flag": "remove it, or fix its spelling; a profile is checked against the version's "
+    "table before anything runs (`orch validate`)",
+    "ambiguous-abbreviation": "write the whole flag; in a profile fields are named in full",
+    "bad-choice": "pick one of the choices; `orch validate` checks them per version",
+    "bad-value": "give a value of the flag's type; `orch validate` checks it per version",
+    "duplicate-flag": "give it once; a profile has one key per field",
+    "missing-value": "give the value; in a profile each field has its value",
+    "unexpected-value": "a value without its flag, or a switch given a value",
+    "unresolved-arguments": "give the value in the script, or import it with --set NAME=VALUE",
+    "removed-flag": "write the new name; a profile states the field once and orch spells it for "
+    "each version",
+}
+_KILLERS = frozenset({"pkill", "killall"})
+_SERVER_PATTERN = re.compile(r"sglang|launch_server|python", re.I)
+_READINESS_PROGRAMS = frozenset({"grep", "curl", "wget", "tail", "cat"})
+_ERRORS = frozenset({
+    "heredoc-expands-locally", "unknown-flag", "removed-flag", "ambiguous-abbreviation",
+    "bad-choice", "bad-value", "invalid-json", "missing-value", "unexpected-value",
+})  # fmt: skip
+
+
+@dataclass(frozen=True)
+class ScriptProblem:
+    file: str
+    position: Position
+    code: str
+    message: str
+    fix: str
+
+    @property
+    def severity(self) -> str:
+        return "error" if self.code in _ERRORS else "warning"
+
+    def sort_key(self) -> tuple[str, int, int, str]:
+        return (self.file, self.position.line, self.position.column, self.code)
+
+
+@dataclass(frozen=True)
+class CheckReport:
+    problems: tuple[ScriptProblem, ...]
+    version: str  # the table the arguments were checked with
+    version_said: str
+    launches: int
+
+
+def check_scripts(
+    files: Sequence[ScriptFile], *, sglang: str | None, given: Mapping[str, str]
+) -> CheckReport:
+    scanned = read_scripts(files, given)
+    launches = [(item, launch) for item in scanned for launch in item.found.launches]
+    table, said = _target(launches, sglang)
+    problems: list[ScriptProblem] = []
+    for item in scanned:
+        file = item.file.display
+        for position in item.script.errors[:1]:
+            problems.append(ScriptProblem(
+                file, position, "syntax-error", "bash cannot parse the script here",
+                "fix the syntax: what follows was read as well as it could be",
+            ))  # fmt: skip
+        for script, _ in item.found.scripts:
+            for command in script.commands:
+                problems.extend(_command_problems(file, command, table))
+        for launch in item.found.launches:
+            problems.extend(_launch_problems(file, launch, table))
+    # an argument hidden in a variable that the heredoc expands here is said once, as that
+    expanded_here = {(p.file, p.position) for p in problems if p.code == "heredoc-expands-locally"}
+    problems = [
+        p
+        for p in problems
+        if not (p.code == "unresolved-arguments" and (p.file, p.position) in expanded_here)
+    ]
+    unique = {(p.file, p.position, p.code, p.message): p for p in problems}
+    return CheckReport(
+        tuple(sorted(unique.values(), key=ScriptProblem.sort_key)),
+        table.version,
+        said,
+        len(launches),
+    )
+
+
+_VERSION_CODES = frozenset({"unknown-flag", "ambiguous-abbreviation", "removed-flag"})
+
+
+def _target(launches: Sequence[tuple[object, Launch]], sglang: str | None) -> tuple[ArgTable, str]:
+    if sglang is not None:
+        choice = argtable.table_for(sglang)
+        exact = "" if choice.exact else f" (with the {choice.table.version} table, the nearest)"
+        return choice.table, f"SGLang {sglang}{exact}"
+    for _, launch in launches:
+        if (version := launch.sglang_from_image) is not None:
+            choice = argtable.table_for(version)
+            return choice.table, f"SGLang {version}, from the image {launch.container.image}"  # type: ignore[union-attr]
+    versions = argtable.available_versions()
+    for version in reversed(versions):
+        table = argtable.load_table(version)
+        if not any(_version_problems(table, launch) for _, launch in launches):
+            if version == versions[-1]:
+                break
+            return table, (
+                f"SGLang {version}, the newest orch knows that accepts every flag as written "
+                "(--sglang to choose)"
+            )
+    newest = versions[-1]
+    return argtable.load_table(newest), (
+        f"SGLang {newest}, the newest orch knows (--sglang to choose)"
+    )
+
+
+def _version_problems(table: ArgTable, launch: Launch) -> bool:
+    """Does this version reject or deprecate a flag of the launch?"""
+    parsed = parse_arguments(table, launch.arguments)
+    return any(p.code in _VERSION_CODES for p in parsed.problems) or bool(
+        _renamed("", parsed, table)
+    )
+
+
+# -- launches -----------------------------------------------------------------------------------
+
+
+def _launch_problems(file: str, launch: Launch, table: ArgTable) -> list[ScriptProblem]:
+    parsed = parse_arguments(table, launch.arguments)
+    problems = [
+        ScriptProblem(file, p.position, p.code, p.message, _fix(p.code, p.fix))
+        for p in parsed.problems
+    ]
+    problems.extend(_renamed(file, parsed, table))
+    for command in (*launch.outer, launch.command):
+        for redirect in command.redirects:
+            target = redirect.target.shown() if redirect.target is not None else ""
+            truncates = redirect.operator in (">", "&>", ">|") or (
+                redirect.operator == ">&" and not target.isdigit() and target != "-"
+            )
+            if truncates and target not in ("/dev/null",) and redirect.heredoc is None:
+                problems.append(ScriptProblem(
+                    file, redirect.position, "log-truncated",
+                    f"{redirect.operator} {target} truncates the previous run's log: the crash "
+                    "you are debugging is gone when the next try starts",
+                    f"`>> {target}` keeps it; orch keeps a log per run and never overwrites one "
+                    "(`orch logs PROFILE`, `orch logs PROFILE --run N`)",
+                ))  # fmt: skip
+    if launch.remote is not None and any(w == "nohup" for w, _ in launch.wrappers):
+        redirected = any(
+            r.operator in (">", ">>", "&>", "&>>") and (r.descriptor in (None, "1"))
+            for command in (launch.command, *launch.outer[1:])
+            for r in command.redirects
+        )
+        if not redirected:
+            problems.append(ScriptProblem(
+                file, launch.position, "nohup-without-redirect",
+                f"nohup over SSH without redirecting the output: the SSH session to "
+                f"{launch.remote.host} stays open (or writes nohup.out in the login directory) "
+                "and the server's output is not where you look for it",
+                "`orch up PROFILE`: orch's agent outlives the session and keeps the log per run",
+            ))  # fmt: skip
+    return problems
+
+
+def _renamed(file: str, parsed: ParsedArguments, table: ArgTable) -> list[ScriptProblem]:
+    out = []
+    version = table.parsed_version
+    for occurrence in parsed.occurrences:
+        name = occurrence.written.lstrip("-").replace("-", "_")
+        for rename in RENAMES:
+            if (
+                name == rename.old
+                and version >= rename.renamed_in
+                and (rename.removed_in is None or version < rename.removed_in)
+            ):
+                gone = (
+                    f"; SGLang {format_version(rename.removed_in)} removes it"
+                    if rename.removed_in
+                    else ""
+                )
+                out.append(ScriptProblem(
+                    file, occurrence.position, "renamed-flag",
+                    f"{occurrence.written} is a deprecated alias in SGLang {table.version}: "
+                    f"{rename.describe()}{gone}",
+                    f"write --{rename.new.replace('_', '-')}; in a profile, args.{rename.old} "
+                    "is spelled for each version by orch",
+                ))  # fmt: skip
+    return out
+
+
+def _fix(code: str, fix: str | None) -> str:
+    general = _ARGUMENT_FIXES.get(code, "")
+    if fix and general:
+        return f"{fix}; {general}"
+    return fix or general
+
+
+# -- commands -----------------------------------------------------------------------------------
+
+
+def _command_problems(file: str, command: Command, table: ArgTable) -> list[ScriptProblem]:
+    problems: list[ScriptProblem] = []
+    name = posixpath.basename(command.name or "")
+    if name == "ssh":
+        for redirect in command.redirects:
+            if redirect.heredoc is not None and not redirect.heredoc.quoted:
+                problems.extend(_heredoc(file, command, redirect.heredoc, table))
+    if name in _KILLERS or (name == "kill" and _kills_by_pattern(command)):
+        pattern = " ".join(w.shown() for w in command.words[1:])
+        if _SERVER_PATTERN.search(pattern) or name == "killall":
+            problems.append(ScriptProblem(
+                file, command.position, "pkill-broad",
+                f"{command.name} {pattern} kills every matching process on the box: other "
+                "users' servers, and the other ranks of a group, too",
+                "`orch down PROFILE` stops only this profile's server, checked by pid and "
+                "start time",
+            ))  # fmt: skip
+    if name == "sleep" and command.words[1:2]:
+        seconds = command.words[1].text or ""
+        number = re.match(r"\d+", seconds)
+        if (
+            number
+            and int(number.group()) >= 10
+            and set(command.next_commands) & _READINESS_PROGRAMS
+        ):
+            problems.append(ScriptProblem(
+                file, command.position, "sleep-readiness",
+                f"sleep {seconds} then"
+                f" {', '.join(sorted(set(command.next_commands) & _READINESS_PROGRAMS))}: "
+                "readiness guessed by a fixed wait (too short while weights load, too long "
+                "when the server died in a second)",
+                "`orch up PROFILE` returns when the server is ready and names the crash class "
+                "the moment it dies",
+            ))  # fmt: skip
+    return problems
+
+
+def _kills_by_pattern(command: Command) -> bool:
+    return any(
+        isinstance(part, Unresolved) and "pgrep" in part.name and _SERVER_PATTERN.search(part.name)
+        for word in command.words
+        for part in word.parts
+    )
+
+
+# -- the incident -------------------------------------------------------------------------------
+
+
+def _heredoc(file: str, command: Command, heredoc: Heredoc, table: ArgTable) -> list[ScriptProblem]:
+    """An unquoted heredoc to ssh: what expands here, and what that does to the launch."""
+    if not heredoc.expansions:
+        return []
+    host = next(
+        (w.text for w in command.words[1:] if w.text and not w.text.startswith("-")), "the host"
+    )
+    meant = parse_nested(heredoc.body, heredoc.position, {}, 1)  # as if quoted: on the host
+    remote_variables = meant.variables
+    problems: list[ScriptProblem] = []
+    for expansion in heredoc.expansions:
+        if isinstance(expansion, Unresolved):
+            name, position = expansion.name, expansion.position
+            if expansion.kind == "variable":
+                assigned = remote_variables.get(name)
+                if assigned is not None and assigned.position is not None:
+                    where = (
+                        f"{name} is set inside the heredoc (line {assigned.position.line}), for "
+                        f"{host}, but ${name} expands on this machine before ssh sends the "
+                        f"text: to '' unless {name} is set here"
+                    )
+                else:
+                    where = (
+                        f"${name} expands on this machine, not on {host}: to its value here "
+                        "('' if it is not set here)"
+                    )
+            else:
+                where = f"{name} runs on this machine, not on {host}"
+        else:
+            text, position, value = expansion
+            where = f"{text} expands on this machine, not on {host}: to {value!r}"
+        problems.append(ScriptProblem(
+            file, position, "heredoc-expands-locally", where,
+            "quote the delimiter (<<'EOF') so that the host expands it; or `orch import` the "
+            "script: a profile sends an argv, never shell text",
+        ))  # fmt: skip
+    effects = _effects(heredoc, meant, table)
+    if effects:
+        problems.append(ScriptProblem(
+            file, command.position, "heredoc-expands-locally",
+            f"ssh {host} <<{heredoc.delimiter} is unquoted: as sent, " + "; ".join(effects),
+            f"<<'{heredoc.delimiter}' sends the text as written",
+        ))  # fmt: skip
+    return problems
+
+
+def _effects(heredoc: Heredoc, meant_script: Script, table: ArgTable) -> list[str]:
+    """The flags of the launches in the body, as meant (expanded on the host) and as sent
+    (expanded here first, an unset variable giving '')."""
+    meant = find_launches(meant_script).launches
+    sent_text = "".join(
+        part if isinstance(part, str) else (part.name if part.kind != "variable" else "")
+        for part in heredoc.expanded.parts
+    )
+    sent = find_launches(parse_nested(sent_text, heredoc.position, {}, 1)).launches
+    effects: list[str] = []
+    for before, after in zip(meant, sent, strict=False):
+        intended = _flags(parse_arguments(table, before.arguments))
+        received = _flags(parse_arguments(table, after.arguments))
+        for option, (flag, value, known) in intended.items():
+            if option not in received:
+                effects.append(f"{flag} {value} disappears".replace("  ", " ").strip())
+            elif received[option][1] != value:
+                sent_value = received[option][1] or repr("")
+                effects.append(
+                    f"{flag} becomes {sent_value} instead of {value}"
+                    if known
+                    else f"{flag} takes this machine's {value} ({sent_value}), not the host's"
+                )
+        for option, (flag, value, _) in received.items():
+            if option not in intended:
+                effects.append(f"{flag} {value} appears".strip())
+    if len(meant) != len(sent):
+        effects.append(f"{len(meant)} launch(es) meant, {len(sent)} sent")
+    return effects
+
+
+def _flags(parsed: ParsedArguments) -> dict[str, tuple[str, str, bool]]:
+    """option -> (the flag as written, its value as shown, whether the value is known)."""
+    out: dict[str, tuple[str, str, bool]] = {}
+    for occurrence in parsed.occurrences:
+        out[occurrence.option.flag] = (
+            occurrence.written,
+            " ".join(_shown(v) for v in occurrence.values),
+            all(v.text is not None for v in occurrence.values),
+        )
+    return out
+
+
+def _shown(word: Word) -> str:
+    return word.text if word.text is not None else word.shown()

@@ -1,0 +1,977 @@
+"""A launch script as bash would run it: commands with their words expanded, never a regex.
+
+``orch import`` reads the scripts teams already run (``nohup python -m sglang.launch_server ...
+> log 2>&1 &``, ``ssh host bash <<EOF``, ``docker run ... lmsysorg/sglang ...``). The script is
+parsed with tree-sitter-bash (a real grammar: quoting, continuations, heredocs, substitutions) and
+walked in order the way bash would: variables are assigned and exported as the script goes,
+``${VAR:-default}`` and friends are expanded, unquoted expansions are split into fields,
+``"$@"``/``"${ARR[@]}"`` give one word per element, ``for x in a b`` loops over literal lists are
+unrolled and functions are walked where they are called. What cannot be known without running
+something (``$(cmd)``, a variable the script never sets) stays an ``Unresolved`` part: never
+guessed.
+
+Pure: no I/O. tree-sitter is imported lazily (``orch render`` does not pay for it).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from orchestrator.errors import ImportScriptError
+
+MAX_UNROLL = 64  # loop iterations walked per `for` statement
+MAX_DEPTH = 16  # nested scripts (ssh, bash -c, functions)
+
+
+@dataclass(frozen=True)
+class Position:
+    """1-based line and column in the file the user gave."""
+
+    line: int
+    column: int
+
+    def shifted(self, row: int, column: int) -> Position:
+        """A 0-based (row, column) inside text that starts here."""
+        if row == 0:
+            return Position(self.line, self.column + column)
+        return Position(self.line + row, column + 1)
+
+
+@dataclass(frozen=True)
+class Unresolved:
+    """An expansion whose value the script does not determine: ``$MODEL``, ``$(hostname)``."""
+
+    kind: str  # "variable" | "command" | "arithmetic"
+    name: str  # the variable's name, or the substitution's text
+    position: Position
+
+    def shown(self) -> str:
+        return f"${{{self.name}}}" if self.kind == "variable" else self.name
+
+
+Part = str | Unresolved
+
+
+@dataclass(frozen=True)
+class Word:
+    """One argument after expansion: literal text and unresolved parts, in order."""
+
+    parts: tuple[Part, ...]
+    position: Position
+    source: str  # the word as written
+
+    @property
+    def text(self) -> str | None:
+        """The word's value, or None when a part is unresolved."""
+        if any(isinstance(part, Unresolved) for part in self.parts):
+            return None
+        return "".join(part for part in self.parts if isinstance(part, str))
+
+    @property
+    def unresolved(self) -> tuple[Unresolved, ...]:
+        return tuple(part for part in self.parts if isinstance(part, Unresolved))
+
+    def shown(self) -> str:
+        return "".join(part if isinstance(part, str) else part.shown() for part in self.parts)
+
+
+@dataclass(frozen=True)
+class Variable:
+    value: Word | None  # None: unknown (assigned from something unresolvable, or never set)
+    exported: bool
+    position: Position | None  # where the script assigned it
+    elements: tuple[Word, ...] | None = None  # an array's elements
+
+
+@dataclass(frozen=True)
+class Heredoc:
+    delimiter: str
+    quoted: bool  # <<'EOF' / <<"EOF" / <<\EOF: the body is sent as written
+    body: str  # as written
+    expanded: Word  # after this side's expansion (the body itself when quoted)
+    position: Position  # the body's first character
+    expansions: tuple[
+        Unresolved | tuple[str, Position, str], ...
+    ]  # what expanded (name, at, value)
+
+
+@dataclass(frozen=True)
+class Redirect:
+    operator: str  # ">", ">>", "&>", "<", "<<", "<<-", "<<<", ">&", ...
+    descriptor: str | None  # "2" in 2>&1
+    target: Word | None
+    heredoc: Heredoc | None
+    position: Position
+
+
+@dataclass(frozen=True)
+class Command:
+    """One simple command as bash would run it."""
+
+    words: tuple[Word, ...]
+    prefix: tuple[tuple[str, Word], ...]  # VAR=value before the command
+    environment: Mapping[str, Variable]  # exported variables at this point
+    variables: Mapping[str, Variable]  # every variable at this point
+    redirects: tuple[Redirect, ...]
+    background: bool  # ends with `&`
+    position: Position
+    source: str  # as written
+    next_commands: tuple[str, ...] = ()  # the names of the commands that follow (readiness loops)
+
+    @property
+    def name(self) -> str | None:
+        return self.words[0].text if self.words else None
+
+
+@dataclass(frozen=True)
+class Default:
+    """``${NAME:-value}`` where the script never sets NAME: the script's default was taken."""
+
+    name: str
+    position: Position
+    value: str  # as written
+
+
+@dataclass(frozen=True)
+class Script:
+    commands: tuple[Command, ...]
+    variables: Mapping[str, Variable]  # at the end
+    errors: tuple[Position, ...]  # where the grammar found a syntax error
+    defaults: tuple[Default, ...] = ()
+
+
+def parse_script(text: str, *, given: Mapping[str, str] | None = None) -> Script:
+    """Walk ``text`` as bash would; ``given`` are variables known beforehand (``--set``)."""
+    walker = _Walker(text, Position(1, 1), given or {}, depth=0)
+    walker.walk_program()
+    return Script(
+        tuple(walker.commands), dict(walker.variables), tuple(walker.errors), tuple(walker.defaults)
+    )
+
+
+def parse_nested(
+    text: str,
+    origin: Position,
+    variables: Mapping[str, Variable],
+    depth: int,
+) -> Script:
+    """A script inside a script (``ssh host '...'``, ``bash -c '...'``, a heredoc body)."""
+    if depth > MAX_DEPTH:
+        raise ImportScriptError(
+            f"line {origin.line}: scripts nested more than {MAX_DEPTH} deep",
+            "import the innermost script by itself",
+        )
+    walker = _Walker(text, origin, {}, depth=depth)
+    walker.variables.update(variables)
+    walker.walk_program()
+    return Script(
+        tuple(walker.commands), dict(walker.variables), tuple(walker.errors), tuple(walker.defaults)
+    )
+
+
+def literal(text: str, position: Position) -> Word:
+    return Word((text,), position, text)
+
+
+# -- the walk -----------------------------------------------------------------------------------
+
+
+def _parser() -> Any:
+    try:
+        import tree_sitter
+        import tree_sitter_bash
+    except ImportError as exc:  # pragma: no cover - a dependency of orch
+        raise ImportScriptError(
+            f"orch import needs tree-sitter and tree-sitter-bash: {exc}",
+            "reinstall orch (pip install orch), which depends on both",
+        ) from exc
+    return tree_sitter.Parser(tree_sitter.Language(tree_sitter_bash.language()))
+
+
+_SPECIAL_PARAMETERS = frozenset("@*#?$!-0")
+_ANSI_ESCAPES = {
+    "a": "\a", "b": "\b", "e": "\x1b", "E": "\x1b", "f": "\f", "n": "\n", "r": "\r",
+    "t": "\t", "v": "\v", "\\": "\\", "'": "'", '"': '"', "?": "?",
+}  # fmt: skip
+_DOUBLE_QUOTE_ESCAPES = frozenset('$`"\\\n')
+
+
+class _Fields:
+    """Words under construction: unquoted expansions split into several (bash's field splitting)."""
+
+    def __init__(self) -> None:
+        self.fields: list[list[Part]] = [[]]
+        self.quoted = False  # a quoted part keeps an otherwise empty word
+
+    def add(self, part: Part) -> None:
+        self.fields[-1].append(part)
+
+    def add_split(self, value: str) -> None:
+        pieces = value.split()
+        if not pieces:
+            if value and self.fields[-1]:
+                self.fields.append([])
+            return
+        if value[:1].isspace() and self.fields[-1]:
+            self.fields.append([])
+        for index, piece in enumerate(pieces):
+            if index:
+                self.fields.append([])
+            self.fields[-1].append(piece)
+        if value[-1:].isspace():
+            self.fields.append([])
+
+    def words(self, position: Position, source: str) -> list[Word]:
+        out = [Word(tuple(f), position, source) for f in self.fields if f]
+        if not out and self.quoted:
+            out = [Word(("",), position, source)]
+        return out
+
+
+class _Walker:
+    def __init__(
+        self, text: str, origin: Position, given: Mapping[str, str], *, depth: int
+    ) -> None:
+        self.source = text.encode("utf-8", "surrogateescape")
+        self.origin = origin
+        self.depth = depth
+        self.variables: dict[str, Variable] = {
+            name: Variable(literal(value, origin), False, None) for name, value in given.items()
+        }
+        self.functions: dict[str, Any] = {}
+        self.called: set[str] = set()
+        self.commands: list[Command] = []
+        self.errors: list[Position] = []
+        self.defaults: list[Default] = []
+        self.keep_continuations = False  # a heredoc body keeps its line breaks for positions
+        self.positionals: tuple[Word, ...] | None = None  # None: the script's own, unknown
+        self.tree = _parser().parse(self.source)
+
+    # positions and text
+
+    def at(self, node: Any) -> Position:
+        row, column = node.start_point  # column in bytes: count characters
+        before = self.source[node.start_byte - column : node.start_byte]
+        return self.origin.shifted(row, len(before.decode("utf-8", "surrogateescape")))
+
+    def text(self, node: Any) -> str:
+        return self.source[node.start_byte : node.end_byte].decode("utf-8", "surrogateescape")
+
+    # statements
+
+    def walk_program(self) -> None:
+        root = self.tree.root_node
+        self.walk_children(root)
+        for name, node in self.functions.items():
+            if name not in self.called:  # a launch in a function nobody calls is still found
+                self.call_function(name, node, None)
+
+    def walk_children(self, node: Any) -> None:
+        children = list(node.children)
+        for index, child in enumerate(children):
+            background = index + 1 < len(children) and children[index + 1].type == "&"
+            following = [self.first_name(c) for c in children[index + 1 : index + 4]]
+            self.walk(child, background, tuple(n for n in following if n))
+
+    def first_name(self, node: Any) -> str | None:
+        for child in _descendants(node):
+            if child.type == "command_name":
+                return self.text(child)
+        return None
+
+    def walk(self, node: Any, background: bool = False, following: tuple[str, ...] = ()) -> None:
+        kind = node.type
+        if node.is_error or kind == "ERROR" or node.is_missing:
+            self.errors.append(self.at(node))
+        if kind == "comment" or not node.is_named:
+            return
+        if kind == "command":
+            self.command(node, (), background, following)
+        elif kind == "redirected_statement":
+            self.redirected(node, background, following)
+        elif kind == "variable_assignment":
+            self.assign(node, exported=None)
+        elif kind == "variable_assignments":
+            for child in node.named_children:
+                self.assign(child, exported=None)
+        elif kind == "declaration_command":
+            self.declaration(node)
+        elif kind == "unset_command":
+            for child in node.named_children[0:]:
+                self.variables.pop(self.text(child), None)
+        elif kind == "function_definition":
+            name = node.child_by_field_name("name")
+            body = node.child_by_field_name("body")
+            if name is not None and body is not None:
+                self.functions[self.text(name)] = body
+        elif kind == "for_statement":
+            self.for_loop(node)
+        elif kind in ("pipeline", "list", "subshell", "compound_statement", "program",
+                      "do_group", "if_statement", "elif_clause", "else_clause", "while_statement",
+                      "case_statement", "case_item", "negated_command"):  # fmt: skip
+            self.walk_children(node)
+        # test_command, c_style_for_statement bodies, arithmetic: nothing launches there
+
+    def redirected(self, node: Any, background: bool, following: tuple[str, ...]) -> None:
+        body = node.child_by_field_name("body")
+        redirects = tuple(
+            self.redirect(child) for child in node.children if child.type.endswith("redirect")
+        )
+        if body is not None and body.type == "command":
+            self.command(body, redirects, background, following)
+        elif body is not None and body.type in ("list", "pipeline") and redirects:
+            # tree-sitter-bash hangs `a && b > log` on the list; bash binds it to b
+            *first, last = list(body.children)
+            for child in first:
+                self.walk(child)
+            if last.type == "command":
+                self.command(last, redirects, background, following)
+            else:
+                self.walk(last, background, following)
+        elif body is not None:
+            self.walk(body, background, following)
+
+    def for_loop(self, node: Any) -> None:
+        variable = node.child_by_field_name("variable")
+        body = node.child_by_field_name("body")
+        values = list(node.children_by_field_name("value"))
+        if variable is None or body is None:
+            return
+        name = self.text(variable)
+        words = [w for value in values for w in self.expand(value)]
+        if not values or len(words) > MAX_UNROLL or any(w.text is None for w in words):
+            self.variables[name] = Variable(None, False, self.at(variable))
+            self.walk(body)
+            return
+        for word in words:
+            self.variables[name] = Variable(word, False, self.at(variable))
+            self.walk(body)
+
+    def call_function(self, name: str, body: Any, arguments: tuple[Word, ...] | None) -> None:
+        if self.depth > MAX_DEPTH:
+            return
+        self.called.add(name)
+        saved = self.positionals
+        self.positionals = arguments
+        self.depth += 1
+        try:
+            self.walk(body)
+        finally:
+            self.depth -= 1
+            self.positionals = saved
+
+    # assignments
+
+    def assign(
+        self, node: Any, exported: bool | None, glued: tuple[Any, ...] = ()
+    ) -> tuple[str, Word] | None:
+        name_node = node.child_by_field_name("name")
+        value_node = node.child_by_field_name("value")
+        if name_node is None:
+            return None
+        name = self.text(name_node)
+        if name_node.type == "subscript":  # ARR[0]=x: arrays by index are not followed
+            base = name.split("[", 1)[0]
+            self.variables[base] = Variable(None, self.is_exported(base), self.at(node))
+            return None
+        append = any(child.type == "+=" for child in node.children)
+        position = self.at(node)
+        keep_export = self.is_exported(name) if exported is None else exported
+        if value_node is not None and value_node.type == "array":
+            elements = tuple(w for child in value_node.named_children for w in self.expand(child))
+            self.variables[name] = Variable(
+                elements[0] if elements else literal("", position), keep_export, position, elements
+            )
+            return None
+        value = (
+            self.expand_single(value_node, position, glued)
+            if value_node is not None
+            else literal("", position)
+        )
+        if append and (old := self.variables.get(name)) is not None and old.value is not None:
+            value = Word(old.value.parts + value.parts, position, self.text(node))
+        self.variables[name] = Variable(value, keep_export, position)
+        return name, value
+
+    def is_exported(self, name: str) -> bool:
+        variable = self.variables.get(name)
+        return variable is not None and variable.exported
+
+    def declaration(self, node: Any) -> None:
+        keyword = self.text(node.children[0])
+        flags = [
+            self.text(c)
+            for c in node.named_children
+            if c.type == "word" and self.text(c).startswith("-")
+        ]
+        exported = keyword == "export" or any("x" in flag for flag in flags)
+        children, glued = _unglue(list(node.named_children))
+        for child in children:
+            if child.type == "variable_assignment":
+                self.assign(child, exported=exported or None, glued=glued.get(child.id, ()))
+            elif child.type in ("variable_name", "word") and not self.text(child).startswith("-"):
+                name = self.text(child)
+                old = self.variables.get(name)
+                if exported:
+                    self.variables[name] = Variable(
+                        old.value if old else None,
+                        True,
+                        old.position if old else self.at(child),
+                        old.elements if old else None,
+                    )
+
+    # commands
+
+    def command(
+        self,
+        node: Any,
+        redirects: tuple[Redirect, ...],
+        background: bool,
+        following: tuple[str, ...],
+    ) -> None:
+        prefix: list[tuple[str, Word]] = []
+        words: list[Word] = []
+        extra: list[Redirect] = []
+        children, glued = _unglue(list(node.children))
+        for child in children:
+            field = _field_name(node, child)
+            if child.type == "variable_assignment":
+                name_node = child.child_by_field_name("name")
+                value_node = child.child_by_field_name("value")
+                position = self.at(child)
+                value = (
+                    self.expand_single(value_node, position, glued.get(child.id, ()))
+                    if value_node is not None
+                    else literal("", position)
+                )
+                if name_node is not None:
+                    prefix.append((self.text(name_node), value))
+            elif child.id in glued:
+                words.extend(self.expand(child, glued[child.id]))
+            elif child.type == "command_name":
+                words.extend(
+                    self.expand(child.named_children[0] if child.named_children else child)
+                )
+            elif child.type.endswith("redirect"):
+                extra.append(self.redirect(child))
+            elif field == "argument" or (child.is_named and child.type not in ("comment",)):
+                if child.type == "herestring_redirect":
+                    continue
+                words.extend(self.expand(child))
+        if not words and prefix:  # `A=$x:$Y/lib` read by tree-sitter as a command `Y/lib`
+            for name, value in prefix:
+                self.variables[name] = Variable(value, self.is_exported(name), value.position)
+            return
+        environment = {n: v for n, v in self.variables.items() if v.exported}
+        for name, value in prefix:
+            environment[name] = Variable(value, True, value.position)
+        command = Command(
+            words=tuple(words),
+            prefix=tuple(prefix),
+            environment=environment,
+            variables=dict(self.variables),
+            redirects=tuple(extra) + redirects,
+            background=background,
+            position=self.at(node),
+            source=self.text(node),
+            next_commands=following,
+        )
+        program = command.name
+        if program in self.functions and self.depth <= MAX_DEPTH:
+            self.call_function(program, self.functions[program], tuple(words[1:]))
+            return
+        if program in (".", "source"):
+            return  # another file: not followed (its variables stay unknown)
+        self.commands.append(command)
+
+    def redirect(self, node: Any) -> Redirect:
+        position = self.at(node)
+        descriptor_node = node.child_by_field_name("descriptor")
+        descriptor = self.text(descriptor_node) if descriptor_node is not None else None
+        if node.type == "heredoc_redirect":
+            return Redirect(node.children[0].type, descriptor, None, self.heredoc(node), position)
+        operator = next((self.text(c) for c in node.children if not c.is_named), node.type)
+        target_node = node.child_by_field_name("destination")
+        if target_node is None and node.named_children:
+            target_node = node.named_children[-1]
+        target = None
+        if target_node is not None and target_node is not descriptor_node:
+            expanded = self.expand(target_node)
+            target = expanded[0] if expanded else None
+        return Redirect(operator, descriptor, target, None, position)
+
+    def heredoc(self, node: Any) -> Heredoc:
+        start = next((c for c in node.children if c.type == "heredoc_start"), None)
+        body = next((c for c in node.children if c.type == "heredoc_body"), None)
+        delimiter_raw = self.text(start) if start is not None else ""
+        quoted = any(q in delimiter_raw for q in ("'", '"', "\\"))
+        delimiter = delimiter_raw.replace("'", "").replace('"', "").replace("\\", "")
+        if body is None:
+            position = self.at(node)
+            return Heredoc(delimiter, quoted, "", literal("", position), position, ())
+        position = self.at(body)
+        text = self.text(body)
+        if quoted:
+            return Heredoc(delimiter, True, text, literal(text, position), position, ())
+        # tree-sitter-bash loses expansions after a backslash-newline inside a heredoc body, so
+        # the body is expanded as what it is to bash: double-quoted text in which `"` is plain
+        prefix = '_="'
+        nested = _Walker(
+            prefix + _as_double_quoted(text) + '"',
+            position.shifted(0, -len(prefix)),
+            {},
+            depth=self.depth + 1,
+        )
+        nested.variables = self.variables
+        nested.positionals = self.positionals
+        nested.defaults = self.defaults
+        nested.keep_continuations = True
+        string = next(iter(_descendants(nested.tree.root_node, "string")), None)
+        if string is None:
+            return Heredoc(delimiter, False, text, literal(text, position), position, ())
+        fields = _Fields()
+        nested.expand_into(string, fields, quoted=True)
+        expansions: list[Unresolved | tuple[str, Position, str]] = []
+        for child in string.named_children:
+            if child.type == "string_content":
+                continue
+            one = _Fields()
+            nested.expand_into(child, one, quoted=True)
+            parts = [p for f in one.fields for p in f]
+            expansions.extend(p for p in parts if isinstance(p, Unresolved))
+            if all(isinstance(p, str) for p in parts):
+                value = "".join(p for p in parts if isinstance(p, str))
+                expansions.append((nested.text(child), nested.at(child), value))
+        word = Word(tuple(_merge([p for f in fields.fields for p in f])), position, text)
+        return Heredoc(delimiter, False, text, word, position, tuple(expansions))
+
+    # word expansion
+
+    def expand_single(self, node: Any, position: Position, glued: tuple[Any, ...] = ()) -> Word:
+        """An assignment's value: expanded but never split."""
+        fields = _Fields()
+        self.expand_glued(node, glued, fields, quoted=True)
+        parts = [p for f in fields.fields for p in f]
+        return Word(tuple(_merge(parts)) or ("",), position, self.text_through(node, glued))
+
+    def expand(self, node: Any, glued: tuple[Any, ...] = ()) -> list[Word]:
+        fields = _Fields()
+        self.expand_glued(node, glued, fields, quoted=False)
+        return [
+            dataclasses.replace(w, parts=tuple(_merge(list(w.parts))))
+            for w in fields.words(self.at(node), self.text_through(node, glued))
+        ]
+
+    def text_through(self, node: Any, glued: tuple[Any, ...]) -> str:
+        end = glued[-1].end_byte if glued else node.end_byte
+        return self.source[node.start_byte : end].decode("utf-8", "surrogateescape")
+
+    def expand_glued(
+        self, node: Any, glued: tuple[Any, ...], fields: _Fields, *, quoted: bool
+    ) -> None:
+        """A word tree-sitter-bash cut in two after ``$A:$`` (``$A:$B/lib``): the stray ``$``
+        and the word that follows are ``$B/lib``, as bash reads them."""
+        if not glued:
+            self.expand_into(node, fields, quoted=quoted)
+            return
+        for child in node.children[:-1]:
+            self.expand_into(child, fields, quoted=quoted)
+        for piece in glued:
+            text = self.text(piece)
+            match = re.match(r"[A-Za-z_][A-Za-z0-9_]*", text)
+            if match is None:
+                fields.add("$" + text)
+                continue
+            position = self.at(piece)
+            value = self.value_of(match.group(), None, position)
+            if value is None:
+                fields.add(Unresolved("variable", match.group(), position))
+            else:
+                for part in value.parts:
+                    if isinstance(part, Unresolved) or quoted:
+                        fields.add(part)
+                    else:
+                        fields.add_split(part)
+            rest = text[match.end() :]
+            fields.add(rest if quoted else _unescape_word(rest))
+
+    def expand_into(self, node: Any, fields: _Fields, *, quoted: bool) -> None:
+        kind = node.type
+        text = self.text(node)
+        if kind in ("word", "number", "command_name"):
+            if kind == "command_name" and node.named_children:
+                for child in node.named_children:
+                    self.expand_into(child, fields, quoted=quoted)
+                return
+            if not quoted and text.startswith("~") and (text == "~" or text.startswith("~/")):
+                fields.add(
+                    self.lookup("HOME", node) or Unresolved("variable", "HOME", self.at(node))
+                )
+                text = text[1:]
+            fields.add(text if quoted else _unescape_word(text))
+        elif kind == "raw_string":
+            fields.quoted = True
+            fields.add(text[1:-1])
+        elif kind == "ansi_c_string":
+            fields.quoted = True
+            fields.add(_ansi_c(text[2:-1]))
+        elif kind in ("string", "translated_string"):
+            fields.quoted = True
+            self.expand_string(node, fields)
+        elif kind == "string_content":
+            fields.add(_unescape_double(text, self.keep_continuations))
+        elif kind == "concatenation":
+            for child in node.children:
+                self.expand_into(child, fields, quoted=quoted)
+        elif kind in ("simple_expansion", "expansion"):
+            self.expand_parameter(node, fields, quoted=quoted)
+        elif kind in ("command_substitution", "process_substitution"):
+            fields.add(Unresolved("command", text, self.at(node)))
+        elif kind == "arithmetic_expansion":
+            result = self.arithmetic(text[3:-2])
+            fields.add(
+                result if result is not None else Unresolved("arithmetic", text, self.at(node))
+            )
+        elif kind == "brace_expression":
+            fields.add(Unresolved("command", text, self.at(node)))
+        elif not node.is_named:
+            fields.add(text)
+        else:
+            fields.add(text)
+
+    def expand_string(self, node: Any, fields: _Fields) -> None:
+        start = node.start_byte + (2 if node.type == "translated_string" else 1)
+        end = node.end_byte - 1
+        cursor = start
+        for child in node.named_children:
+            if child.start_byte > cursor:
+                gap = self.source[cursor : child.start_byte].decode("utf-8", "surrogateescape")
+                fields.add(_unescape_double(gap, self.keep_continuations))
+            if child.type == "string_content":
+                fields.add(_unescape_double(self.text(child), self.keep_continuations))
+            else:
+                self.expand_into(child, fields, quoted=True)
+            cursor = max(cursor, child.end_byte)
+        if end > cursor:
+            rest = self.source[cursor:end].decode("utf-8", "surrogateescape")
+            fields.add(_unescape_double(rest, self.keep_continuations))
+
+    def lookup(self, name: str, node: Any) -> str | None:
+        variable = self.variables.get(name)
+        if variable is None or variable.value is None:
+            return None
+        return variable.value.text
+
+    def expand_parameter(self, node: Any, fields: _Fields, *, quoted: bool) -> None:
+        text = self.text(node)
+        position = self.at(node)
+        if node.type == "simple_expansion":
+            name = text[1:]
+            operator, argument, index = None, None, None
+        else:
+            match = _EXPANSION_RE.fullmatch(text)
+            if match is None:
+                fields.add(Unresolved("variable", text[2:-1], position))
+                return
+            name, index, operator, argument = match.group("name", "index", "op", "arg")
+        elements = self.elements(name, index)
+        if elements is not None:  # "$@", "${ARR[@]}": one word per element
+            for number, element in enumerate(elements):
+                if number:
+                    fields.fields.append([])
+                if quoted:
+                    fields.quoted = True
+                    fields.fields[-1].extend(element.parts)
+                else:
+                    for part in element.parts:
+                        fields.add_split(part) if isinstance(part, str) else fields.add(part)
+            return
+        value = self.value_of(name, index, position)
+        is_set = value is not None or self.known_unset(name)
+        if operator in (":-", "-", ":=", "="):
+            # (a script's own arguments too: ${1:-default} is what running it bare gives)
+            from_outside = (
+                value is None
+                and name not in self.variables
+                and not (name.isdigit() and self.positionals is not None)
+            )
+            empty = (value is None and (self.known_unset(name) or from_outside)) or (
+                operator.startswith(":") and value is not None and value.text == ""
+            )
+            if from_outside and argument is not None:
+                # the script's own default, unless the caller's environment sets the variable:
+                # taken, and said (`--set NAME=VALUE` gives another value)
+                self.defaults.append(Default(name, position, argument))
+            if empty and argument is not None:
+                value = self.expand_text(argument, position)
+                if operator.endswith("=") and name.isidentifier():
+                    self.variables[name] = Variable(value, self.is_exported(name), position)
+            elif value is None and not is_set:
+                fields.add(Unresolved("variable", name, position))
+                return
+        elif operator in (":+", "+"):
+            if value is None and not self.known_unset(name):
+                fields.add(Unresolved("variable", name, position))
+                return
+            use = value is not None and (operator == "+" or value.text != "")
+            value = self.expand_text(argument or "", position) if use else literal("", position)
+        elif operator in (":?", "?"):
+            if value is None:  # ${X:?message}: the script stops when X is unset; X is needed
+                fields.add(Unresolved("variable", name, position))
+                return
+        elif operator is not None:  # ${#x}, ${x%...}, ${x/...}: not followed
+            fields.add(Unresolved("variable", text[2:-1], position))
+            return
+        if value is None:
+            fields.add(Unresolved("variable", name, position))
+            return
+        for part in value.parts:
+            if isinstance(part, Unresolved) or quoted:
+                fields.add(part)
+            else:
+                fields.add_split(part)
+
+    def arithmetic(self, expression: str) -> str | None:
+        """``$((i + 1))`` over integers and known variables; None when anything is unknown."""
+
+        def value(match: re.Match[str]) -> str:
+            name = match.group(1) or match.group(2)
+            variable = self.variables.get(name)
+            text = (
+                variable.value.text if variable is not None and variable.value is not None else None
+            )
+            if text is None or not re.fullmatch(r"\s*-?\d+\s*", text):
+                raise LookupError(name)
+            return f"({text.strip()})"
+
+        try:
+            substituted = re.sub(r"\$\{?([A-Za-z_]\w*)\}?|\b([A-Za-z_]\w*)\b", value, expression)
+        except LookupError:
+            return None
+        if not re.fullmatch(r"[\d\s+*/%()-]*", substituted) or "**" in substituted:
+            return None
+        try:
+            result = _evaluate(substituted)
+        except (ArithmeticError, SyntaxError, ValueError):
+            return None
+        return str(result)
+
+    def known_unset(self, name: str) -> bool:
+        """Only the script's own positional parameters inside a called function are known absent."""
+        if name.isdigit() and self.positionals is not None:
+            return int(name) > len(self.positionals)
+        return False
+
+    def value_of(self, name: str, index: str | None, position: Position) -> Word | None:
+        if name.isdigit():
+            number = int(name)
+            if number == 0:
+                return None
+            if self.positionals is not None and number <= len(self.positionals):
+                return self.positionals[number - 1]
+            variable = self.variables.get(name)  # --set 1=value
+            return variable.value if variable is not None else None
+        variable = self.variables.get(name)
+        if variable is None:
+            return None
+        if index not in (None, "0") and variable.elements is not None:
+            if index is not None and index.isdigit() and int(index) < len(variable.elements):
+                return variable.elements[int(index)]
+            return None
+        return variable.value
+
+    def elements(self, name: str, index: str | None) -> tuple[Word, ...] | None:
+        if name in ("@", "*") and self.positionals is not None:
+            return self.positionals
+        if index in ("@", "*"):
+            variable = self.variables.get(name)
+            if variable is not None and variable.elements is not None:
+                return variable.elements
+        return None
+
+    def expand_text(self, text: str, position: Position) -> Word:
+        """A default value inside ``${X:-...}``: itself a word to expand."""
+        if not any(c in text for c in "$`'\"\\~"):
+            return literal(text, position)
+        nested = _Walker(f"__orch={text}", position, {}, depth=self.depth + 1)
+        nested.variables = self.variables
+        nested.positionals = self.positionals
+        nested.defaults = self.defaults
+        root = nested.tree.root_node
+        assignment = next(iter(_descendants(root, "variable_assignment")), None)
+        value = assignment.child_by_field_name("value") if assignment is not None else None
+        if value is None:
+            return literal(text, position)
+        return nested.expand_single(value, position)
+
+
+_EXPANSION_RE = re.compile(
+    r"\$\{(?P<name>[A-Za-z_][A-Za-z0-9_]*|[0-9]+|[@*#?$!-])(?:\[(?P<index>[^]]*)\])?"
+    r"(?:(?P<op>:-|-|:=|=|:\+|\+|:\?|\?|#|##|%|%%|/|//|:|\^|,)(?P<arg>.*))?\}",
+    re.DOTALL,
+)
+
+
+def _evaluate(expression: str) -> int:
+    """Integer arithmetic as the shell does it (``/`` truncates toward zero): only digits,
+    ``+ - * / %`` and parentheses reach here."""
+    import ast
+
+    def walk(node: ast.AST) -> int:
+        if isinstance(node, ast.Expression):
+            return walk(node.body)
+        if isinstance(node, ast.Constant) and isinstance(node.value, int):
+            return node.value
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub | ast.UAdd):
+            operand = walk(node.operand)
+            return -operand if isinstance(node.op, ast.USub) else operand
+        if isinstance(node, ast.BinOp):
+            left, right = walk(node.left), walk(node.right)
+            if isinstance(node.op, ast.Add):
+                return left + right
+            if isinstance(node.op, ast.Sub):
+                return left - right
+            if isinstance(node.op, ast.Mult):
+                return left * right
+            if isinstance(node.op, ast.Div | ast.FloorDiv | ast.Mod):
+                if right == 0:
+                    raise ZeroDivisionError
+                quotient = abs(left) // abs(right) * (1 if (left >= 0) == (right >= 0) else -1)
+                return quotient if not isinstance(node.op, ast.Mod) else left - right * quotient
+        raise ValueError("not shell arithmetic")
+
+    return walk(ast.parse(expression.replace("/", "//"), mode="eval"))
+
+
+def _unglue(children: list[Any]) -> tuple[list[Any], dict[int, tuple[Any, ...]]]:
+    """Children with tree-sitter-bash's split words (``$A:$B/x`` read as ``$A:$`` then
+    ``B/x``) put back together: the first piece, and node id -> the pieces that follow it."""
+    out: list[Any] = []
+    glued: dict[int, tuple[Any, ...]] = {}
+    for child in children:
+        if out:
+            head = out[-1]
+            value = (
+                head.child_by_field_name("value") if head.type == "variable_assignment" else head
+            )
+            if (
+                value is not None
+                and value.type == "concatenation"
+                and value.children
+                and value.children[-1].type == "$"
+                and child.start_byte == head.end_byte
+                and child.type in ("word", "command_name")
+            ):
+                piece = child.named_children[0] if child.type == "command_name" else child
+                glued[head.id] = (*glued.get(head.id, ()), piece)
+                continue
+        out.append(child)
+    return out, glued
+
+
+def _descendants(node: Any, kind: str | None = None) -> Iterator[Any]:
+    for child in node.children:
+        if kind is None or child.type == kind:
+            yield child
+        yield from _descendants(child, kind)
+
+
+def _field_name(parent: Any, child: Any) -> str | None:
+    for index, candidate in enumerate(parent.children):
+        if candidate.id == child.id:
+            name: str | None = parent.field_name_for_child(index)
+            return name
+    return None
+
+
+def _merge(parts: list[Part]) -> list[Part]:
+    out: list[Part] = []
+    for part in parts:
+        if isinstance(part, str) and out and isinstance(out[-1], str):
+            out[-1] += part
+        elif part != "":
+            out.append(part)
+    return out
+
+
+def _unescape_word(text: str) -> str:
+    """Unquoted text: a backslash quotes the next character; backslash-newline is removed."""
+    out: list[str] = []
+    index = 0
+    while index < len(text):
+        char = text[index]
+        if char == "\\" and index + 1 < len(text):
+            if text[index + 1] != "\n":
+                out.append(text[index + 1])
+            index += 2
+            continue
+        out.append(char)
+        index += 1
+    return "".join(out)
+
+
+def _unescape_double(text: str, keep_continuations: bool = False) -> str:
+    """Inside double quotes a backslash quotes only ``$ ` " \\`` and newline."""
+    out: list[str] = []
+    index = 0
+    while index < len(text):
+        char = text[index]
+        if char == "\\" and index + 1 < len(text) and text[index + 1] in _DOUBLE_QUOTE_ESCAPES:
+            if text[index + 1] == "\n" and keep_continuations:
+                out.append("\\\n")  # the host's shell joins the lines the same way
+            elif text[index + 1] != "\n":
+                out.append(text[index + 1])
+            index += 2
+            continue
+        out.append(char)
+        index += 1
+    return "".join(out)
+
+
+def _as_double_quoted(body: str) -> str:
+    """A heredoc body as the inside of a double-quoted string with the same expansion: only
+    `"` differs (plain in a heredoc), so it is escaped, and ``\\"`` (kept whole) doubled."""
+    out: list[str] = []
+    index = 0
+    while index < len(body):
+        char = body[index]
+        if char == "\\" and index + 1 < len(body):
+            pair = body[index : index + 2]
+            out.append('\\\\\\"' if pair == '\\"' else pair)
+            index += 2
+            continue
+        out.append('\\"' if char == '"' else char)
+        index += 1
+    return "".join(out)
+
+
+def _ansi_c(text: str) -> str:
+    out: list[str] = []
+    index = 0
+    while index < len(text):
+        char = text[index]
+        if char != "\\" or index + 1 >= len(text):
+            out.append(char)
+            index += 1
+            continue
+        code = text[index + 1]
+        if code in _ANSI_ESCAPES:
+            out.append(_ANSI_ESCAPES[code])
+            index += 2
+        elif code == "x" and (match := re.match(r"[0-9A-Fa-f]{1,2}", text[index + 2 :])):
+            out.append(chr(int(match.group(), 16)))
+            index += 2 + len(match.group())
+        elif code in "uU" and (match := re.match(r"[0-9A-Fa-f]{1,8}", text[index + 2 :])):
+            out.append(chr(int(match.group()[: 4 if code == "u" else 8], 16)))
+            index += 2 + len(match.group()[: 4 if code == "u" else 8])
+        elif code in "01234567" and (match := re.match(r"[0-7]{1,3}", text[index + 1 :])):
+            out.append(chr(int(match.group(), 8)))
+            index += 1 + len(match.group())
+        else:
+            out.append(char + code)
+            index += 2
+    return "".join(out)
