@@ -183,10 +183,16 @@ def _write_export(path: Path, text: str) -> None:
 def _cmd_import(args: argparse.Namespace, output: _Output) -> int:
     """Scripts -> profiles (``--check``: findings only, exit 1 when there are any)."""
     from orchestrator import show_import
+    from orchestrator.argtable import parse_version
     from orchestrator.commands import importing
     from orchestrator.script_check import check_scripts
     from orchestrator.script_import import script_secrets
 
+    if args.sglang is not None and parse_version(args.sglang) is None:
+        raise UsageError(
+            f"--sglang {args.sglang!r} is not an SGLang version",
+            "a release like 0.5.23 (`orch import --help`)",
+        )
     stdin_text = sys.stdin.read() if importing.STDIN in args.scripts else None
     files = importing.read_scripts(args.scripts, stdin_text)
     given = importing.parse_settings(args.settings)

@@ -15,6 +15,7 @@ Pure: no I/O.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import posixpath
 import re
@@ -683,10 +684,24 @@ def parse_arguments(table: ArgTable, words: Sequence[Word]) -> ParsedArguments:
         options, abbreviated = match_flag(table, written)
         if not options and has_equals and text in table.by_flag:
             options, abbreviated, written = [table.by_flag[text]], False, text
+        renamed = (
+            argtable.spell(table, written.lstrip("-").replace("-", "_"))
+            if abbreviated or not options
+            else None
+        )
+        if renamed is not None and renamed.rename is not None and written.startswith("--"):
+            # a removed name (that may also prefix newer flags): its intent is known
+            problem = _unknown(table, written, word.position)
+            if len(options) > 1:
+                problem = dataclasses.replace(
+                    problem,
+                    message=f"{problem.message} (argparse reads it as an ambiguous abbreviation)",
+                )
+            problems.append(problem)
+            options, abbreviated = [renamed.option], False
         if not options:
             problem = _unknown(table, written, word.position)
             problems.append(problem)
-            renamed = argtable.spell(table, written.lstrip("-").replace("-", "_"))
             if problem.code != "removed-flag" or renamed is None:
                 index += 1
                 while index < len(words) and not _looks_like_option(

@@ -40,15 +40,14 @@ from orchestrator.shellscript import (
 _ARGUMENT_FIXES = {
     "unknown-flag": "remove it, or fix its spelling; a profile is checked against the version's "
     "table before anything runs (`orch validate`)",
-    "ambiguous-abbreviation": "write the whole flag; in a profile fields are named in full",
+    "ambiguous-abbreviation": "in a profile fields are named in full",
     "bad-choice": "pick one of the choices; `orch validate` checks them per version",
     "bad-value": "give a value of the flag's type; `orch validate` checks it per version",
     "duplicate-flag": "give it once; a profile has one key per field",
     "missing-value": "give the value; in a profile each field has its value",
     "unexpected-value": "a value without its flag, or a switch given a value",
-    "unresolved-arguments": "give the value in the script, or import it with --set NAME=VALUE",
-    "removed-flag": "write the new name; a profile states the field once and orch spells it for "
-    "each version",
+    "unresolved-arguments": "or give it in the script",
+    "removed-flag": "a profile states the field once and orch spells it for each version",
 }
 _KILLERS = frozenset({"pkill", "killall"})
 _SERVER_PATTERN = re.compile(r"sglang|launch_server|python", re.I)

@@ -45,8 +45,23 @@ SECRET_NAME_RE = re.compile(
 SECRET_VALUE_RE = re.compile(
     r"^(hf_[A-Za-z0-9]{8,}|sk-[A-Za-z0-9_-]{8,}|gh[pousr]_[A-Za-z0-9]{8,})"
 )
+# What a setting holds, never a credential: FP8_PER_TOKEN=1, MAX_TOKENS=4096 are settings.
+_SETTING_VALUE_RE = re.compile(r"^(-?\d+(\.\d+)?|true|false|yes|no|on|off|none|auto)$", re.I)
+
+
+def is_secret(name: str, text: str | None) -> bool:
+    """A credential by its value (hf_..., sk-...), or by its name (HF_TOKEN, API_KEY) when the
+    value could be one: unknown here, or 8+ characters that are not a number or a switch."""
+    if text is not None and SECRET_VALUE_RE.match(text):
+        return True
+    if not SECRET_NAME_RE.search(name):
+        return False
+    return text is None or (len(text) >= 8 and not _SETTING_VALUE_RE.match(text))
+
+
 SECRET_ARGS = frozenset({"api_key", "admin_api_key", "ssl_keyfile_password"})
-_GROUP_FIELDS = frozenset({"nnodes", "node_rank", "dist_init_addr"})
+# A group's own flags: orch renders them for each rank (gated_launch_port: from group.gate_port).
+_GROUP_FIELDS = frozenset({"nnodes", "node_rank", "dist_init_addr", "gated_launch_port"})
 _VARIABLE_SOURCE_RE = re.compile(r'^"?\$\{?([A-Za-z_][A-Za-z0-9_]*)\}?"?$')
 
 # What orch does itself: the commands a launch script runs around the server, and why they go.
@@ -467,6 +482,8 @@ def _fields(
                 f"{_field_name(option, table)}",
                 occurrence.position,
             )
+        elif occurrence.written not in option.flags:
+            pass  # a removed name read as its new one: said with the problem above
         elif _field_name(option, table) != occurrence.written.lstrip("-").replace("-", "_"):
             kind = "a deprecated alias" if option.deprecated else "an alias"
             context.note(
@@ -573,11 +590,7 @@ def _environment(launch: Launch, context: _Context) -> tuple[dict[str, Any], lis
                 entry.position,
             )
             continue
-        if (
-            entry.value is None
-            or SECRET_NAME_RE.search(name)
-            or (entry.value.text is not None and SECRET_VALUE_RE.match(entry.value.text))
-        ):
+        if entry.value is None or is_secret(name, entry.value.text):
             if (
                 entry.value is not None
                 and not SECRET_NAME_RE.search(name)
@@ -775,7 +788,7 @@ def script_secrets(files: Sequence[ScriptFile], given: Mapping[str, str]) -> dic
     found: dict[str, str] = {}
 
     def take(name: str, text: str | None) -> None:
-        if text and (SECRET_NAME_RE.search(name) or SECRET_VALUE_RE.match(text)):
+        if text and is_secret(name, text):
             found.setdefault(name, text)
 
     for item in read_scripts(files, given):

@@ -573,31 +573,44 @@ class _Walker:
     def expand_glued(
         self, node: Any, glued: tuple[Any, ...], fields: _Fields, *, quoted: bool
     ) -> None:
-        """A word tree-sitter-bash cut in two after ``$A:$`` (``$A:$B/lib``): the stray ``$``
-        and the word that follows are ``$B/lib``, as bash reads them."""
-        if not glued:
+        """One bash word that tree-sitter-bash cut in pieces (``$A:$B/lib`` read as ``$A:$``
+        then ``B/lib``; ``'a'\\$A`` as two words): pieces with nothing between them are one
+        word, and a stray ``$`` at a cut is the ``$`` of the name that follows."""
+        nodes = [node, *glued]
+        stray_before = False
+        for number, piece in enumerate(nodes):
+            children = list(piece.children) if piece.type == "concatenation" else [piece]
+            if piece.type == "command_name" and piece.named_children:
+                children = list(piece.named_children)
+            stray_after = number + 1 < len(nodes) and bool(children) and children[-1].type == "$"
+            if stray_after:
+                children = children[:-1]
+            if stray_before and children:
+                first, *children = children
+                self.expand_after_dollar(first, fields, quoted=quoted)
+            for child in children:
+                self.expand_into(child, fields, quoted=quoted)
+            stray_before = stray_after
+
+    def expand_after_dollar(self, node: Any, fields: _Fields, *, quoted: bool) -> None:
+        text = self.text(node)
+        match = re.match(r"[A-Za-z_][A-Za-z0-9_]*", text) if node.type == "word" else None
+        if match is None:
+            fields.add("$")
             self.expand_into(node, fields, quoted=quoted)
             return
-        for child in node.children[:-1]:
-            self.expand_into(child, fields, quoted=quoted)
-        for piece in glued:
-            text = self.text(piece)
-            match = re.match(r"[A-Za-z_][A-Za-z0-9_]*", text)
-            if match is None:
-                fields.add("$" + text)
-                continue
-            position = self.at(piece)
-            value = self.value_of(match.group(), None, position)
-            if value is None:
-                fields.add(Unresolved("variable", match.group(), position))
-            else:
-                for part in value.parts:
-                    if isinstance(part, Unresolved) or quoted:
-                        fields.add(part)
-                    else:
-                        fields.add_split(part)
-            rest = text[match.end() :]
-            fields.add(rest if quoted else _unescape_word(rest))
+        position = self.at(node)
+        value = self.value_of(match.group(), None, position)
+        if value is None:
+            fields.add(Unresolved("variable", match.group(), position))
+        else:
+            for part in value.parts:
+                if isinstance(part, Unresolved) or quoted:
+                    fields.add(part)
+                else:
+                    fields.add_split(part)
+        rest = text[match.end() :]
+        fields.add(rest if quoted else _unescape_word(rest))
 
     def expand_into(self, node: Any, fields: _Fields, *, quoted: bool) -> None:
         kind = node.type
@@ -847,27 +860,37 @@ def _evaluate(expression: str) -> int:
     return walk(ast.parse(expression.replace("/", "//"), mode="eval"))
 
 
+_WORD_PIECES = frozenset({
+    "word", "concatenation", "string", "raw_string", "ansi_c_string", "translated_string",
+    "simple_expansion", "expansion", "command_substitution", "arithmetic_expansion", "number",
+})  # fmt: skip
+
+
 def _unglue(children: list[Any]) -> tuple[list[Any], dict[int, tuple[Any, ...]]]:
-    """Children with tree-sitter-bash's split words (``$A:$B/x`` read as ``$A:$`` then
-    ``B/x``) put back together: the first piece, and node id -> the pieces that follow it."""
+    """Children with the words tree-sitter-bash cut in pieces put back together: bash splits
+    words only at blanks and operators, so pieces with nothing between them are one word.
+    Returns the first pieces, and node id -> the pieces that follow it."""
     out: list[Any] = []
     glued: dict[int, tuple[Any, ...]] = {}
+    last: Any = None  # the last piece of the word being put back together
     for child in children:
         if out:
             head = out[-1]
-            value = (
-                head.child_by_field_name("value") if head.type == "variable_assignment" else head
-            )
+            if head.id not in glued:
+                last = (
+                    head.child_by_field_name("value")
+                    if head.type == "variable_assignment"
+                    else head
+                )
+            piece = child.named_children[0] if child.type == "command_name" else child
             if (
-                value is not None
-                and value.type == "concatenation"
-                and value.children
-                and value.children[-1].type == "$"
-                and child.start_byte == head.end_byte
-                and child.type in ("word", "command_name")
+                last is not None
+                and (last.type in _WORD_PIECES or head.type == "command_name")
+                and piece.type in _WORD_PIECES
+                and child.start_byte == last.end_byte
             ):
-                piece = child.named_children[0] if child.type == "command_name" else child
                 glued[head.id] = (*glued.get(head.id, ()), piece)
+                last = piece
                 continue
         out.append(child)
     return out, glued

@@ -121,6 +121,16 @@ def run_hosts(space: Workspace, name: str, sshd: SshServer) -> None:
     assert "127.0.0.1" in (space.profiles / "known_hosts").read_text()
 
 
+def run_import(space: Workspace, name: str, sshd: SshServer) -> None:
+    incident = REPO / "tests" / "fixtures" / "launchscripts" / "incident-heredoc.sh"
+    found = _orch(space, "import", "--check", str(incident))
+    assert found.returncode == 1, (found.stdout, found.stderr)
+    assert "--mamba-scheduler-strategy extra_buffer disappears" in found.stdout
+    _ok(_orch(space, "import", str(incident), "--name", "imported", "--set", "MAMBA_ARGS="),
+        "wrote")  # fmt: skip
+    assert (space.profiles / "imported.yaml").exists()
+
+
 def run_init(space: Workspace, name: str, sshd: SshServer) -> None:
     _ok(_orch(space, "init", str(space.root / "team")), "wrote")
 
@@ -129,7 +139,7 @@ RUNS: dict[str, Callable[[Workspace, str, SshServer], None]] = {
     "render": run_render, "validate": run_validate, "profiles": run_profiles, "up": run_up,
     "down": run_down, "restart": run_restart, "status": run_status, "logs": run_logs,
     "runs": run_runs, "plan": run_plan, "lock": run_lock, "diff-effective": run_diff_effective,
-    "hosts": run_hosts, "init": run_init, "export": run_export,
+    "hosts": run_hosts, "init": run_init, "export": run_export, "import": run_import,
 }  # fmt: skip
 
 

@@ -197,7 +197,7 @@ def _run_in_bash(case: Case, sandbox: Path) -> list[dict[str, Any]]:
             re.findall(r"(/[\w.+-]+(?:/[\w.+-]+)*/(?:python[\d.]*|sglang))\b", path.read_text())
         )
     stubs = STUBS + "".join(
-        f"function {p} {{ __orch_record {shlex.quote(p)} \"$@\"; }}\n" for p in sorted(interpreters)
+        f'function {p} {{ __orch_record {shlex.quote(p)} "$@"; }}\n' for p in sorted(interpreters)
     )
     bash_env = sandbox / "stubs.bash"
     bash_env.write_text(stubs)
@@ -390,7 +390,9 @@ def _compare_env(
         theirs["CUDA_VISIBLE_DEVICES"] = gpus
     for name in set(theirs) | set(ours):
         value = ours.get(name)
-        if value is not None and (value.startswith("<redacted") or any(m in value for m in markers)):
+        if value is not None and (
+            value.startswith("<redacted") or any(m in value for m in markers)
+        ):
             assert name in theirs, f"{name}: orch sets it, the script does not"
             continue
         assert theirs.get(name) == value, f"env {name}: script {theirs.get(name)!r}, orch {value!r}"

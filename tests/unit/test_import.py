@@ -1,0 +1,352 @@
+"""orch import: the shell reading checked against real bash, the argument reading against real
+argparse, the incident found by --check, every shipped profile back from its launch script."""
+
+from __future__ import annotations
+
+import io
+import json
+import shlex
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from orchestrator import argtable
+from orchestrator.argtable import RENAMES
+from orchestrator.cli import main
+from orchestrator.errors import ExitCode
+from orchestrator.launches import parse_arguments
+from orchestrator.script_check import check_scripts
+from orchestrator.script_import import ScriptFile
+from orchestrator.shellscript import Position, literal, parse_script
+from tests.argparse_oracle import UNCERTAIN_ACTIONS, OracleError, parse
+from tests.conftest import REPO, SHIPPED_PROFILES, copy_examples
+
+CORPUS = REPO / "tests" / "fixtures" / "launchscripts"
+
+
+def _run(argv: list[str], stdin: str | None = None) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    if stdin is not None:
+        import sys
+
+        saved, sys.stdin = sys.stdin, io.StringIO(stdin)
+        try:
+            code = main(argv, out=out, err=err)
+        finally:
+            sys.stdin = saved
+    else:
+        code = main(argv, out=out, err=err)
+    return code, out.getvalue(), err.getvalue()
+
+
+# -- the shell, against bash ---------------------------------------------------------------------
+
+_VALUES = st.sampled_from(["a", "two words", "/m/x", "", "x:y", "-v", "*", "1"])
+_PIECES = st.sampled_from(
+    [
+        "plain", "'single $A'", '"double $A"', "$A/", "${A}", "${U:-dflt}", "${A:+set}",
+        "$A/x", "$A:$B/lib", '"$B"', "$'tab\\tx'", "pre${B}post", '"${U:-a b}"', "$((2 + 3))",
+        "\\$A", "a\\ b",
+    ]
+)  # fmt: skip
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(a=_VALUES, b=_VALUES, words=st.lists(st.lists(_PIECES, min_size=1, max_size=3), max_size=5))
+def test_words_expand_as_bash_expands_them(a: str, b: str, words: list[list[str]]) -> None:
+    """Assignments, quoting, defaults, field splitting, the `$A:$B/x` tree-sitter-bash splits:
+    the words orch reads are the words bash passes (globbing off: a launch line's `*` stays)."""
+    script = (
+        f"set -f\nA={shlex.quote(a)}\nB={shlex.quote(b)}\n"
+        f"python3 -m sglang.launch_server {' '.join(''.join(w) for w in words)}\n"
+    )
+    parsed = parse_script(script)
+    ours = [w.text for w in parsed.commands[-1].words[3:]]
+    probe = script.replace("python3 -m sglang.launch_server", "printf '%s\\0' _", 1)
+    result = subprocess.run(["bash", "-c", probe], capture_output=True, check=True, env={})
+    theirs = result.stdout.decode().split("\0")[1:-1]
+    assert ours == theirs, script
+
+
+def test_heredoc_body_expands_here_unless_the_delimiter_is_quoted() -> None:
+    script = "M=/m\nssh h bash <<EOF\nX=1 python -m sglang.launch_server --model-path $M $X\nEOF\n"
+    heredoc = next(r.heredoc for r in parse_script(script).commands[0].redirects if r.heredoc)
+    assert heredoc.expanded.text is None  # $X is not set here
+    assert "/m" in heredoc.expanded.shown()
+    quoted = script.replace("<<EOF", "<<'EOF'")
+    heredoc = next(r.heredoc for r in parse_script(quoted).commands[0].redirects if r.heredoc)
+    assert heredoc.expanded.text == heredoc.body
+
+
+# -- arguments, against argparse -------------------------------------------------------------------
+
+TABLE = argtable.load_table("0.5.23")
+_OPTIONS = [
+    o
+    for o in TABLE.options
+    if o.action not in UNCERTAIN_ACTIONS and o.nargs in (None, 0, "+") and o.choices is None
+]
+_TOKENS = {"int": ["4", "-1", "x"], "float": ["0.5", "1e-3", "x"]}
+
+
+@st.composite
+def _command_lines(draw: st.DrawFn) -> list[str]:
+    argv: list[str] = []
+    for _ in range(draw(st.integers(1, 5))):
+        option = draw(st.sampled_from(_OPTIONS))
+        flag = draw(st.sampled_from([f for f in option.flags if f.startswith("--")]))
+        form = draw(st.sampled_from(["whole", "prefix", "equals"]))
+        if form == "prefix":
+            flag = flag[: draw(st.integers(4, len(flag)))]
+        values = draw(st.lists(st.sampled_from(_TOKENS.get(option.type or "", ["v", "a b"])),
+                               min_size=0, max_size=2))  # fmt: skip
+        if form == "equals" and values:
+            argv.append(f"{flag}={values[0]}")
+            argv.extend(values[1:])
+        else:
+            argv.append(flag)
+            argv.extend(values)
+    return argv
+
+
+@settings(max_examples=200, deadline=None)
+@given(argv=_command_lines())
+def test_arguments_are_read_as_argparse_reads_them(argv: list[str]) -> None:
+    """Abbreviations, `=` values, arity, types, the last of a repeated flag: orch's reading
+    against argparse itself, built from the same table."""
+    parsed = parse_arguments(TABLE, [literal(a, Position(1, 1)) for a in argv])
+    refusals = [p for p in parsed.problems if p.code != "duplicate-flag"]
+    try:
+        expected = parse(TABLE, argv)
+    except OracleError:
+        assert refusals, f"argparse refuses {argv}; orch accepts it"
+        return
+    assert not refusals, f"argparse accepts {argv}; orch says {refusals}"
+    ours: dict[str, Any] = {}
+    for occurrence in parsed.occurrences:
+        option = occurrence.option
+        texts = [v.text or "" for v in occurrence.values]
+        convert = {"int": int, "float": float}.get(option.type or "", str)
+        if option.nargs == "+":
+            ours[option.dest] = [convert(t) for t in texts]
+        elif texts:
+            ours[option.dest] = convert(texts[0])
+        else:
+            ours[option.dest] = option.const if option.action == "store_const" else True
+    defaults = {o.dest: o.default for o in TABLE.options}
+    ours = {k: v for k, v in ours.items() if v != defaults.get(k)}
+    assert ours == expected
+
+
+def test_a_removed_flag_is_read_as_its_new_name_and_said() -> None:
+    parsed = parse_arguments(
+        TABLE, [literal(a, Position(1, 1)) for a in ["--mamba-scheduler-strategy", "extra_buffer"]]
+    )
+    assert [p.code for p in parsed.problems] == ["removed-flag"]
+    assert parsed.occurrences[0].option.dest == "mamba_radix_cache_strategy"
+    assert not parsed.occurrences[0].abbreviated
+
+
+# -- --check ---------------------------------------------------------------------------------------
+
+
+def _check(name: str, sglang: str | None = None) -> Any:
+    path = CORPUS / name
+    return check_scripts([ScriptFile(name, path.read_text())], sglang=sglang, given={})
+
+
+def test_check_finds_the_incident_and_says_which_flag_disappears() -> None:
+    report = _check("incident-heredoc.sh")
+    heredoc = [p for p in report.problems if p.code == "heredoc-expands-locally"]
+    summary = next(p for p in heredoc if "as sent" in p.message)
+    assert "--mamba-scheduler-strategy extra_buffer disappears" in summary.message
+    assert (summary.position.line, summary.position.column) == (9, 1)
+    assert "<<'EOF'" in summary.fix
+    mamba = next(p for p in heredoc if "$MAMBA_ARGS" in p.message)
+    assert mamba.position.line == 19
+    assert "set inside the heredoc (line 10)" in mamba.message
+    assert any(p.code == "log-truncated" for p in report.problems)
+    assert not any(p.code == "unresolved-arguments" for p in report.problems)  # said once
+
+
+def test_check_is_silent_on_the_incident_written_correctly() -> None:
+    report = _check("incident-heredoc-fixed.sh")
+    assert report.problems == ()
+    assert report.version == "0.5.11"  # the newest that takes its flags as written
+
+
+def test_check_on_the_new_version_reports_the_removed_name() -> None:
+    report = _check("incident-heredoc-fixed.sh", sglang="0.5.23")
+    assert [p.code for p in report.problems] == ["removed-flag"]
+    assert "--mamba-radix-cache-strategy" in report.problems[0].fix
+
+
+@pytest.mark.parametrize(
+    ("script", "code"),
+    [
+        ("python -m sglang.launch_server --model-path /m > server.log 2>&1 &\n", "log-truncated"),
+        ("python -m sglang.launch_server --model-path /m &\nsleep 60\ngrep ready log\n",
+         "sleep-readiness"),
+        ("pkill -f sglang\npython -m sglang.launch_server --model-path /m\n", "pkill-broad"),
+        ("ssh h nohup python -m sglang.launch_server --model-path /m &\n",
+         "nohup-without-redirect"),
+        ("python -m sglang.launch_server --model-path /m --tp 2 --tp 4\n", "duplicate-flag"),
+        ("python -m sglang.launch_server --model-path /m --load-format nope\n", "bad-choice"),
+        ("python -m sglang.launch_server --model-path /m --json-model-override-args {a:1}\n",
+         "invalid-json"),
+        ("python -m sglang.launch_server --model-path /m --enable\n", "ambiguous-abbreviation"),
+        ("python -m sglang.launch_server --model-path /m --no-such-flag 1\n", "unknown-flag"),
+    ],
+)  # fmt: skip
+def test_check_finds_each_kind_of_problem(script: str, code: str) -> None:
+    report = check_scripts([ScriptFile("s.sh", script)], sglang="0.5.23", given={})
+    assert code in [p.code for p in report.problems], report.problems
+
+
+# -- the command -----------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def profiles(tmp_path: Path) -> Path:
+    return copy_examples(tmp_path / "profiles")
+
+
+def test_import_writes_a_profile_that_validates_and_never_overwrites(
+    profiles: Path, tmp_path: Path
+) -> None:
+    script = tmp_path / "fixed.sh"
+    script.write_text((CORPUS / "incident-heredoc-fixed.sh").read_text())
+    code, out, err = _run(["--profiles", str(profiles), "import", str(script), "--host", "local"])
+    assert code == ExitCode.OK, err
+    written = yaml.safe_load((profiles / "fixed.yaml").read_text())
+    assert written["spec_decode"] == {
+        "algorithm": "EAGLE", "num_steps": 3, "eagle_topk": 1, "num_draft_tokens": 4,
+    }  # fmt: skip
+    assert written["args"]["mamba_radix_cache_strategy"] == "extra_buffer"
+    assert written["env"] == {"SGLANG_ENABLE_SPEC_V2": "1"}
+    assert "nohup" in out
+    assert ">> server.log" in out
+    assert _run(["--profiles", str(profiles), "validate", "fixed"])[0] == ExitCode.OK
+    before = (profiles / "fixed.yaml").read_text()
+    code, _, err = _run(["--profiles", str(profiles), "import", str(script)])
+    assert code != ExitCode.OK
+    assert "exists" in err
+    assert (profiles / "fixed.yaml").read_text() == before
+
+
+def test_unresolved_variables_become_placeholders_that_validation_refuses(profiles: Path) -> None:
+    script = "python -m sglang.launch_server --model-path $MODEL --port 30001\n"
+    code, out, _ = _run(["--profiles", str(profiles), "import", "-", "--name", "p"], stdin=script)
+    assert code == ExitCode.OK
+    assert yaml.safe_load((profiles / "p.yaml").read_text())["model"]["path"] == "<unset: ${MODEL}>"
+    assert "MODEL" in out
+    code, _, err = _run(["--profiles", str(profiles), "validate", "p"])
+    assert code == ExitCode.CONFIG
+    assert "model.path" in err
+    code, _, _ = _run(
+        ["--profiles", str(profiles), "import", "-", "--name", "q", "--set", "MODEL=/models/m"],
+        stdin=script,
+    )
+    assert code == ExitCode.OK
+    assert yaml.safe_load((profiles / "q.yaml").read_text())["model"]["path"] == "/models/m"
+
+
+def test_secrets_never_reach_the_output_or_the_file(profiles: Path) -> None:
+    token, key = "hf_" + "Q" * 30, "sk-" + "z" * 30
+    script = (
+        f"export HF_TOKEN={token}\nexport SGLANG_FP8_PER_TOKEN=1\n"
+        f"python -m sglang.launch_server --model-path /m --api-key {key} --port 30001\n"
+    )
+    code, out, err = _run(["--profiles", str(profiles), "import", "-", "--name", "s"], stdin=script)
+    assert code == ExitCode.OK
+    text = (profiles / "s.yaml").read_text()
+    for secret in (token, key):
+        assert secret not in out + err + text
+    written = yaml.safe_load(text)
+    assert written["env"]["HF_TOKEN"] == {"from_env": "HF_TOKEN"}
+    assert written["env"]["SGLANG_FP8_PER_TOKEN"] == "1"  # noqa: S105 (a setting, not a secret)
+    assert written["args"]["api_key"] == {"from_env": "API_KEY"}
+    assert written["port"] == 30001
+    code, out, err = _run(["import", "--check", "-"], stdin=script + "python -m x --a {key}\n")
+    assert token not in out + err
+    assert key not in out + err
+
+
+def test_exit_codes(profiles: Path) -> None:
+    base = ["--profiles", str(profiles), "import"]
+    assert _run([*base, "-"], stdin="echo hello\n")[0] == ExitCode.IMPORT
+    assert _run([*base, "--check", "-"], stdin="echo hello\n")[0] == ExitCode.OK
+    bad = "python -m sglang.launch_server --model-path /m > log\n"
+    assert _run([*base, "--check", "-"], stdin=bad)[0] == 1
+    assert _run([*base, "--check", "--sglang", "banana", "-"], stdin=bad)[0] == ExitCode.USAGE
+    assert _run([*base, "-", "--host", "nowhere"], stdin=bad)[0] == ExitCode.USAGE
+    code, out, _ = _run([*base, "--check", "--json", "-"], stdin=bad)
+    assert code == 1
+    assert json.loads(out)["findings"][0]["code"] == "log-truncated"
+
+
+# -- round trip ------------------------------------------------------------------------------------
+
+_NEW_NAME = {r.old: r.new for r in RENAMES}
+
+
+def _values(document: dict[str, Any]) -> dict[str, Any]:
+    args = {_NEW_NAME.get(k, k): v for k, v in (document.get("args") or {}).items()}
+    env = document.get("env") or {}
+    nodes = (document.get("group") or {}).get("nodes") or [{}]
+    return {
+        "model": document.get("model"),
+        "spec_decode": document.get("spec_decode"),
+        "port": document.get("port", 30000),
+        "bind": document.get("bind"),
+        "env": [{**env, **(node.get("env") or {})} for node in nodes],  # each rank's
+        "args": args,
+        "devices": (document.get("gpu") or {}).get("devices"),
+    }
+
+
+def _shipped() -> list[str]:
+    return sorted(
+        p.stem
+        for p in SHIPPED_PROFILES.glob("*.yaml")
+        if p.stem != "hosts"
+        and not (yaml.safe_load(p.read_text()) or {}).get("abstract")  # a base: not launched
+    )
+
+
+@pytest.mark.parametrize("name", _shipped())
+def test_a_shipped_profile_comes_back_from_its_launch_script(name: str, profiles: Path) -> None:
+    """`orch render --script`, imported back: the same values (the rank scripts of a group,
+    imported together, the same group)."""
+    from orchestrator.profile import ProfileStore
+
+    store = ProfileStore(profiles, display_root=profiles.parent)
+    merged = store.merged(name)
+    nodes: list[dict[str, Any]] = (merged.get("group") or {}).get("nodes") or []
+    ranks: list[int | None] = list(range(len(nodes))) if nodes else [None]
+    scripts, hosts = [], []
+    for rank in ranks:
+        argv = ["--profiles", str(profiles), "render", name, "--script"]
+        code, out, err = _run(argv if rank is None else [*argv, "--node", str(rank)])
+        assert code == ExitCode.OK, err
+        path = profiles.parent / f"{name}-{rank}.sh"
+        path.write_text(out)
+        scripts.append(str(path))
+        hosts.append(merged["host"] if rank is None else nodes[rank]["host"])
+    code, _, err = _run(
+        ["--profiles", str(profiles), "import", *scripts, "--name", "back",
+         "--host", ",".join(hosts)]
+    )  # fmt: skip
+    assert code == ExitCode.OK, err
+    back = yaml.safe_load((profiles / "back.yaml").read_text())
+    original, imported = _values(merged), _values(back)
+    # what the script carries only as a reference: secrets (from_env) come back as references
+    assert imported == original
+    if nodes:
+        assert [n["host"] for n in back["group"]["nodes"]] == hosts
+    assert _run(["--profiles", str(profiles), "validate", "back"])[0] == ExitCode.OK
