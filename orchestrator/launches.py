@@ -313,7 +313,12 @@ class _Finder:
                 break
             letter = option[1:2]
             if letter in _SSH_OPTIONS_WITH_VALUE:
-                value = option[2:] or (words[index + 1].text if index + 1 < len(words) else None)
+                value = option[2:] or (
+                    # ~/.ssh/key stays as written: ssh expands it where it runs
+                    (words[index + 1].text or words[index + 1].source)
+                    if index + 1 < len(words)
+                    else None
+                )
                 if letter == "l":
                     user = value
                 elif letter == "p":

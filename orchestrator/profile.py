@@ -169,7 +169,9 @@ class ProfileStore:
             checker.error(
                 path, f"{placeholder} is a placeholder `orch import` left: the script did not "
                 "determine this value",
-                "write the value here, or import again with --set NAME=VALUE",
+                "write the host's name (hosts.yaml) here, or import again with --host H0,H1,..."
+                if "host of rank" in placeholder
+                else "write the value here, or import again with --set NAME=VALUE",
             )  # fmt: skip
         profile, table = checker.profile(name, chain, self.inventory())
         if profile is not None:

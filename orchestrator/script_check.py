@@ -22,6 +22,7 @@ import posixpath
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from orchestrator import argtable
 from orchestrator.argtable import RENAMES, ArgTable, format_version
@@ -53,8 +54,9 @@ _KILLERS = frozenset({"pkill", "killall"})
 _SERVER_PATTERN = re.compile(r"sglang|launch_server|python", re.I)
 _READINESS_PROGRAMS = frozenset({"grep", "curl", "wget", "tail", "cat"})
 _ERRORS = frozenset({
-    "heredoc-expands-locally", "unknown-flag", "removed-flag", "ambiguous-abbreviation",
-    "bad-choice", "bad-value", "invalid-json", "missing-value", "unexpected-value",
+    "heredoc-expands-locally", "rendezvous-mismatch", "unknown-flag", "removed-flag",
+    "ambiguous-abbreviation", "bad-choice", "bad-value", "invalid-json", "missing-value",
+    "unexpected-value",
 })  # fmt: skip
 
 
@@ -101,6 +103,17 @@ def check_scripts(
                 problems.extend(_command_problems(file, command, table))
         for launch in item.found.launches:
             problems.extend(_launch_problems(file, launch, table))
+    problems.extend(_rendezvous(launches))
+    for item in scanned:
+        if not item.found.launches:
+            others = sorted({o.what for o in item.found.others})
+            problems.append(ScriptProblem(
+                item.file.display, Position(1, 1), "no-launch",
+                "no SGLang server launch found"
+                + (f"; it starts {', '.join(others)}" if others else ""),
+                "nothing was checked: a launch in a file this script runs, sources or evals "
+                "is not followed; check that file",
+            ))  # fmt: skip
     # an argument hidden in a variable that the heredoc expands here is said once, as that
     expanded_here = {(p.file, p.position) for p in problems if p.code == "heredoc-expands-locally"}
     problems = [
@@ -115,6 +128,35 @@ def check_scripts(
         said,
         len(launches),
     )
+
+
+def _rendezvous(launches: Sequence[tuple[Any, Launch]]) -> list[ScriptProblem]:
+    """Ranks of one server (same --nnodes and model) that name different rendezvous
+    addresses never meet: SGLang waits until its timeout."""
+    table = argtable.load_table(argtable.available_versions()[-1])
+    seen: dict[tuple[str, str], tuple[str, str]] = {}
+    problems: list[ScriptProblem] = []
+    for item, launch in launches:
+        last = parse_arguments(table, launch.arguments).last()
+        nnodes, model, address = (last.get(k) for k in ("nnodes", "model_path", "dist_init_addr"))
+        if nnodes is None or address is None or not address.values:
+            continue
+        key = (_shown(nnodes.values[0]) if nnodes.values else "", _shown(model.values[0])
+               if model is not None and model.values else "")  # fmt: skip
+        value = _shown(address.values[0])
+        file = item.file.display
+        if key not in seen:
+            seen[key] = (value, f"{file}:{address.position.line}")
+        elif seen[key][0] != value:
+            problems.append(ScriptProblem(
+                file, address.position, "rendezvous-mismatch",
+                f"--dist-init-addr {value} differs from {seen[key][0]} ({seen[key][1]}), "
+                "given to another rank of the same server: the ranks never meet and SGLang "
+                "waits until its timeout",
+                "every rank names rank 0's address; in a profile, group: renders it from "
+                "hosts.yaml for each rank",
+            ))  # fmt: skip
+    return problems
 
 
 _VERSION_CODES = frozenset({"unknown-flag", "ambiguous-abbreviation", "removed-flag"})

@@ -252,7 +252,8 @@ def _group_ranks(parsed: list[_Member]) -> list[list[_Member]]:
             key = tuple(
                 (dest, tuple(v.shown() for v in o.values))
                 for dest, o in sorted(last.items())
-                if dest not in ("node_rank",)
+                # a rendezvous the ranks disagree on is still one server, said (_group)
+                if dest not in ("node_rank", "dist_init_addr")
             )
             if key in keyed and not any(_rank(m) == _rank(member) for m in keyed[key]):
                 keyed[key].append(member)
@@ -629,6 +630,19 @@ def _group(
     nnodes_field = fields.get("nnodes")
     nnodes = nnodes_field[0] if nnodes_field and isinstance(nnodes_field[0], int) else len(members)
     address = fields.get("dist_init_addr")
+    said = {
+        _rank(m): " ".join(v.shown() for v in m[2].last()["dist_init_addr"].values)
+        for m in members
+        if "dist_init_addr" in m[2].last()
+    }
+    if len(set(said.values())) > 1:
+        context.note(
+            "warning",
+            "the ranks name different --dist-init-addr ("
+            + ", ".join(f"rank {r}: {a}" for r, a in sorted(said.items()))
+            + "): as written they would never meet; orch renders rank 0's host address for "
+            "every rank",
+        )
     group: dict[str, Any] = {"nodes": []}
     by_rank = {_rank(m): m for m in members}
     common_env: dict[str, Any] | None = None
@@ -712,6 +726,24 @@ def _dropped(item: _Found, launch: Launch, context: _Context) -> None:
                     "run under the run's directory and never overwrites an earlier one",
                     redirect.position,
                 )
+    container = launch.container
+    if container is not None:
+        kept = [f"--gpus {container.gpus}"] if container.gpus else []
+        left = [
+            *(f"-p {p}" for p in container.ports),
+            *(f"-v {v}" for v in container.volumes),
+            *([f"--shm-size {container.shm_size}"] if container.shm_size else []),
+            *container.options,
+        ]
+        context.note(
+            "dropped",
+            f"docker run {container.image}: the profile runs the server on the host with "
+            "hosts.yaml's python"
+            + (f" ({', '.join(kept)} read as gpu.devices)" if kept else "")
+            + (f"; not carried over: {' '.join(left)}" if left else "")
+            + " (a container elsewhere: orch export)",
+            container.command.position,
+        )
     seen: set[str] = set()
     for script, _ in item.found.scripts:
         for command in script.commands:

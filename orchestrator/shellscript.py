@@ -274,14 +274,18 @@ class _Walker:
         children = list(node.children)
         for index, child in enumerate(children):
             background = index + 1 < len(children) and children[index + 1].type == "&"
-            following = [self.first_name(c) for c in children[index + 1 : index + 4]]
-            self.walk(child, background, tuple(n for n in following if n))
+            following = [n for c in children[index + 1 : index + 4] for n in self.first_words(c)]
+            self.walk(child, background, tuple(following))
 
-    def first_name(self, node: Any) -> str | None:
-        for child in _descendants(node):
-            if child.type == "command_name":
-                return self.text(child)
-        return None
+    def first_words(self, node: Any) -> tuple[str, ...]:
+        """The program of the first command in ``node`` and its plain words (what `ssh host
+        grep ...` runs is a program too)."""
+        for child in (node, *_descendants(node)):
+            if child.type == "command":
+                return tuple(
+                    self.text(c) for c in child.children if c.type in ("command_name", "word")
+                )
+        return ()
 
     def walk(self, node: Any, background: bool = False, following: tuple[str, ...] = ()) -> None:
         kind = node.type
@@ -718,7 +722,10 @@ class _Walker:
             if from_outside and argument is not None:
                 # the script's own default, unless the caller's environment sets the variable:
                 # taken, and said (`--set NAME=VALUE` gives another value)
-                self.defaults.append(Default(name, position, argument))
+                shown = self.expand_text(argument, position)
+                self.defaults.append(
+                    Default(name, position, shown.text if shown.text is not None else argument)
+                )
             if empty and argument is not None:
                 value = self.expand_text(argument, position)
                 if operator.endswith("=") and name.isidentifier():

@@ -136,6 +136,8 @@ def test_arguments_are_read_as_argparse_reads_them(argv: list[str]) -> None:
             ours[option.dest] = [convert(t) for t in texts]
         elif texts:
             ours[option.dest] = convert(texts[0])
+        elif option.action == "custom:BooleanOptionalAction":
+            ours[option.dest] = not occurrence.written.startswith("--no-")
         else:
             ours[option.dest] = option.const if option.action == "store_const" else True
     defaults = {o.dest: o.default for o in TABLE.options}
@@ -280,7 +282,11 @@ def test_secrets_never_reach_the_output_or_the_file(profiles: Path) -> None:
 def test_exit_codes(profiles: Path) -> None:
     base = ["--profiles", str(profiles), "import"]
     assert _run([*base, "-"], stdin="echo hello\n")[0] == ExitCode.IMPORT
-    assert _run([*base, "--check", "-"], stdin="echo hello\n")[0] == ExitCode.OK
+    code, out, _ = _run([*base, "--check", "-"], stdin="echo hello\n")
+    assert code == 1  # nothing checked is said, not passed
+    assert "[no-launch]" in out
+    clean = "python -m sglang.launch_server --model-path /m >> log\n"
+    assert _run([*base, "--check", "-"], stdin=clean)[0] == ExitCode.OK
     bad = "python -m sglang.launch_server --model-path /m > log\n"
     assert _run([*base, "--check", "-"], stdin=bad)[0] == 1
     assert _run([*base, "--check", "--sglang", "banana", "-"], stdin=bad)[0] == ExitCode.USAGE
