@@ -292,6 +292,23 @@ def _profile(
             f"taken (--set {default.name}=VALUE for another)",
             default.position,
         )
+    for script, _ in item.found.scripts:
+        for choice in script.choices:
+            if choice.taken is not None:
+                context.note(
+                    "default",
+                    f"{choice.name} is set only when a condition holds: its value "
+                    f"{choice.taken!r} was taken (--set {choice.name}=VALUE for another)",
+                    choice.position,
+                )
+            else:
+                context.note(
+                    "unresolved",
+                    f"{choice.name} depends on a condition orch does not evaluate "
+                    f"({' or '.join(choice.values)}): not guessed "
+                    f"(--set {choice.name}=VALUE)",
+                    choice.position,
+                )
     context.note("version", version.said)
     document: dict[str, Any] = {
         "description": f"imported from {item.file.display}:{launch.position.line} by orch import"

@@ -137,11 +137,24 @@ class Default:
 
 
 @dataclass(frozen=True)
+class Choice:
+    """A variable a condition decides (``if``, ``case``, ``&&``/``||``): ``taken`` when the
+    script sets it only in some arms, to one value (taken, like a ``${NAME:-value}`` default);
+    None when the arms leave it different (not guessed: a placeholder until --set gives it)."""
+
+    name: str
+    position: Position  # the condition
+    values: tuple[str, ...]  # each arm's, as shown ("unset" for an arm that leaves it unset)
+    taken: str | None
+
+
+@dataclass(frozen=True)
 class Script:
     commands: tuple[Command, ...]
     variables: Mapping[str, Variable]  # at the end
     errors: tuple[Position, ...]  # where the grammar found a syntax error
     defaults: tuple[Default, ...] = ()
+    choices: tuple[Choice, ...] = ()
 
 
 def parse_script(text: str, *, given: Mapping[str, str] | None = None) -> Script:
@@ -149,7 +162,11 @@ def parse_script(text: str, *, given: Mapping[str, str] | None = None) -> Script
     walker = _Walker(text, Position(1, 1), given or {}, depth=0)
     walker.walk_program()
     return Script(
-        tuple(walker.commands), dict(walker.variables), tuple(walker.errors), tuple(walker.defaults)
+        tuple(walker.commands),
+        dict(walker.variables),
+        tuple(walker.errors),
+        tuple(walker.defaults),
+        tuple(walker.choices),
     )
 
 
@@ -169,7 +186,11 @@ def parse_nested(
     walker.variables.update(variables)
     walker.walk_program()
     return Script(
-        tuple(walker.commands), dict(walker.variables), tuple(walker.errors), tuple(walker.defaults)
+        tuple(walker.commands),
+        dict(walker.variables),
+        tuple(walker.errors),
+        tuple(walker.defaults),
+        tuple(walker.choices),
     )
 
 
@@ -247,6 +268,8 @@ class _Walker:
         self.commands: list[Command] = []
         self.errors: list[Position] = []
         self.defaults: list[Default] = []
+        self.choices: list[Choice] = []
+        self.given = frozenset(given)
         self.keep_continuations = False  # a heredoc body keeps its line breaks for positions
         self.positionals: tuple[Word, ...] | None = None  # None: the script's own, unknown
         self.tree = _parser().parse(self.source)
@@ -314,11 +337,127 @@ class _Walker:
                 self.functions[self.text(name)] = body
         elif kind == "for_statement":
             self.for_loop(node)
-        elif kind in ("pipeline", "list", "subshell", "compound_statement", "program",
-                      "do_group", "if_statement", "elif_clause", "else_clause", "while_statement",
-                      "case_statement", "case_item", "negated_command"):  # fmt: skip
+        elif kind == "if_statement":
+            self.if_statement(node)
+        elif kind == "case_statement":
+            self.case_statement(node)
+        elif kind == "list":
+            self.and_or(node, background, following)
+        elif kind in ("pipeline", "subshell", "compound_statement", "program", "do_group",
+                      "while_statement", "negated_command"):  # fmt: skip
             self.walk_children(node)
         # test_command, c_style_for_statement bodies, arithmetic: nothing launches there
+
+    # conditions: not evaluated. Every arm is walked (a launch in any of them is found), each
+    # from the same variables; what the arms leave different is not guessed (Choice).
+
+    def if_statement(self, node: Any) -> None:
+        arms: list[list[Any]] = [[]]
+        complete = False
+        state = "condition"
+        for child in node.children:
+            if child.type == "then":
+                state = "arm"
+            elif child.type in ("elif_clause", "else_clause"):
+                parts = list(child.children)
+                if child.type == "else_clause":
+                    complete = True
+                    arms.append(parts[1:])
+                    continue
+                then = next((i for i, c in enumerate(parts) if c.type == "then"), len(parts))
+                for condition in parts[1:then]:  # an elif's condition runs when reached
+                    self.walk(condition)
+                arms.append(parts[then + 1 :])
+            elif state == "condition" and child.type not in ("if", ";"):
+                self.walk(child)
+            elif state == "arm" and child.type != "fi":
+                arms[0].append(child)
+        self.arms(node, arms, complete)
+
+    def case_statement(self, node: Any) -> None:
+        arms: list[list[Any]] = []
+        complete = False
+        for item in node.children:
+            if item.type != "case_item":
+                continue
+            patterns = [
+                c for i, c in enumerate(item.children) if item.field_name_for_child(i) == "value"
+            ]
+            complete = complete or any(self.text(p) == "*" for p in patterns)
+            arms.append(
+                [
+                    c
+                    for i, c in enumerate(item.children)
+                    if c.is_named and item.field_name_for_child(i) not in ("value", "termination")
+                ]
+            )
+        self.arms(node, arms, complete)
+
+    def and_or(self, node: Any, background: bool, following: tuple[str, ...]) -> None:
+        """``a && b``, ``a || b``: b runs only sometimes."""
+        children = list(node.children)
+        if len(children) != 3 or children[1].type not in ("&&", "||"):
+            self.walk_children(node)
+            return
+        left, _, right = children
+        self.walk(left, False, self.first_words(right))
+        self.arms(node, [[right]], complete=False, background=background, following=following)
+
+    def arms(
+        self,
+        node: Any,
+        arms: list[list[Any]],
+        complete: bool,
+        background: bool = False,
+        following: tuple[str, ...] = (),
+    ) -> None:
+        before = dict(self.variables)
+        outcomes: list[dict[str, Variable]] = []
+        for arm in arms:
+            self.variables = dict(before)
+            for index, child in enumerate(arm):
+                last = index + 1 == len(arm)
+                ahead = tuple(n for c in arm[index + 1 : index + 4] for n in self.first_words(c))
+                self.walk(child, background and last, following if last else ahead)
+            outcomes.append(self.variables)
+        if not complete:
+            outcomes.append(before)
+        self.variables = self.settle(before, outcomes, self.at(node))
+
+    def settle(
+        self, before: dict[str, Variable], outcomes: list[dict[str, Variable]], where: Position
+    ) -> dict[str, Variable]:
+        settled: dict[str, Variable] = {}
+        for name in dict.fromkeys(n for outcome in outcomes for n in outcome):
+            values = [outcome.get(name) for outcome in outcomes]
+            if all(_same(v, values[0]) for v in values):
+                if values[0] is not None:
+                    settled[name] = values[0]
+                continue
+            if name in self.given:  # --set settles it
+                settled[name] = before[name]
+                continue
+            shown = tuple(
+                dict.fromkeys(
+                    "unset" if v is None or v.value is None else repr(v.value.shown())
+                    for v in values
+                )
+            )
+            assigned = [v for v in values if v is not None]
+            if name not in before and all(_same(v, assigned[0]) for v in assigned):
+                settled[name] = assigned[0]
+                value = assigned[0].value
+                self.choices.append(
+                    Choice(name, where, shown, value.shown() if value is not None else "")
+                )
+                continue
+            settled[name] = Variable(
+                Word((Unresolved("variable", name, where),), where, f"${{{name}}}"),
+                any(v.exported for v in assigned),
+                where,
+            )
+            self.choices.append(Choice(name, where, shown, None))
+        return settled
 
     def redirected(self, node: Any, background: bool, following: tuple[str, ...]) -> None:
         body = node.child_by_field_name("body")
@@ -871,6 +1010,16 @@ _WORD_PIECES = frozenset({
     "word", "concatenation", "string", "raw_string", "ansi_c_string", "translated_string",
     "simple_expansion", "expansion", "command_substitution", "arithmetic_expansion", "number",
 })  # fmt: skip
+
+
+def _same(a: Variable | None, b: Variable | None) -> bool:
+    if a is None or b is None:
+        return a is b
+    return (
+        a.exported == b.exported
+        and (a.value.parts if a.value else None) == (b.value.parts if b.value else None)
+        and [w.parts for w in a.elements or ()] == [w.parts for w in b.elements or ()]
+    )
 
 
 def _unglue(children: list[Any]) -> tuple[list[Any], dict[int, tuple[Any, ...]]]:

@@ -356,3 +356,21 @@ def test_a_shipped_profile_comes_back_from_its_launch_script(name: str, profiles
     if nodes:
         assert [n["host"] for n in back["group"]["nodes"]] == hosts
     assert _run(["--profiles", str(profiles), "validate", "back"])[0] == ExitCode.OK
+
+
+def test_a_value_a_condition_decides_is_not_guessed() -> None:
+    script = parse_script(
+        '[ -z "$MODEL" ] && MODEL=/models/default\n'
+        'case $1 in\n  eagle) SPEC="--speculative-algorithm EAGLE" ;;\n  none) SPEC="" ;;\nesac\n'
+        "if [ -n \"$BIG\" ]; then TP=8; else TP=8; fi\n"
+        "python -m sglang.launch_server --model-path $MODEL $SPEC --tp $TP\n"
+    )
+    words = [w.shown() for w in script.commands[-1].words[3:]]
+    assert words == ["--model-path", "/models/default", "${SPEC}", "--tp", "8"]
+    taken = {c.name: c.taken for c in script.choices}
+    assert taken == {"MODEL": "/models/default", "SPEC": None}  # TP: both arms agree
+    settled = parse_script(
+        'case $1 in a) SPEC="--tp 2" ;; b) SPEC="" ;; esac\npython -m x $SPEC\n',
+        given={"SPEC": "--tp 4"},
+    )
+    assert [w.text for w in settled.commands[-1].words[3:]] == ["--tp", "4"]
