@@ -702,11 +702,37 @@ class _Walker:
         return Word(tuple(_merge(parts)) or ("",), position, self.text_through(node, glued))
 
     def expand(self, node: Any, glued: tuple[Any, ...] = ()) -> list[Word]:
+        pieces = [p for n in (node, *glued) for p in _pieces(n)]
+        brace = _brace(pieces, self.source)
+        if brace is not None:  # bash expands braces first, in the text: one word per value
+            start, end, values = brace
+            finish = glued[-1].end_byte if glued else node.end_byte
+            words: list[Word] = []
+            for value in values:
+                variant = (
+                    self.source[node.start_byte : start] + value.encode() +
+                    self.source[end : finish]
+                ).decode("utf-8", "surrogateescape")  # fmt: skip
+                words.extend(self.expand_variant(variant, self.at(node)))
+            return words
         fields = _Fields()
         self.expand_glued(node, glued, fields, quoted=False)
         return [
             dataclasses.replace(w, parts=tuple(_merge(list(w.parts))))
             for w in fields.words(self.at(node), self.text_through(node, glued))
+        ]
+
+    def expand_variant(self, text: str, position: Position) -> list[Word]:
+        """A word's text after brace expansion, expanded as a word here."""
+        nested = _Walker(f": {text}\n", position, {}, depth=self.depth + 1)
+        nested.variables = self.variables
+        nested.positionals = self.positionals
+        nested.defaults = self.defaults
+        nested.walk_program()
+        if not nested.commands:
+            return []
+        return [
+            dataclasses.replace(word, position=position) for word in nested.commands[0].words[1:]
         ]
 
     def text_through(self, node: Any, glued: tuple[Any, ...]) -> str:
@@ -1009,7 +1035,54 @@ def _evaluate(expression: str) -> int:
 _WORD_PIECES = frozenset({
     "word", "concatenation", "string", "raw_string", "ansi_c_string", "translated_string",
     "simple_expansion", "expansion", "command_substitution", "arithmetic_expansion", "number",
+    "brace_expression",
 })  # fmt: skip
+
+
+_RANGE_RE = re.compile(r"\{(-?\d+)\.\.(-?\d+)(?:\.\.(-?\d+))?\}|\{([a-zA-Z])\.\.([a-zA-Z])\}")
+_MAX_BRACE_VALUES = 1024
+
+
+def _pieces(node: Any) -> list[Any]:
+    return list(node.children) if node.type == "concatenation" else [node]
+
+
+def _brace(pieces: list[Any], source: bytes) -> tuple[int, int, list[str]] | None:
+    """The first brace expansion in an unquoted word (its pieces): its byte range and its
+    values (``{0..3}``, ``{8..0..2}``, ``{a..c}``, ``{x,y}``), or None."""
+    for index, piece in enumerate(pieces):
+        if piece.type == "brace_expression":
+            match = _RANGE_RE.fullmatch(source[piece.start_byte : piece.end_byte].decode())
+            if match is None:
+                return None
+            if match.group(4):
+                first, last = ord(match.group(4)), ord(match.group(5))
+                step = 1 if last >= first else -1
+                values = [chr(c) for c in range(first, last + step, step)]
+            else:
+                first, last = int(match.group(1)), int(match.group(2))
+                size = abs(int(match.group(3) or 1)) or 1
+                step = size if last >= first else -size
+                values = [str(n) for n in range(first, last + (1 if step > 0 else -1), step)]
+            if len(values) > _MAX_BRACE_VALUES:
+                return None
+            return piece.start_byte, piece.end_byte, values
+        if piece.type == "word" and source[piece.start_byte : piece.end_byte] == b"{":
+            close = next(
+                (
+                    p
+                    for p in pieces[index + 1 :]
+                    if p.type == "word" and source[p.start_byte : p.end_byte] == b"}"
+                ),
+                None,
+            )
+            if close is None:
+                return None
+            inner = source[piece.end_byte : close.start_byte].decode("utf-8", "surrogateescape")
+            if "," in inner and re.fullmatch(r"[^{}$`\"'\s]*", inner):
+                return piece.start_byte, close.end_byte, inner.split(",")
+            return None
+    return None
 
 
 def _same(a: Variable | None, b: Variable | None) -> bool:

@@ -150,6 +150,7 @@ class Case:
     launches: int | None = None  # servers started, when not one per imported profile
     no_launch: str | None = None
     gap: str | None = None
+    stubs: str = ""  # what the machine would answer (shell functions), for this script
 
 
 def _cases() -> Iterator[Case]:
@@ -166,6 +167,7 @@ def _cases() -> Iterator[Case]:
             hosts=dict(entry.get("hosts", {})),
             no_launch=entry.get("no_launch"),
             gap=entry.get("gap"),
+            stubs=entry.get("stubs", ""),
         )
 
 
@@ -196,8 +198,13 @@ def _run_in_bash(case: Case, sandbox: Path) -> list[dict[str, Any]]:
         interpreters.update(
             re.findall(r"(/[\w.+-]+(?:/[\w.+-]+)*/(?:python[\d.]*|sglang))\b", path.read_text())
         )
-    stubs = STUBS + "".join(
-        f'function {p} {{ __orch_record {shlex.quote(p)} "$@"; }}\n' for p in sorted(interpreters)
+    stubs = (
+        STUBS
+        + case.stubs
+        + "".join(
+            f'function {p} {{ __orch_record {shlex.quote(p)} "$@"; }}\n'
+            for p in sorted(interpreters)
+        )
     )
     bash_env = sandbox / "stubs.bash"
     bash_env.write_text(stubs)

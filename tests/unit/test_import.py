@@ -51,7 +51,7 @@ _PIECES = st.sampled_from(
     [
         "plain", "'single $A'", '"double $A"', "$A/", "${A}", "${U:-dflt}", "${A:+set}",
         "$A/x", "$A:$B/lib", '"$B"', "$'tab\\tx'", "pre${B}post", '"${U:-a b}"', "$((2 + 3))",
-        "\\$A", "a\\ b",
+        "\\$A", "a\\ b", "n{0..2}", "{x,y}z", "{3..1}", "\"{0..1}\"",
     ]
 )  # fmt: skip
 
@@ -362,7 +362,7 @@ def test_a_value_a_condition_decides_is_not_guessed() -> None:
     script = parse_script(
         '[ -z "$MODEL" ] && MODEL=/models/default\n'
         'case $1 in\n  eagle) SPEC="--speculative-algorithm EAGLE" ;;\n  none) SPEC="" ;;\nesac\n'
-        "if [ -n \"$BIG\" ]; then TP=8; else TP=8; fi\n"
+        'if [ -n "$BIG" ]; then TP=8; else TP=8; fi\n'
         "python -m sglang.launch_server --model-path $MODEL $SPEC --tp $TP\n"
     )
     words = [w.shown() for w in script.commands[-1].words[3:]]
