@@ -33,6 +33,7 @@ from orchestrator.shellscript import (
     Script,
     Variable,
     Word,
+    expand_keeping_lines,
     literal,
     parse_nested,
 )
@@ -346,6 +347,13 @@ class _Finder:
             origin = remote_words[0].position
             if len(remote_words) == 1 and remote_words[0].source[:1] in ("'", '"'):
                 origin = origin.shifted(0, 1)
+                if remote_words[0].source.startswith('"') and "\\\n" in remote_words[0].source:
+                    text = (
+                        expand_keeping_lines(
+                            remote_words[0].source, command.variables, remote_words[0].position
+                        )
+                        or text
+                    )
         elif heredoc is not None:
             text = heredoc.expanded
             origin = heredoc.position

@@ -194,6 +194,20 @@ def parse_nested(
     )
 
 
+def expand_keeping_lines(
+    source: str, variables: Mapping[str, Variable], position: Position
+) -> Word | None:
+    """A double-quoted word expanded again with its backslash-newlines kept: the same text
+    to a shell that reads it (a continuation), with the lines where the script has them, so
+    that what is found in it is located (``ssh host "...\\<newline>..."``)."""
+    walker = _Walker(f"__orch={source}", position, {}, depth=1)
+    walker.variables = dict(variables)
+    walker.keep_continuations = True
+    assignment = next(iter(_descendants(walker.tree.root_node, "variable_assignment")), None)
+    value = assignment.child_by_field_name("value") if assignment is not None else None
+    return walker.expand_single(value, position) if value is not None else None
+
+
 def literal(text: str, position: Position) -> Word:
     return Word((text,), position, text)
 

@@ -374,3 +374,11 @@ def test_a_value_a_condition_decides_is_not_guessed() -> None:
         given={"SPEC": "--tp 4"},
     )
     assert [w.text for w in settled.commands[-1].words[3:]] == ["--tp", "4"]
+
+
+def test_findings_inside_a_multi_line_ssh_string_are_located_where_written() -> None:
+    script = 'ssh h "\n  python -m sglang.launch_server \\\n    --model-path /m \\\n    --tp 2 --tp 4\n"\n'
+    report = check_scripts([ScriptFile("s.sh", script)], sglang="0.5.23", given={})
+    duplicate = next(p for p in report.problems if p.code == "duplicate-flag")
+    assert (duplicate.position.line, duplicate.position.column) == (4, 12)
+    assert "also at line 4" in duplicate.message
