@@ -43,8 +43,14 @@ def written(items: Sequence[Written]) -> list[Text]:
             for entry_line in dump_yaml({host: profile.host_entry}).splitlines():
                 say(f"    {entry_line}")
         if profile.unresolved:
-            names = [n for n in profile.unresolved if n.replace("_", "").isalnum()]
-            hint = " ".join(f"--set {n}=..." for n in names) if names else "edit the profile"
+            open_ = profile.unresolved
+            hosts = [n for n in open_ if n.startswith("host of rank")]
+            names = [n for n in open_ if n.replace("_", "").isalnum()]
+            rest = [n for n in open_ if n not in hosts and n not in names]
+            hints = [f"--set {n}=..." for n in names] + (["--host H0,H1,..."] if hosts else [])
+            if rest:
+                hints.append("edit the profile" if not hints else "edit the profile for the rest")
+            hint = " ".join(hints)
             say(f"  unresolved: {', '.join(profile.unresolved)} (placeholders: {hint})")
         for problem in item.problems:
             say(f"  validate: {problem}")
