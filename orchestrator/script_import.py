@@ -668,15 +668,8 @@ def _group(
         member = by_rank.get(rank)
         given = request.rank_hosts[rank] if rank < len(request.rank_hosts) else None
         if member is None:
-            if given is None:
-                label = f"host of rank {rank}"
-                context.unresolved.setdefault(label, None)
-                context.note(
-                    "unresolved",
-                    f"rank {rank}'s host is a placeholder: the imported script(s) do not start "
-                    "it on a host orch can name (--host H0,H1,... names the ranks' hosts)",
-                )
-            group["nodes"].append({"host": given or placeholder(f"host of rank {rank}")})
+            why = "the imported script(s) do not start it on a host orch can name"
+            group["nodes"].append({"host": given or _rank_host(rank, why, context)})
             per_node.append({})
             continue
         _, launch, _ = member
@@ -687,14 +680,7 @@ def _group(
         elif rank == 0 and host_name is not None:
             host = host_name
         else:
-            label = f"host of rank {rank}"
-            context.unresolved.setdefault(label, None)
-            context.note(
-                "unresolved",
-                f"rank {rank}'s host is a placeholder: the script runs it where it is started "
-                "(--host H0,H1,... names the ranks' hosts)",
-            )
-            host = placeholder(label)
+            host = _rank_host(rank, "the script runs it where it is started", context)
         group["nodes"].append({"host": host})
         env, _ = _environment(launch, context)
         per_node.append(env)
@@ -715,6 +701,17 @@ def _group(
             f"({head} here) and group.rendezvous_port",
         )
     return group
+
+
+def _rank_host(rank: int, why: str, context: _Context) -> str:
+    """A placeholder for a rank's host, said."""
+    label = f"host of rank {rank}"
+    context.unresolved.setdefault(label, None)
+    context.note(
+        "unresolved",
+        f"rank {rank}'s host is a placeholder: {why} (--host H0,H1,... names the ranks' hosts)",
+    )
+    return placeholder(label)
 
 
 def _dropped(item: _Found, launch: Launch, context: _Context) -> None:

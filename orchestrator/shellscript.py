@@ -161,13 +161,7 @@ def parse_script(text: str, *, given: Mapping[str, str] | None = None) -> Script
     """Walk ``text`` as bash would; ``given`` are variables known beforehand (``--set``)."""
     walker = _Walker(text, Position(1, 1), given or {}, depth=0)
     walker.walk_program()
-    return Script(
-        tuple(walker.commands),
-        dict(walker.variables),
-        tuple(walker.errors),
-        tuple(walker.defaults),
-        tuple(walker.choices),
-    )
+    return walker.script()
 
 
 def parse_nested(
@@ -185,13 +179,7 @@ def parse_nested(
     walker = _Walker(text, origin, {}, depth=depth)
     walker.variables.update(variables)
     walker.walk_program()
-    return Script(
-        tuple(walker.commands),
-        dict(walker.variables),
-        tuple(walker.errors),
-        tuple(walker.defaults),
-        tuple(walker.choices),
-    )
+    return walker.script()
 
 
 def expand_keeping_lines(
@@ -287,6 +275,15 @@ class _Walker:
         self.keep_continuations = False  # a heredoc body keeps its line breaks for positions
         self.positionals: tuple[Word, ...] | None = None  # None: the script's own, unknown
         self.tree = _parser().parse(self.source)
+
+    def script(self) -> Script:
+        return Script(
+            tuple(self.commands),
+            dict(self.variables),
+            tuple(self.errors),
+            tuple(self.defaults),
+            tuple(self.choices),
+        )
 
     # positions and text
 
