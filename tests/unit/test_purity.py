@@ -23,6 +23,10 @@ CORE = [
     "orchestrator.plan",
     "orchestrator.memory",
     "orchestrator.observe",
+    "orchestrator.shellscript",
+    "orchestrator.launches",
+    "orchestrator.script_import",
+    "orchestrator.script_check",
 ]
 FORBIDDEN_IN_CORE = {"paramiko", "psutil", "subprocess", "socket", "jinja2", "pynvml"}
 
@@ -48,6 +52,7 @@ def test_core_module_imports_no_io_machinery(module: str) -> None:
         ["render", "qwen36-mtp-b200"],
         ["render", "qwen36-mtp-b200", "--json"],
         ["validate"],
+        ["import", "--check", str(REPO / "tests/fixtures/launchscripts/incident-heredoc-fixed.sh")],
     ],
 )
 def test_fast_commands_never_import_paramiko(argv: list[str], tmp_path: Path) -> None:
