@@ -79,9 +79,24 @@ class ScriptProblem:
 @dataclass(frozen=True)
 class CheckReport:
     problems: tuple[ScriptProblem, ...]
-    version: str  # the table the arguments were checked with
-    version_said: str
+    targets: tuple[tuple[str, str, str], ...]  # per file: (file, table version, why that one)
     launches: int
+
+    @property
+    def version_said(self) -> str:
+        """Which SGLang the flags were checked against: one line for all files when they agree."""
+        said = {s for _, _, s in self.targets}
+        if len(said) == 1:
+            return said.pop()
+        files: dict[str, int] = {}
+        for _, version, _ in self.targets:
+            files[version] = files.get(version, 0) + 1
+        return (
+            ", ".join(
+                f"SGLang {v} for {n} file{'s' if n != 1 else ''}" for v, n in sorted(files.items())
+            )
+            + ": each file's own (--json says why each)"
+        )
 
 
 def check_scripts(
@@ -89,10 +104,13 @@ def check_scripts(
 ) -> CheckReport:
     scanned = read_scripts(files, given)
     launches = [(item, launch) for item in scanned for launch in item.found.launches]
-    table, said = _target(launches, sglang)
     problems: list[ScriptProblem] = []
+    targets: list[tuple[str, str, str]] = []
     for item in scanned:
         file = item.file.display
+        # each file against its own version: scripts checked together may run different ones
+        table, said = _target([(item, launch) for launch in item.found.launches], sglang)
+        targets.append((file, table.version, said))
         for position in item.script.errors[:1]:
             problems.append(ScriptProblem(
                 file, position, "syntax-error", "bash cannot parse the script here",
@@ -124,30 +142,33 @@ def check_scripts(
     unique = {(p.file, p.position, p.code, p.message): p for p in problems}
     return CheckReport(
         tuple(sorted(unique.values(), key=ScriptProblem.sort_key)),
-        table.version,
-        said,
+        tuple(targets),
         len(launches),
     )
 
 
 def _rendezvous(launches: Sequence[tuple[Any, Launch]]) -> list[ScriptProblem]:
-    """Ranks of one server (same --nnodes and model) that name different rendezvous
-    addresses never meet: SGLang waits until its timeout."""
+    """Ranks of one server (the same arguments but --node-rank, as `orch import` groups them)
+    that name different rendezvous addresses never meet: SGLang waits until its timeout."""
     table = argtable.load_table(argtable.available_versions()[-1])
-    seen: dict[tuple[str, str], tuple[str, str]] = {}
+    seen: dict[tuple[Any, ...], tuple[str, str, str]] = {}
     problems: list[ScriptProblem] = []
     for item, launch in launches:
         last = parse_arguments(table, launch.arguments).last()
-        nnodes, model, address = (last.get(k) for k in ("nnodes", "model_path", "dist_init_addr"))
-        if nnodes is None or address is None or not address.values:
+        address, rank = last.get("dist_init_addr"), last.get("node_rank")
+        if "nnodes" not in last or address is None or not address.values:
             continue
-        key = (_shown(nnodes.values[0]) if nnodes.values else "", _shown(model.values[0])
-               if model is not None and model.values else "")  # fmt: skip
+        key = tuple(
+            (dest, tuple(_shown(v) for v in o.values))
+            for dest, o in sorted(last.items())
+            if dest not in ("node_rank", "dist_init_addr")
+        )
         value = _shown(address.values[0])
+        rank_text = _shown(rank.values[0]) if rank is not None and rank.values else "0"
         file = item.file.display
         if key not in seen:
-            seen[key] = (value, f"{file}:{address.position.line}")
-        elif seen[key][0] != value:
+            seen[key] = (value, f"{file}:{address.position.line}", rank_text)
+        elif seen[key][0] != value and seen[key][2] != rank_text:
             problems.append(ScriptProblem(
                 file, address.position, "rendezvous-mismatch",
                 f"--dist-init-addr {value} differs from {seen[key][0]} ({seen[key][1]}), "

@@ -77,8 +77,11 @@ def check_report(report: CheckReport) -> list[Text]:
 
 def check_json(report: CheckReport) -> dict[str, Any]:
     return {
-        "sglang": report.version,
         "checked_against": report.version_said,
+        "files": [
+            {"file": file, "sglang": version, "checked_against": said}
+            for file, version, said in report.targets
+        ],
         "launches": report.launches,
         "findings": [
             {

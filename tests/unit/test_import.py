@@ -179,7 +179,7 @@ def test_check_finds_the_incident_and_says_which_flag_disappears() -> None:
 def test_check_is_silent_on_the_incident_written_correctly() -> None:
     report = _check("incident-heredoc-fixed.sh")
     assert report.problems == ()
-    assert report.version == "0.5.11"  # the newest that takes its flags as written
+    assert report.targets[0][1] == "0.5.11"  # the newest that takes its flags as written
 
 
 def test_check_on_the_new_version_reports_the_removed_name() -> None:
@@ -382,3 +382,24 @@ def test_findings_inside_a_multi_line_ssh_string_are_located_where_written() -> 
     duplicate = next(p for p in report.problems if p.code == "duplicate-flag")
     assert (duplicate.position.line, duplicate.position.column) == (4, 12)
     assert "also at line 4" in duplicate.message
+
+
+def test_scripts_checked_together_keep_their_own_versions_and_servers() -> None:
+    """Two unrelated two-node servers of one model are not one server's ranks; a script for an
+    old image is checked against its own version."""
+    names = [
+        "d-13-sglang-bench-deepseek-v3-docker-multinode-node0.sh",
+        "d-16-sglang-bench-deepseek-v3-two-h20-nodes-one-block.sh",
+        "incident-heredoc-fixed.sh",
+    ]
+    files = [ScriptFile(n, (CORPUS / n).read_text()) for n in names]
+    report = check_scripts(files, sglang=None, given={})
+    assert [p.code for p in report.problems] == []
+    assert {file: version for file, version, _ in report.targets}["incident-heredoc-fixed.sh"] == (
+        "0.5.11"
+    )
+    mismatched = "d-31-sglang-old-docs-llama31-405b-two-nodes-mismatched-dist-addr.sh"
+    report = check_scripts(
+        [ScriptFile(mismatched, (CORPUS / mismatched).read_text())], sglang=None, given={}
+    )
+    assert [p.code for p in report.problems] == ["rendezvous-mismatch"]
