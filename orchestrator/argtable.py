@@ -166,6 +166,21 @@ def spell(table: ArgTable, name: str) -> Spelling | None:
     return Spelling(name, option, None, natural if natural in option.flags else option.flag)
 
 
+_ALIAS_FOR_RE = re.compile(r"[Aa]lias for (--[\w-]+)=([\w+-]+(?:\.\w+)*)")
+
+
+def const_of(option: ArgOption) -> Any:
+    """What a flag that takes no value stores: its const, or, for SGLang's deprecated const
+    aliases (``--disable-piecewise-cuda-graph``), whose const the table does not hold, the
+    value their help names (``Deprecated alias for --cuda-graph-backend-prefill=disabled``)."""
+    if option.const is not None:
+        return option.const
+    match = _ALIAS_FOR_RE.search(option.help or "")
+    if match is not None and option.action.startswith("custom:Deprecated"):
+        return match.group(2)
+    return None
+
+
 def natural_flag(name: str) -> str:
     """``tp_size`` -> ``--tp-size``: how SGLang spells a field as an option."""
     return "--" + name.replace("_", "-")

@@ -528,6 +528,10 @@ def _value(parsed: ParsedArguments, occurrence: Occurrence, context: _Context) -
             return False
         if action == "custom:BooleanOptionalAction":
             return not occurrence.written.startswith("--no-")
+        if action in ("store_const", "custom:DeprecatedStoreConstAction"):
+            const = argtable.const_of(option)
+            if const is not None:
+                return const
         return True
     many = option.nargs in ("+", "*") or isinstance(option.nargs, int)
     if many:

@@ -16,7 +16,7 @@ import json
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from orchestrator.argtable import RENAMES, ArgOption, ArgTable
+from orchestrator.argtable import RENAMES, ArgOption, ArgTable, const_of
 
 # Custom actions whose arity the table does not say; tests keep them out of generated input.
 UNCERTAIN_ACTIONS = frozenset({"custom:DeprecatedStoreConstAction", "custom:DeprecatedAction"})
@@ -58,7 +58,7 @@ def build_parser(table: ArgTable, *, with_renames: bool = True) -> argparse.Argu
             flags = [f for f in flags if not f.startswith("--no-")]
             kwargs["action"] = argparse.BooleanOptionalAction
         elif option.action in ("store_const", "custom:DeprecatedStoreConstAction"):
-            kwargs.update(action="store_const", const=option.const)
+            kwargs.update(action="store_const", const=const_of(option))
         elif option.action == "count":
             kwargs["action"] = "count"
         elif option.action == "append":

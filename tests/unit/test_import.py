@@ -403,3 +403,16 @@ def test_scripts_checked_together_keep_their_own_versions_and_servers() -> None:
         [ScriptFile(mismatched, (CORPUS / mismatched).read_text())], sglang=None, given={}
     )
     assert [p.code for p in report.problems] == ["rendezvous-mismatch"]
+
+
+def test_a_deprecated_const_alias_imports_the_value_its_help_names(profiles: Path) -> None:
+    script = (
+        "python -m sglang.launch_server --model-path /m --port 30001 "
+        "--disable-piecewise-cuda-graph\n"
+    )
+    argv = ["--profiles", str(profiles), "import", "-", "--name", "c", "--sglang", "0.5.19"]
+    code, _, err = _run(argv, stdin=script)
+    assert code == ExitCode.OK, err
+    args = yaml.safe_load((profiles / "c.yaml").read_text())["args"]
+    assert args == {"cuda_graph_backend_prefill": "disabled"}
+    assert _run(["--profiles", str(profiles), "validate", "c"])[0] == ExitCode.OK
