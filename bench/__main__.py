@@ -30,6 +30,7 @@ import yaml
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from bench.relay import DelayRelay  # noqa: E402
 from orchestrator.cli import main as orch_main  # noqa: E402
 from orchestrator.commands.context import Context  # noqa: E402
 from orchestrator.commands.events import Outcome  # noqa: E402
@@ -78,8 +79,10 @@ class Lab:
         self.servers: list[SshServer] = []
         self._processes: list[subprocess.Popen[bytes]] = []
         self.hosts: dict[str, dict[str, Any]] = {}
+        self.relays: dict[str, DelayRelay] = {}
 
-    def add_hosts(self, count: int) -> list[str]:
+    def add_hosts(self, count: int, delay_s: float | None = None) -> list[str]:
+        """``count`` sshds; with ``delay_s``, each behind a relay that delays each direction."""
         names = []
         for _ in range(count):
             index = len(self.servers)
@@ -87,9 +90,16 @@ class Lab:
             self.servers.append(server)
             self._processes.append(process)
             name = f"h{index:02d}"
+            port, known_hosts = server.port, server.known_hosts
+            if delay_s is not None:
+                relay = DelayRelay(server.port, delay_s)
+                self.relays[name] = relay
+                port = relay.port
+                known_hosts = self.root / f"known_hosts-{name}"
+                known_hosts.write_text(f"[127.0.0.1]:{port} ssh-ed25519 {server.host_key_b64}\n")
             self.hosts[name] = {
-                "address": "127.0.0.1", "port": server.port, "user": server.user,
-                "identity_file": str(server.client_key), "known_hosts": str(server.known_hosts),
+                "address": "127.0.0.1", "port": port, "user": server.user,
+                "identity_file": str(server.client_key), "known_hosts": str(known_hosts),
                 "python": sys.executable, "workdir": str(self.root / "remote" / name),
             }  # fmt: skip
             names.append(name)
@@ -142,6 +152,8 @@ class Lab:
         for name in [p.stem for p in self.profiles.glob("*.yaml") if p.stem != "hosts"]:
             with contextlib.suppress(Exception):
                 self.orch("down", name)
+        for relay in self.relays.values():
+            relay.close()
         for process in self._processes:
             stop_sshd(process)
 
@@ -384,7 +396,7 @@ def many_hosts(lab: Lab, hosts: list[str], sizes: Sequence[int], runs: int) -> S
         loop_times[size] = median(times)
         # the same remote work as orch (the agent's status) through parallel OpenSSH clients:
         # the floor this machine sets when every "host" shares its CPUs
-        agent_file = REPO / "orchestrator" / "agent.py"
+        agent_file = REPO / "orchestrator" / "remote" / "agent.py"
         times = []
         for _ in range(runs):
             started = time.monotonic()
@@ -673,7 +685,7 @@ def render_markdown(sections: Sequence[Section], command: str, took: float) -> s
     return "\n".join(out) + "\n"
 
 
-BENCHMARKS = ("verdict", "up", "hosts", "cli", "logs", "ready", "memory", "groups")
+BENCHMARKS = ("verdict", "up", "hosts", "cli", "logs", "ready", "memory", "groups", "latency")
 
 
 # -- launch groups ------------------------------------------------------------------------------
@@ -772,17 +784,25 @@ def launch_groups(lab: Lab, hosts: Sequence[str], runs: int) -> Section:
     )
 
 
+DELAYS = (0.0, 0.025, 0.075)  # one way: loopback, a near region, a far one (GPU boxes: 20-150 ms)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
     parser.add_argument("--quick", action="store_true", help="fewer runs, smaller sizes (smoke)")
     parser.add_argument("--out", type=Path, default=REPO / "bench" / "results.md")
     parser.add_argument("--only", nargs="*", choices=BENCHMARKS, default=list(BENCHMARKS))
+    parser.add_argument(
+        "--delays", nargs="*", type=lambda ms: float(ms) / 1000, metavar="MS",
+        help="one-way delays for the latency benchmark, in ms (default 0 25 75)",
+    )  # fmt: skip
     args = parser.parse_args(argv)
     quick = args.quick
     started = time.monotonic()
     sections: list[Section] = []
     with tempfile.TemporaryDirectory(prefix="orch-bench-") as scratch, lab_in(Path(scratch)) as lab:
-        hosts = lab.add_hosts(4 if quick else 16)
+        on_hosts = {"verdict", "up", "hosts", "groups", "logs"} & set(args.only)
+        hosts = lab.add_hosts(4 if quick else 16) if on_hosts else []
         if "verdict" in args.only:
             human_sleep = 3 if quick else 60
             runs = 1 if quick else 3
@@ -803,6 +823,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         if "logs" in args.only:
             sizes_mb = (1, 16) if quick else (1, 100, 1024)
             sections.append(large_log(lab, hosts[0], sizes_mb, runs=1 if quick else 5))
+    if "latency" in args.only:
+        from bench.latency import latency
+
+        delays = tuple(args.delays) if args.delays else ((0.025,) if quick else DELAYS)
+        many = (1, 2) if quick else (1, 4, 16)
+        sections.extend(latency(delays, runs=1 if quick else 3, many=many))
     took = time.monotonic() - started
     print(render_table(sections))
     command = "python -m bench " + shlex.join(argv if argv is not None else sys.argv[1:])

@@ -20,7 +20,8 @@ def test_quick_benchmark_runs_and_reports_every_section(tmp_path: Path, sshd: Ss
     assert done.returncode == 0, done.stdout + done.stderr
     report = out.read_text()
     for heading in ("## Time to verdict", "## `up` overhead", "## Many hosts", "## CLI start-up",
-                    "## Following a large log", "## Memory plan", "## Launch groups"):  # fmt: skip
+                    "## Following a large log", "## Memory plan", "## Launch groups",
+                    "## Latency: 25 ms each way"):  # fmt: skip
         assert heading in report
     assert "- machine: " in report
     assert "python -m bench --quick --out" in report
