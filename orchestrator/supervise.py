@@ -12,7 +12,7 @@ import hashlib
 import json
 import posixpath
 import secrets
-from collections.abc import Mapping, Sequence
+from collections.abc import Generator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -47,6 +47,13 @@ from orchestrator.remote import agent as agent_module
 from orchestrator.remote.agent import PROTOCOL
 from orchestrator.transport import Transport, expand_home
 from orchestrator.verify import Observation
+
+WATCH_SILENCE_S = 5.0  # the watcher beats every second: this long without a line, it is lost
+
+
+class WatchSilent(Exception):
+    """The agent's watch stream went silent: follow falls back to looking itself."""
+
 
 AGENT_FILE = Path(agent_module.__file__)
 AGENT_SOURCE = AGENT_FILE.read_bytes()
@@ -147,36 +154,85 @@ class Agent:
             f"set hosts.{host}.python to the interpreter of the venv that holds sglang",
         )
 
-    def _run(self, argv: Sequence[str], timeout: float) -> Any:
+    def _run(self, argv: Sequence[str], timeout: float, stdin: bytes | None = None) -> Any:
         try:
-            return self.transport.run(argv, timeout=timeout)
+            return self.transport.run(argv, stdin=stdin, timeout=timeout)
         except ProgramNotFound as exc:
             raise self._missing_python(exc) from exc
 
     def run_pushed(
-        self, path: str, source: bytes, sha256: str, args: Sequence[str], timeout: float
+        self,
+        path: str,
+        source: bytes,
+        sha256: str,
+        args: Sequence[str],
+        timeout: float,
+        stdin: bytes | None = None,
     ) -> Any:
         """Run a pushed file through the checking bootstrap; push it first when the host does
         not have this version (optimistic: saves an SFTP round trip on every later call)."""
         argv = (self.deployment.python, "-c", BOOTSTRAP, path, sha256, *args)
-        result = self._run(argv, timeout)
+        result = self._run(argv, timeout, stdin)
         if result.returncode in (BOOT_MISSING, BOOT_CHANGED):
             self.transport.put(source, path, 0o600)
-            result = self._run(argv, timeout)
+            result = self._run(argv, timeout, stdin)
         if result.returncode == BOOT_UNSAFE:
-            why = result.stderr.decode("utf-8", "replace").strip().splitlines()[-1]
-            raise PreflightError(
-                f"refusing to run orch's files on {self.deployment.host.name}: "
-                + why.removeprefix("orch-bootstrap: "),
-                f"hosts.{self.deployment.host.name}.workdir must be a directory only you can "
-                "write (chmod go-w; chown to the SSH user)",
-            )
+            raise self._unsafe(result.stderr)
         return result
 
-    def call(self, *args: str, timeout: float = 60.0) -> Any:
+    def _unsafe(self, stderr: bytes) -> PreflightError:
+        why = (stderr.decode("utf-8", "replace").strip().splitlines() or [""])[-1]
+        return PreflightError(
+            f"refusing to run orch's files on {self.deployment.host.name}: "
+            + why.removeprefix("orch-bootstrap: "),
+            f"hosts.{self.deployment.host.name}.workdir must be a directory only you can "
+            "write (chmod go-w; chown to the SSH user)",
+        )
+
+    def watch(
+        self, run_id: str, offset: int, seconds: float
+    ) -> Generator[dict[str, Any], None, None]:
+        """The agent's ``watch`` stream for one run (``agent.py watch``): each event as it
+        happens, on one channel. Ends with the stream; WatchSilent when the host said nothing
+        for WATCH_SILENCE_S (the watcher beats every second: the connection is in trouble)."""
+        path = self.deployment.agent_path
+        args = ("watch", "--dir", self.deployment.dir, "--run", run_id, "--offset", str(offset),
+                "--seconds", f"{max(seconds, 1.0):.0f}")  # fmt: skip
+        argv = (self.deployment.python, "-c", BOOTSTRAP, path, AGENT_SHA256, *args)
+        for attempt in (1, 2):
+            try:
+                stream = self.transport.stream(argv)
+            except ProgramNotFound as exc:
+                raise self._missing_python(exc) from exc
+            said = False
+            try:
+                while True:
+                    line = stream.readline(WATCH_SILENCE_S)
+                    if line is None:
+                        raise WatchSilent(f"{self.deployment.host.name}: the watcher went silent")
+                    if not line:
+                        break
+                    try:
+                        document = json.loads(line)
+                    except ValueError:
+                        continue  # not ours (a sitecustomize printing?): the log is the truth
+                    said = True
+                    if isinstance(document, dict) and "protocol" not in document:
+                        yield document
+                code = stream.returncode
+                if code == BOOT_UNSAFE:
+                    raise self._unsafe(stream.stderr)
+                if not said and code in (BOOT_MISSING, BOOT_CHANGED) and attempt == 1:
+                    self.transport.put(AGENT_SOURCE, path, 0o600)
+                    continue
+                return
+            finally:
+                stream.close()
+
+    def call(self, *args: str, timeout: float = 60.0, stdin: bytes | None = None) -> Any:
         """Run an agent command; its answer as JSON (decoded by the caller's decoder)."""
         path = self.deployment.agent_path
-        result = self.run_pushed(path, AGENT_SOURCE, AGENT_SHA256, args, timeout)
+        result = self.run_pushed(path, AGENT_SOURCE, AGENT_SHA256, args, timeout, stdin)
         argv = (self.deployment.python, path, *args)
         if result.returncode not in (0, 3):
             stderr = result.stderr.decode("utf-8", "replace")
@@ -208,21 +264,21 @@ class Agent:
 
     def probe(self, port: int, model: str | None, bind: str, env: Mapping[str, str]) -> HostFacts:
         """Preflight facts, with ``import sglang`` checked under the server's environment
-        (pushed as a 0600 file the agent removes once read: it may hold secrets)."""
-        env_file = posixpath.join(self.deployment.dir, f".probe-env-{secrets.token_hex(6)}.json")
-        self.transport.put(json.dumps(dict(env)).encode(), env_file, 0o600)
-        args = ["probe", "--port", str(port), "--bind", bind, "--env-file", env_file]
+        (sent on the command's stdin: it may hold secrets, so never in an argv nor a file;
+        and no transfer of its own before the command)."""
+        args = ["probe", "--port", str(port), "--bind", bind, "--env-file", "-"]
         if model is not None:
             args += ["--model", model]
-        return decode_probe(self.call(*args, timeout=180.0))
+        return decode_probe(self.call(*args, timeout=180.0, stdin=json.dumps(dict(env)).encode()))
 
     def start(self, spec: Mapping[str, Any], launch_script: str) -> StartReply:
-        """Push the spec (0600) and the launch script, then detach a supervisor."""
-        directory = self.deployment.dir
-        self.transport.put(launch_script.encode(), posixpath.join(directory, "launch.sh"), 0o600)
-        pending = posixpath.join(directory, f".spec-{secrets.token_hex(6)}.json")
-        self.transport.put(json.dumps(spec, indent=1).encode(), pending, 0o600)
-        return decode_start(self.call("start", "--dir", directory, "--spec", pending))
+        """Detach a supervisor; the spec (the server's environment, secrets included) and the
+        launch script go with the command, on its stdin: one round trip, no file transfer,
+        written 0600 by the agent."""
+        bundle = json.dumps({"spec": dict(spec), "launch_script": launch_script}).encode()
+        return decode_start(
+            self.call("start", "--dir", self.deployment.dir, "--spec", "-", stdin=bundle)
+        )
 
     def adopt(self) -> StartReply:
         """A new supervisor for a server whose supervisor died: it verifies the server's

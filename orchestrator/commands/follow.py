@@ -6,14 +6,18 @@ The log is read over the transport from an offset (only the new bytes), the stat
 
 from __future__ import annotations
 
+import base64
+import dataclasses
 from collections import deque
 from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass, field
+from typing import NoReturn
 
 from orchestrator.commands.events import LogLine, Outcome, UpEvent
-from orchestrator.errors import ExitCode, StartupTimeout
+from orchestrator.errors import ConnectError, ExitCode, StartupTimeout
 from orchestrator.model import Profile, RunState
 from orchestrator.observe import LineSplitter, LogEvent, parse_line
+from orchestrator.protocol import decode_state
 from orchestrator.remote.agent import (
     BACKOFF,
     CONFIG_ERROR,
@@ -32,7 +36,7 @@ from orchestrator.remote.agent import (
     STARTUP_TIMEOUT,
     TERMINAL_STATES,
 )
-from orchestrator.supervise import Agent
+from orchestrator.supervise import Agent, WatchSilent
 
 POLL_S = 0.1
 # How often up asks the host whether the supervisor is still the process it recorded: state.json
@@ -104,7 +108,12 @@ def follow(
     clock: Clock,
     startup: StartupLog,
 ) -> Iterator[UpEvent]:
-    """Stream a run's startup; the last event is its Outcome (or StartupTimeout is raised)."""
+    """Stream a run's startup; the last event is its Outcome (or StartupTimeout is raised).
+
+    The agent's ``watch`` says on one open channel what happens as it happens (the log's new
+    bytes, each state change, a dead supervisor): a death reaches orch one one-way delay later,
+    with no round trip per look. Should that stream end without a verdict (a host too old, a
+    connection in trouble), orch looks itself, every POLL_S."""
     run_id = state.run_id
     if state.ready and state.state == READY:
         yield ready_outcome(state, profile)
@@ -113,6 +122,61 @@ def follow(
     reader = _LogReader(agent, log, startup)
     timeout = profile.health.startup_timeout_s
     deadline = clock.now() + timeout + profile.stop_timeout_s + TIMEOUT_MARGIN_S
+    if run_id is not None:
+        outcome = yield from _follow_stream(agent, run_id, state, profile, clock, reader, deadline)
+        if outcome is not None:
+            yield outcome
+            return
+    yield from _follow_polling(agent, state, profile, clock, reader, deadline)
+
+
+def _follow_stream(
+    agent: Agent,
+    run_id: str,
+    state: RunState,
+    profile: Profile,
+    clock: Clock,
+    reader: _LogReader,
+    deadline: float,
+) -> Generator[UpEvent, None, Outcome | None]:
+    """The startup from the agent's watch stream; None when it ended without a verdict."""
+    events = agent.watch(run_id, reader.offset, deadline - clock.now())
+    try:
+        for event in events:
+            if "log" in event:
+                data = base64.b64decode(str(event["log"]))
+                yield from reader.feed(data)
+            elif "state" in event and isinstance(event["state"], dict):
+                current = decode_state(event["state"], agent_alive=True)
+                verdict = _verdict(current, run_id, profile)
+                if verdict is not None and not verdict.ok:
+                    reader.flush()  # the watcher sent the log's bytes before the state
+                    verdict = dataclasses.replace(verdict, last_lines=tuple(reader.tail))
+                if verdict is not None:
+                    return verdict
+            elif "status" in event and isinstance(event["status"], dict):
+                checked = decode_state(event["status"])
+                if not checked.agent_alive and checked.state not in TERMINAL_STATES:
+                    reader.flush()
+                    return supervisor_died(checked, profile, tuple(reader.tail))
+            if clock.now() > deadline:
+                _timed_out(profile, state, reader)
+    except (WatchSilent, ConnectError):
+        return None  # looked at directly from here on (a lost connection is said there)
+    finally:
+        events.close()
+    return None
+
+
+def _follow_polling(
+    agent: Agent,
+    state: RunState,
+    profile: Profile,
+    clock: Clock,
+    reader: _LogReader,
+    deadline: float,
+) -> Iterator[UpEvent]:
+    run_id = state.run_id
     next_check = clock.now() + AGENT_CHECK_S
     while True:
         yield from reader.read_new()
@@ -125,30 +189,39 @@ def follow(
                 reader.flush()
                 yield supervisor_died(checked, profile, tuple(reader.tail))
                 return
-        ended = (
-            current.last_exit if current.last_exit and current.last_exit.run_id == run_id else None
-        )
-        if ended is not None:
-            yield from reader.read_new()
-            reader.flush()
-            yield failure_outcome(current, ended.cls, ended.message, tuple(reader.tail))
-            return
-        if current.run_id == run_id and current.state == READY:
-            yield ready_outcome(current, profile)
-            return
-        if current.state in TERMINAL_STATES:  # another run's end, or the agent's own error
-            yield from reader.read_new()
-            reader.flush()
-            yield failure_outcome(current, CRASHED, current.message, tuple(reader.tail))
+        verdict = _verdict(current, run_id, profile)
+        if verdict is not None:
+            if not verdict.ok:
+                yield from reader.read_new()  # the last lines, before they are shown
+                reader.flush()
+                verdict = dataclasses.replace(verdict, last_lines=tuple(reader.tail))
+            yield verdict
             return
         if clock.now() > deadline:
-            raise StartupTimeout(
-                f"{profile.name} not ready after {timeout:g} s and its agent did not end it "
-                f"(state {current.state}); it keeps running",
-                tuple(reader.tail),
-                f"orch logs {profile.name} -f to watch it, orch down {profile.name} to stop it",
-            )
+            _timed_out(profile, current, reader)
         clock.sleep(POLL_S)
+
+
+def _verdict(current: RunState, run_id: str | None, profile: Profile) -> Outcome | None:
+    """READY or the run's end, from the state the supervisor recorded; None: not yet. A
+    failure's last lines are the caller's to add, once it has read the log to its end."""
+    ended = current.last_exit if current.last_exit and current.last_exit.run_id == run_id else None
+    if ended is not None:
+        return failure_outcome(current, ended.cls, ended.message, ())
+    if current.run_id == run_id and current.state == READY:
+        return ready_outcome(current, profile)
+    if current.state in TERMINAL_STATES:  # another run's end, or the agent's own error
+        return failure_outcome(current, CRASHED, current.message, ())
+    return None
+
+
+def _timed_out(profile: Profile, current: RunState, reader: _LogReader) -> NoReturn:
+    raise StartupTimeout(
+        f"{profile.name} not ready after {profile.health.startup_timeout_s:g} s and its agent "
+        f"did not end it (state {current.state}); it keeps running",
+        tuple(reader.tail),
+        f"orch logs {profile.name} -f to watch it, orch down {profile.name} to stop it",
+    )
 
 
 class _LogReader:
@@ -169,6 +242,10 @@ class _LogReader:
             data = self.agent.transport.read(self.log, self.offset, 1 << 20)
         except FileNotFoundError:
             return
+        yield from self.feed(data)
+
+    def feed(self, data: bytes) -> Generator[UpEvent, None, None]:
+        """New bytes of the log, from ``offset`` on."""
         self.offset += len(data)
         for line in self.splitter.feed(data):
             self.tail.append(line)

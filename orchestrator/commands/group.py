@@ -313,7 +313,7 @@ def _follow(
             yield event
             continue
         if not event.ok:
-            yield _with_failed_rank_tail(nodes, _named(event))
+            yield _with_failed_rank_tail(nodes, _named(event), ctx.sleep)
             return
         outcome = _members_ready(ctx, launch, nodes, event)
         if not outcome.ok:
@@ -336,12 +336,23 @@ def _named(outcome: Outcome) -> Outcome:
 
 
 TAIL_LINES = 30
+FAILURE_WAITS, FAILURE_WAIT_S = 20, 0.05
 
 
-def _with_failed_rank_tail(nodes: Sequence[Node], outcome: Outcome) -> Outcome:
+def _with_failed_rank_tail(
+    nodes: Sequence[Node], outcome: Outcome, sleep: Callable[[float], None]
+) -> Outcome:
     """The last lines of the rank whose end took the group down, rather than rank 0's (which
     only show it waiting): where a user looks for the cause."""
     view = outcome.state.group
+    for _ in range(FAILURE_WAITS):
+        if view is not None and view.failure is not None:
+            break
+        # followed as it happened, the run's end can come a moment before the coordinator
+        # names the rank that caused it: ask rank 0's state again
+        sleep(FAILURE_WAIT_S)
+        current = nodes[0].agent.read_state()
+        view = current.group if current is not None else None
     if view is None or view.failure is None or not 0 < view.failure.rank < len(nodes):
         return outcome
     node = nodes[view.failure.rank]
@@ -379,7 +390,8 @@ def _members_ready(ctx: Context, launch: Launch, nodes: Sequence[Node], ready: O
         if current.state != READY or current.run_id != run or (ended and ended.run_id == run):
             cls = ended.cls if ended is not None else CRASHED
             message = ended.message if ended is not None else current.message
-            return _with_failed_rank_tail(nodes, _named(failure_outcome(current, cls, message, ())))
+            failed = _named(failure_outcome(current, cls, message, ()))
+            return _with_failed_rank_tail(nodes, failed, ctx.sleep)
         if not waiting:
             summary = f"{ready.summary}  ({len(nodes)} nodes READY)"
             return dataclasses.replace(ready, state=current, summary=summary)

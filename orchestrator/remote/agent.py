@@ -45,6 +45,7 @@ stage uses, so the agent and the CLI can never disagree about what a log or a st
 from __future__ import annotations
 
 import argparse
+import base64
 import contextlib
 import errno
 import hashlib
@@ -3488,15 +3489,47 @@ def _supervise(supervisor: Supervisor, writer: int, adopted: ServerProcess | Non
     os._exit(0)
 
 
+def _replace_private(path: str, data: bytes) -> None:
+    """A new 0600 file (never through a symlink), replacing ``path`` atomically."""
+    temp = f"{path}.{os.getpid()}.tmp"
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(temp)
+    fd = os.open(temp, _NEW_FILE, 0o600)
+    with os.fdopen(fd, "wb") as handle:
+        handle.write(data)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(temp, path)
+
+
+def _spec_from_stdin(paths: Paths) -> str:
+    """``start --spec -``: the spec and the launch script arrive on stdin, in one JSON document
+    (``{"spec": {...}, "launch_script": "..."}``), with the command: no file transfer before it.
+    Written 0600 where ``start --spec FILE`` would have found them; the pending spec's path."""
+    bundle = json.loads(sys.stdin.buffer.read().decode("utf-8"))
+    if not isinstance(bundle, dict) or not isinstance(bundle.get("spec"), dict):
+        raise ValueError('start --spec -: stdin holds no {"spec": ...} document')
+    if isinstance(bundle.get("launch_script"), str):
+        check_file(paths.launch_script, "the launch script")
+        _replace_private(paths.launch_script, bundle["launch_script"].encode("utf-8"))
+    pending = os.path.join(paths.root, f".spec-{secrets.token_hex(6)}.json")
+    write_json_atomic(pending, bundle["spec"])
+    return pending
+
+
 def cmd_start(deployment_dir: str, spec_path: str) -> dict[str, Any]:
-    """Detach a supervisor; answers once it holds its locks and has spawned the server."""
+    """Detach a supervisor; answers once it holds its locks and has spawned the server.
+    ``spec_path`` "-": the spec (and the launch script) are read from stdin."""
     paths = Paths(deployment_dir)
     try:
         secure_deployment(paths, create=True)
+        if spec_path == "-":
+            spec_path = _spec_from_stdin(paths)
         spec = _read_spec(spec_path)
     except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(spec_path)  # it holds the server's environment: never left behind
+        if spec_path != "-":
+            with contextlib.suppress(OSError):
+                os.unlink(spec_path)  # it holds the server's environment: never left behind
         raise
     writer, answer = _start_detached(paths, spec.port)
     if writer is None:
@@ -3625,6 +3658,82 @@ def cmd_status(deployment_dir: str) -> dict[str, Any]:
             if isinstance(peer, dict):
                 peer["connected"] = False
     return state
+
+
+WATCH_TICK_S = 0.02  # the watcher's own polling, on the host: files and /proc, no round trip
+WATCH_BEAT_S = 1.0  # a line at least this often: a dead connection ends the watcher (EPIPE)
+WATCH_CHECK_S = 0.25  # how often the watcher checks that the supervisor is alive
+WATCH_CHUNK = 1 << 20
+
+
+def cmd_watch(deployment_dir: str, run_id: str, offset: int, seconds: float) -> dict[str, Any]:
+    """Stream one run's startup to orch as JSON lines on stdout, as it happens: ``{"log": b64,
+    "offset": N}`` for new bytes of the run's log, ``{"state": {...}}`` whenever state.json
+    changes, ``{"status": {...}}`` (cmd_status's answer) when the supervisor died without an
+    end, ``{"beat": t}`` when nothing else was said for WATCH_BEAT_S. Ends on the run's READY or
+    end, a terminal state, a dead supervisor, or after ``seconds``; orch ends it sooner by
+    closing the channel. One process on the host instead of a round trip per look: the death
+    of a server reaches orch in one one-way delay."""
+    paths = Paths(deployment_dir)
+    if not re.fullmatch(r"[A-Za-z0-9_-][A-Za-z0-9_.-]*", run_id):
+        return {"protocol": PROTOCOL, "ok": False, "reason": f"not a run id: {run_id!r}"}
+    if not secure_deployment(paths):
+        return {"protocol": PROTOCOL, "ok": False, "reason": "no deployment"}
+    log = os.path.join(paths.runs, run_id, "server.log")
+    out = sys.stdout
+    deadline = time.monotonic() + seconds
+    said_at = next_check = 0.0
+    last_state: bytes | None = None
+
+    def say(document: dict[str, Any]) -> None:
+        nonlocal said_at
+        out.write(json.dumps(document, sort_keys=True) + "\n")
+        out.flush()
+        said_at = time.monotonic()
+
+    while True:
+        with contextlib.suppress(FileNotFoundError):
+            with open(log, "rb") as handle:  # the run's log: only its new bytes
+                handle.seek(offset)
+                data = handle.read(WATCH_CHUNK)
+            while data:
+                offset += len(data)
+                say({"log": base64.b64encode(data).decode("ascii"), "offset": offset})
+                with open(log, "rb") as handle:
+                    handle.seek(offset)
+                    data = handle.read(WATCH_CHUNK)
+        raw = None
+        with contextlib.suppress(FileNotFoundError), open(paths.state, "rb") as handle:
+            raw = handle.read()
+        state: dict[str, Any] | None = None
+        if raw is not None:
+            with contextlib.suppress(ValueError):
+                loaded = json.loads(raw)
+                state = loaded if isinstance(loaded, dict) else None
+        if raw != last_state and state is not None:
+            last_state = raw
+            say({"state": state})
+        now = time.monotonic()
+        if state is not None:
+            last_exit = state.get("last_exit") or {}
+            if (
+                (state.get("run_id") == run_id and state.get("state") == READY)
+                or last_exit.get("run_id") == run_id
+                or state.get("state") in TERMINAL_STATES
+            ):
+                return {"protocol": PROTOCOL, "ok": True, "ended": "state"}
+            if now >= next_check:
+                next_check = now + WATCH_CHECK_S
+                if not verified_alive(recorded_identity(state, "agent", deployment_dir)):
+                    status = cmd_status(deployment_dir)
+                    if status.get("state") not in TERMINAL_STATES:
+                        say({"status": status})
+                        return {"protocol": PROTOCOL, "ok": True, "ended": "supervisor"}
+        if now >= deadline:
+            return {"protocol": PROTOCOL, "ok": True, "ended": "timeout"}
+        if now - said_at >= WATCH_BEAT_S:
+            say({"beat": round(time.time(), 3)})
+        time.sleep(WATCH_TICK_S)
 
 
 LOADS_TIMEOUT_S = 1.0
@@ -3944,7 +4053,10 @@ def cmd_probe(port: int, model: str | None, bind: str, env_file: str | None) -> 
 
     env = dict(os.environ)
     inherited = distributed_env(env)  # before the spec's own: what this host adds by itself
-    if env_file is not None:
+    if env_file == "-":  # with the command, on stdin: never in a file, never in an argv
+        given = json.loads(sys.stdin.buffer.read().decode("utf-8") or "{}")
+        env.update({str(k): str(v) for k, v in given.items()} if isinstance(given, dict) else {})
+    elif env_file is not None:
         try:
             check_file(env_file, "the probe's environment file")
             env.update(read_json(env_file) or {})
@@ -4312,6 +4424,11 @@ def _dispatch(argv: Sequence[str]) -> dict[str, Any]:
     start.add_argument("--spec", required=True)
     for name in ("status", "runs", "adopt"):
         commands.add_parser(name).add_argument("--dir", required=True)
+    watch = commands.add_parser("watch")
+    watch.add_argument("--dir", required=True)
+    watch.add_argument("--run", required=True)
+    watch.add_argument("--offset", type=int, default=0)
+    watch.add_argument("--seconds", type=float, default=3600.0)
     stop = commands.add_parser("stop")
     stop.add_argument("--dir", required=True)
     stop.add_argument("--timeout", type=float, default=30.0)
@@ -4345,6 +4462,8 @@ def _dispatch(argv: Sequence[str]) -> dict[str, Any]:
         result = cmd_adopt(args.dir)
     elif args.command == "status":
         result = cmd_status(args.dir)
+    elif args.command == "watch":
+        result = cmd_watch(args.dir, args.run, args.offset, args.seconds)
     elif args.command == "stop":
         result = cmd_stop(args.dir, args.timeout)
     elif args.command == "runs":

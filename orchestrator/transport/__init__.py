@@ -31,6 +31,29 @@ class CommandResult:
         return self
 
 
+class Stream(Protocol):
+    """A command whose output is read as it comes (``Transport.stream``)."""
+
+    def readline(self, timeout: float) -> bytes | None:
+        """The next line of stdout (with its newline; the last may lack it), b"" once it
+        ended, None when no line came within ``timeout`` seconds."""
+        ...
+
+    def close(self) -> None:
+        """Stop reading; the command is ended (its channel closed, or the process killed)."""
+        ...
+
+    @property
+    def returncode(self) -> int | None:
+        """The exit status once the command ended and its output was read, else None."""
+        ...
+
+    @property
+    def stderr(self) -> bytes:
+        """What it wrote to stderr (complete once it ended)."""
+        ...
+
+
 class Transport(Protocol):
     """What every stage after render needs from a host."""
 
@@ -43,6 +66,11 @@ class Transport(Protocol):
         """Run ``argv`` (no shell on our side) and wait for it. Raises ProgramNotFound when
         ``argv[0]`` cannot be started (missing, or not executable), RemoteCommandError 124 on
         timeout; any other exit status is the result's ``returncode``."""
+        ...
+
+    def stream(self, argv: Sequence[str]) -> Stream:
+        """Start ``argv`` (no shell on our side) and read its stdout line by line as it comes:
+        one command, no round trip per look. Raises ProgramNotFound like ``run``."""
         ...
 
     def put(self, data: bytes, path: str, mode: int) -> None:

@@ -12,6 +12,7 @@ from pathlib import Path
 from orchestrator.errors import ProgramNotFound, RemoteCommandError
 from orchestrator.model import Host
 from orchestrator.transport import CommandResult
+from orchestrator.transport.streams import LineQueue
 
 # exec's errors that mean "this program cannot be started", in the words SSHTransport reports
 # the remote shell's refusal with: a missing file (or a path through a file), or one that is
@@ -22,6 +23,42 @@ _CANNOT_START = {
     errno.EACCES: "not executable",
     errno.ENOEXEC: "not executable",
 }
+
+
+class LocalStream:
+    """A local process's stdout, line by line (``Transport.stream``)."""
+
+    def __init__(self, process: subprocess.Popen[bytes]) -> None:
+        if process.stdout is None or process.stderr is None:
+            raise ValueError("a LocalStream reads a process started with stdout/stderr=PIPE")
+        self._process = process
+        out, err = process.stdout.fileno(), process.stderr.fileno()
+        self._lines = LineQueue(lambda size: os.read(out, size), "orch-local-stream")
+        self._stderr = LineQueue(lambda size: os.read(err, size), "orch-local-stream-err")
+        self._err = b""
+
+    def readline(self, timeout: float) -> bytes | None:
+        return self._lines.readline(timeout)
+
+    def close(self) -> None:
+        if self._process.poll() is None:
+            self._process.kill()
+        self._process.wait()
+        self._lines.join(1.0)  # the pipes end with the process: the readers are done
+        self._stderr.join(1.0)
+        for pipe in (self._process.stdout, self._process.stderr):
+            if pipe is not None:
+                pipe.close()
+
+    @property
+    def returncode(self) -> int | None:
+        return self._process.poll() if self._lines.ended else None
+
+    @property
+    def stderr(self) -> bytes:
+        while (line := self._stderr.readline(0)) is not None and line:
+            self._err += line
+        return self._err
 
 
 class LocalTransport:
@@ -52,6 +89,19 @@ class LocalTransport:
                 raise
             raise ProgramNotFound(argv[0], self._host.name, reason) from exc
         return CommandResult(argv, done.returncode, done.stdout, done.stderr)
+
+    def stream(self, argv: Sequence[str]) -> LocalStream:
+        argv = tuple(argv)
+        try:
+            process = subprocess.Popen(
+                argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+            )
+        except OSError as exc:
+            reason = _CANNOT_START.get(exc.errno) if exc.errno is not None else None
+            if reason is None:
+                raise
+            raise ProgramNotFound(argv[0], self._host.name, reason) from exc
+        return LocalStream(process)
 
     def put(self, data: bytes, path: str, mode: int) -> None:
         target = Path(path).expanduser()

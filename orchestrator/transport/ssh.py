@@ -42,6 +42,7 @@ from orchestrator.model import Host
 from orchestrator.transport import CommandResult, expand_home, ssh_connect
 from orchestrator.transport.known_hosts import KnownHosts, fingerprint, pin
 from orchestrator.transport.ssh_route import DEFAULT_SSH_CONFIG, resolve
+from orchestrator.transport.streams import LineQueue
 
 _READ_CHUNK = 1 << 16
 
@@ -93,6 +94,45 @@ def program_not_started(program: str, returncode: int, stderr: bytes) -> str | N
 
 
 # --------------------------------------------------------------------------- the transport
+
+
+class SSHStream:
+    """A remote command's stdout on its own channel, line by line (``Transport.stream``): the
+    host says what happens when it happens, no round trip per look."""
+
+    def __init__(self, channel: paramiko.Channel, host: str, argv: tuple[str, ...]) -> None:
+        self._channel = channel
+        self._host = host
+        self._argv = argv
+        self._lines = LineQueue(channel.recv, "orch-ssh-stream")
+        self._err = bytearray()
+
+    def readline(self, timeout: float) -> bytes | None:
+        line = self._lines.readline(timeout)
+        if line == b"":
+            reason = program_not_started(self._argv[0], self.returncode or 0, self.stderr)
+            if reason is not None:
+                raise ProgramNotFound(self._argv[0], self._host, reason)
+        return line
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError, EOFError, paramiko.SSHException):
+            self._channel.close()
+
+    @property
+    def returncode(self) -> int | None:
+        if not self._lines.ended:
+            return None
+        if not self._channel.status_event.wait(5.0):
+            return None
+        return int(self._channel.exit_status)
+
+    @property
+    def stderr(self) -> bytes:
+        with contextlib.suppress(OSError, EOFError, paramiko.SSHException):
+            while self._channel.recv_stderr_ready():
+                self._err += self._channel.recv_stderr(_READ_CHUNK)
+        return bytes(self._err)
 
 
 class SSHTransport:
@@ -260,6 +300,15 @@ class SSHTransport:
             raise self._lost(f"running {argv[0]}")
         # -1 with the connection up: killed by a signal (paramiko does not expose exit-signal).
         return CommandResult(argv, status, bytes(stdout), bytes(stderr))
+
+    def stream(self, argv: Sequence[str]) -> SSHStream:
+        argv = tuple(argv)
+        channel = self._exec(argv)
+        try:
+            channel.shutdown_write()
+        except (OSError, EOFError, paramiko.SSHException) as exc:
+            raise self._lost(f"starting {argv[0]}", exc) from exc
+        return SSHStream(channel, self._host.name, argv)
 
     # ---- files
 

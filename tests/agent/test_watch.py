@@ -1,0 +1,139 @@
+"""The agent's ``watch`` stream (what ``orch up`` follows a startup with, on one channel) and the
+commands that take their secrets on stdin (``start --spec -``, ``probe --env-file -``): real
+agent processes supervising real children on this machine."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from orchestrator.remote import agent
+from tests.agent.test_supervisor import (
+    AGENT,
+    CONFIG_LINE,
+    PRELUDE,
+    READY,
+    Deployment,
+    _agent,
+    _spec,
+)
+
+
+@pytest.fixture
+def deployment(tmp_path: Path) -> Iterator[Deployment]:
+    made = Deployment(tmp_path)
+    yield made
+    if (made.dir / "state.json").exists():
+        made.stop()
+
+
+def _watch(deployment: Deployment, run_id: str, seconds: float = 30) -> Iterator[dict[str, Any]]:
+    process = subprocess.Popen(
+        [sys.executable, str(AGENT), "watch", "--dir", str(deployment.dir), "--run", run_id,
+         "--seconds", str(seconds)],
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert process.stdout is not None
+    try:
+        for line in process.stdout:
+            yield json.loads(line)
+    finally:
+        process.kill()
+        process.wait()
+        process.stdout.close()
+
+
+def _log_text(events: list[dict[str, Any]]) -> str:
+    return b"".join(base64.b64decode(e["log"]) for e in events if "log" in e).decode()
+
+
+def test_watch_streams_the_log_and_ends_on_ready(deployment: Deployment) -> None:
+    reply = deployment.start(CONFIG_LINE + READY + "time.sleep(60)\n")
+    run_id = reply["state"]["run_id"]
+    events = list(_watch(deployment, run_id))
+    states = [e["state"]["state"] for e in events if "state" in e]
+    assert states[-1] == agent.READY
+    assert agent.READY_LINE in _log_text(events)
+    assert "server_args=ServerArgs" in _log_text(events)
+    assert events[-1]["protocol"] == agent.PROTOCOL  # the answer line, after the stream
+    assert events[-1]["ended"] == "state"
+
+
+def test_watch_reports_the_death_as_it_happens(deployment: Deployment) -> None:
+    program = CONFIG_LINE + "time.sleep(1.5)\nprint('Traceback (most recent call last):')\n"
+    program += "print('torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2 GiB')\n"
+    program += "sys.exit(1)\n"
+    reply = deployment.start(program, restart={"mode": "no"})
+    run_id = reply["state"]["run_id"]
+    seen_at, exited = None, None
+    for event in _watch(deployment, run_id):
+        last_exit = (event.get("state") or {}).get("last_exit")
+        if last_exit and last_exit["run_id"] == run_id:
+            seen_at, exited = time.time(), last_exit
+    assert exited is not None
+    assert exited["class"] == agent.CUDA_OOM
+    assert seen_at is not None
+    assert seen_at - float(exited["at"]) < 1.0  # said within a few of the watcher's ticks
+
+
+def test_watch_says_when_the_supervisor_died(deployment: Deployment) -> None:
+    reply = deployment.start(CONFIG_LINE + "time.sleep(60)\n")
+    run_id = reply["state"]["run_id"]
+    status = deployment.status()
+    os.kill(status["agent_pid"], signal.SIGKILL)
+    events = list(_watch(deployment, run_id))
+    died = [e["status"] for e in events if "status" in e]
+    assert died
+    assert died[-1]["agent_alive"] is False
+    assert died[-1]["state"] == agent.UNSUPERVISED
+    assert events[-1]["ended"] == "supervisor"
+    os.killpg(died[-1]["pid"], signal.SIGKILL)
+
+
+def test_watch_refuses_a_run_id_that_is_a_path(deployment: Deployment) -> None:
+    answer = _agent("watch", "--dir", str(deployment.dir), "--run", "../../etc")
+    assert answer["ok"] is False
+    assert "not a run id" in answer["reason"]
+
+
+def test_start_takes_the_spec_and_launch_script_on_stdin(deployment: Deployment) -> None:
+    spec = _spec([sys.executable, "-c", PRELUDE + CONFIG_LINE + READY + "time.sleep(60)\n"])
+    spec["env"]["HF_TOKEN"] = "hf_" + "s" * 30
+    bundle = {"spec": spec, "launch_script": "#!/usr/bin/env bash\nexec true\n"}
+    done = subprocess.run(
+        [sys.executable, str(AGENT), "start", "--dir", str(deployment.dir), "--spec", "-"],
+        input=json.dumps(bundle), capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout.splitlines()[-1])["ok"] is True
+    assert oct((deployment.dir / "spec.json").stat().st_mode & 0o777) == "0o600"
+    assert oct((deployment.dir / "launch.sh").stat().st_mode & 0o777) == "0o600"
+    assert (deployment.dir / "launch.sh").read_text() == bundle["launch_script"]
+    assert list(deployment.dir.glob(".spec-*")) == []  # nothing pending left behind
+    assert "hf_" not in done.stdout + done.stderr
+    deployment.wait_for(agent.READY)
+
+
+def test_probe_takes_the_environment_on_stdin(tmp_path: Path) -> None:
+    """``import sglang`` is checked under the server's environment, given on stdin."""
+    package = tmp_path / "site" / "sglang"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("__version__ = '9.9.9'\n")
+    done = subprocess.run(
+        [sys.executable, str(AGENT), "probe", "--port", "1", "--env-file", "-"],
+        input=json.dumps({"PYTHONPATH": str(tmp_path / "site")}),
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert done.returncode in (0, 3), done.stderr
+    facts = json.loads(done.stdout.splitlines()[-1])
+    assert "9.9.9" in json.dumps(facts)
