@@ -96,6 +96,25 @@ def program_not_started(program: str, returncode: int, stderr: bytes) -> str | N
 # --------------------------------------------------------------------------- the transport
 
 
+def _exec_without_waiting(channel: paramiko.Channel, command: str) -> None:
+    """``channel.exec_command`` without waiting for the server's reply to the request: OpenSSH's
+    client does not wait either. SSH keeps a connection's messages in order, so stdin sent next
+    reaches the command, and a refusal closes the channel (paramiko's ``_request_failed``),
+    which the reader sees. One round trip saved on every command (20-150 ms to a GPU box).
+    The message is ``exec_command``'s own (RFC 4254 6.5), built with paramiko's public Message."""
+    message = paramiko.Message()
+    message.add_byte(paramiko.common.cMSG_CHANNEL_REQUEST)
+    message.add_int(channel.remote_chanid)
+    message.add_string("exec")
+    message.add_boolean(True)  # the reply still comes; nothing blocks on it
+    message.add_string(command)
+    transport = channel.get_transport()
+    if transport is None:
+        raise EOFError("the connection closed")
+    send: Callable[[paramiko.Message], None] = transport._send_user_message  # type: ignore[attr-defined]
+    send(message)  # exec_command's own send, minus its wait
+
+
 class SSHStream:
     """A remote command's stdout on its own channel, line by line (``Transport.stream``): the
     host says what happens when it happens, no round trip per look."""
@@ -223,7 +242,7 @@ class SSHTransport:
         try:
             channel = transport.open_session(timeout=self._connect_timeout)
             channel.set_combine_stderr(False)
-            channel.exec_command(command)
+            _exec_without_waiting(channel, command)
         except (paramiko.SSHException, OSError, EOFError) as exc:
             if not self._connected():
                 raise self._lost(f"starting {argv[0]}", exc) from exc
