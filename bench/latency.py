@@ -86,8 +86,10 @@ def _orch(lab: Lab, *argv: str) -> Callable[[], object]:
 
 def _ssh(lab: Lab, host: str, command: str, stdin: str | None = None) -> Callable[[], object]:
     def run() -> None:
-        subprocess.run([*lab.ssh_argv(host), command], input=stdin, capture_output=True,
-                       text=True, check=True, timeout=300)  # fmt: skip
+        done = subprocess.run([*lab.ssh_argv(host), command], input=stdin, capture_output=True,
+                              text=True, check=False, timeout=300)  # fmt: skip
+        if done.returncode != 0:
+            raise RuntimeError(f"ssh {host} {command!r}: exit {done.returncode}: {done.stderr}")
 
     return run
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import heapq
 import socket
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -90,7 +91,8 @@ class DelayRelay:
                 return
             try:
                 server = socket.create_connection(("127.0.0.1", self.target_port))
-            except OSError:
+            except OSError as exc:  # said: a benchmark that fails here must say why
+                sys.stderr.write(f"relay :{self.port} -> :{self.target_port}: {exc}\n")
                 client.close()
                 continue
             for sock in (client, server):

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 
 from orchestrator.model import Host
@@ -129,16 +130,25 @@ PrintMotd no
 """
 
 
+def _listens(pid: int, port: int) -> bool:
+    """Is ``pid`` listening on 127.0.0.1:port? (A port probed free can be taken by another
+    process before sshd binds it; sshd then exits, and a connection test would be answered by
+    the other one.)"""
+    try:
+        connections = psutil.Process(pid).net_connections(kind="tcp")
+    except psutil.Error:
+        return False
+    return any(c.status == psutil.CONN_LISTEN and c.laddr.port == port for c in connections)
+
+
 def _wait_for_port(port: int, process: subprocess.Popen[bytes], log: Path) -> None:
     deadline = time.monotonic() + 10.0
     while time.monotonic() < deadline:
         if process.poll() is not None:
             raise RuntimeError(f"sshd exited with {process.returncode}: {log.read_text()}")
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-                return
-        except OSError:
-            time.sleep(0.005)
+        if _listens(process.pid, port):  # sshd itself, not whoever else holds the port
+            return
+        time.sleep(0.005)
     raise RuntimeError(f"sshd did not listen on {port} within 10 s: {log.read_text()}")
 
 
