@@ -77,6 +77,11 @@ class DelayRelay:
 
     def close(self) -> None:
         self._closed = True
+        # shutdown wakes the thread blocked in accept(); a bare close() would not, and that
+        # thread would later accept on whatever socket reuses the descriptor number (the next
+        # relay's), forwarding it to this relay's target, gone by then
+        with contextlib.suppress(OSError):
+            self._listener.shutdown(socket.SHUT_RDWR)
         with contextlib.suppress(OSError):
             self._listener.close()
         for sock in list(self._sockets):
@@ -88,6 +93,9 @@ class DelayRelay:
             try:
                 client, _ = self._listener.accept()
             except OSError:
+                return
+            if self._closed:
+                client.close()
                 return
             try:
                 server = socket.create_connection(("127.0.0.1", self.target_port))
