@@ -675,7 +675,8 @@ def render_markdown(sections: Sequence[Section], command: str, took: float) -> s
         f"- machine: {machine()}",
         f"- took: {took:.0f} s",
         "",
-        "Loopback only (real OpenSSH sshd, orch's SGLang stand-in, NOT SGLang). Medians; ratios "
+        "Loopback (real OpenSSH sshd, orch's SGLang stand-in, NOT SGLang); the latency sections "
+        "put each sshd behind a relay that delays each direction. Medians; ratios "
         "are measured in the same run. Figures, not assertions.",
     ]
     for section in sections:
