@@ -67,7 +67,7 @@ class DelayRelay:
         self._listener.bind(("127.0.0.1", 0))
         self._listener.listen(64)
         self.port = int(self._listener.getsockname()[1])
-        self._closed = False
+        self._closed = threading.Event()
         self._sockets: list[socket.socket] = []
         threading.Thread(target=self._accept, daemon=True, name="relay-accept").start()
 
@@ -76,7 +76,7 @@ class DelayRelay:
             return Counts(**vars(self.counts))
 
     def close(self) -> None:
-        self._closed = True
+        self._closed.set()
         # shutdown wakes the thread blocked in accept(); a bare close() would not, and that
         # thread would later accept on whatever socket reuses the descriptor number (the next
         # relay's), forwarding it to this relay's target, gone by then
@@ -89,12 +89,12 @@ class DelayRelay:
                 sock.close()
 
     def _accept(self) -> None:
-        while not self._closed:
+        while not self._closed.is_set():
             try:
                 client, _ = self._listener.accept()
             except OSError:
                 return
-            if self._closed:
+            if self._closed.is_set():
                 client.close()
                 return
             try:
