@@ -416,3 +416,26 @@ def test_a_deprecated_const_alias_imports_the_value_its_help_names(profiles: Pat
     args = yaml.safe_load((profiles / "c.yaml").read_text())["args"]
     assert args == {"cuda_graph_backend_prefill": "disabled"}
     assert _run(["--profiles", str(profiles), "validate", "c"])[0] == ExitCode.OK
+
+
+def test_extends_writes_only_the_difference_and_renders_the_same(profiles: Path) -> None:
+    script = str(CORPUS / "incident-heredoc-fixed.sh")
+    base = ["--profiles", str(profiles), "import", script, "--host", "local", "--sglang", "0.5.11"]
+    assert _run([*base, "--name", "whole"])[0] == ExitCode.OK
+    code, _, err = _run([*base, "--name", "derived", "--extends", "qwen36-27b"])
+    assert code == ExitCode.OK, err
+    derived = yaml.safe_load((profiles / "derived.yaml").read_text())
+    assert derived["extends"] == "qwen36-27b"
+    for shared in ("model", "port", "bind"):  # the base's, the same: not written again
+        assert shared not in derived
+    assert "context_length" not in derived["args"]
+    assert derived["spec_decode"]["algorithm"] == "EAGLE"
+    rendered = [
+        json.loads(_run(["--profiles", str(profiles), "render", name, "--json"])[1])
+        for name in ("whole", "derived")
+    ]
+    table = argtable.load_table("0.5.11")  # the same server: the same fields (order aside)
+    whole, derived_argv = (parse(table, r["argv"][3:]) for r in rendered)
+    assert whole == derived_argv
+    assert rendered[0]["argv"][:3] == rendered[1]["argv"][:3]
+    assert rendered[0]["env"] == rendered[1]["env"]
