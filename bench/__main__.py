@@ -212,21 +212,27 @@ def pid_by_token(token: str) -> Callable[[], int | None]:
 # -- 1. time to verdict -------------------------------------------------------------------------
 
 
+def orch_death_to_verdict(lab: Lab, host: str, name: str, die_after: float) -> float | None:
+    """Seconds from a stand-in's death (``die_after`` s after start, during weight loading) to
+    ``orch up`` having printed the verdict and exited; None when the death was not seen."""
+    dying = {"ORCH_STANDIN_FAIL": f"die-after:{die_after:g}", "ORCH_STANDIN_LOAD_S": "30"}
+    name = lab.profile(name, host, env=dying)
+    port = str(yaml.safe_load((lab.profiles / f"{name}.yaml").read_text())["port"])
+    died = watch_death(pid_by_token(port), timeout=120)
+    lab.orch_process("up", name, "--no-plan").communicate(timeout=180)
+    verdict_at = time.time()
+    death = died()
+    return None if death is None else verdict_at - death
+
+
 def time_to_verdict(
     lab: Lab, host: str, runs: int, human_sleep: float, die_after: float
 ) -> Section:
     orch_delays, human_delays = [], []
     for run in range(runs):
-        dying = {"ORCH_STANDIN_FAIL": f"die-after:{die_after}", "ORCH_STANDIN_LOAD_S": "30"}
-        name = lab.profile(f"dies-{run}", host, env=dying)
-        port = str(yaml.safe_load((lab.profiles / f"{name}.yaml").read_text())["port"])
-        died = watch_death(pid_by_token(port), timeout=120)
-        up = lab.orch_process("up", name, "--no-plan")
-        up.communicate(timeout=180)
-        verdict_at = time.time()
-        death = died()
-        if death is not None:
-            orch_delays.append(verdict_at - death)
+        delay = orch_death_to_verdict(lab, host, f"dies-{run}", die_after)
+        if delay is not None:
+            orch_delays.append(delay)
 
         # the incident's way: nohup over ssh, sleep, cat the log
         port = str(free_port())

@@ -13,8 +13,6 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-import yaml
-
 from bench.__main__ import (
     MODEL,
     REPO,
@@ -26,8 +24,7 @@ from bench.__main__ import (
     lab_in,
     median,
     ms,
-    pid_by_token,
-    watch_death,
+    orch_death_to_verdict,
 )
 from bench.relay import Counts
 from orchestrator.commands.context import Context
@@ -202,18 +199,8 @@ def _one_delay(lab: Lab, delay: float, runs: int, many: Sequence[int]) -> Sectio
     rows.append(Row(bench, "orch down", _shown(*down)))
 
     # -- death -> verdict: the agent pushes the event on the open channel
-    delays = []
-    for run in range(runs):
-        dying = {"ORCH_STANDIN_FAIL": "die-after:2", "ORCH_STANDIN_LOAD_S": "30"}
-        dies = lab.profile(f"dies-{run}", host, env=dying)
-        port = str(yaml.safe_load((lab.profiles / f"{dies}.yaml").read_text())["port"])
-        died = watch_death(pid_by_token(port), timeout=120)
-        process = lab.orch_process("up", dies, "--no-plan")
-        process.communicate(timeout=180)
-        verdict_at = time.time()
-        death = died()
-        if death is not None:
-            delays.append(verdict_at - death)
+    seen = [orch_death_to_verdict(lab, host, f"dies-{run}", 2.0) for run in range(runs)]
+    delays = [d for d in seen if d is not None]
     rows.append(Row(bench, "orch up: death -> verdict printed",
                     ms(median(delays)) if delays else "n/a",
                     f"<= {ms(delay + 0.05)} (one way + 50 ms)"))  # fmt: skip

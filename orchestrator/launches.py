@@ -39,8 +39,6 @@ from orchestrator.shellscript import (
 )
 
 SERVER_MODULE = "sglang.launch_server"
-OTHER_SGLANG_MODULES = ("sglang_router.launch_server", "sglang_router.launch_router",
-                        "sglang.launch_router")  # fmt: skip
 _PYTHON_RE = re.compile(r"^python(\d+(\.\d+)*)?$")
 _IMAGE_VERSION_RE = re.compile(r"^v?(\d+\.\d+\.\d+(?:\.post\d+)?)")
 _SHELLS = frozenset({"bash", "sh", "dash", "zsh"})

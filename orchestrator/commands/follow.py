@@ -141,6 +141,7 @@ def _follow_stream(
 ) -> Generator[UpEvent, None, Outcome | None]:
     """The startup from the agent's watch stream; None when it ended without a verdict."""
     events = agent.watch(run_id, reader.offset, deadline - clock.now())
+    current = state
     try:
         for event in events:
             if "log" in event:
@@ -160,7 +161,7 @@ def _follow_stream(
                     reader.flush()
                     return supervisor_died(checked, profile, tuple(reader.tail))
             if clock.now() > deadline:
-                _timed_out(profile, state, reader)
+                _timed_out(profile, current, reader)
     except (WatchSilent, ConnectError):
         return None  # looked at directly from here on (a lost connection is said there)
     finally:
