@@ -238,6 +238,7 @@ def test_a_failure_knob_strikes_only_its_node(launcher: Launcher, model_dir: Pat
     assert "Received sigquit from a child process." in worker.err()
     assert "Scheduler hit an exception" not in leader.err()
     assert leader.proc.poll() is None
+    leader.wait_for("Uvicorn running on")  # skip-server-warmup: ready is said before the bind
     assert leader.get("/health")[0] == 503
 
 

@@ -114,7 +114,8 @@ def test_the_standin_server_loads_plugins_before_parsing(
         entry="serve",
         PYTHONPATH=f"{STANDIN}:{plugins}",
     )
-    running.wait_for("The server is fired up and ready to roll!")
+    # with --skip-server-warmup SGLang says it is ready before uvicorn binds: wait for the bind
+    running.wait_for("Uvicorn running on")
     info = running.get_json("/server_info")
     assert info["chunked_prefill_size"] == PLUGIN_CHUNKED_PREFILL
 
