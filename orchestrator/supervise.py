@@ -2,8 +2,14 @@
 hand back every answer decoded (``protocol.py``) into a frozen value.
 
 Everything crosses to the host as an argv (``<python> <agent.py> <command> --dir ...``) and comes
-back as one JSON document on the last line of stdout. The run spec, which holds the server's
-environment (secrets included), goes over SFTP as a mode-0600 file and never appears in an argv.
+back as one JSON document on the last line of stdout, or as JSON lines while it happens (a
+stream). The run spec, which holds the server's environment (secrets included), travels on the
+command's stdin (the agent writes it 0600) and never appears in an argv.
+
+Round trips decide how orch feels on a host 20-150 ms away, so ``up`` asks in two commands on
+one connection: ``probe --dir`` (the deployment's status and the host's facts), then ``start
+--watch`` (the supervisor started, the startup streamed on the same channel, the inspection at
+READY ahead of the READY state).
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.errors import (
+    OrchError,
     PreflightError,
     ProgramNotFound,
     RemoteCommandError,
@@ -47,6 +54,25 @@ from orchestrator.remote import agent as agent_module
 from orchestrator.remote.agent import PROTOCOL
 from orchestrator.transport import Transport, expand_home
 from orchestrator.verify import Observation
+
+
+@dataclass(frozen=True)
+class InspectRequest:
+    """What ``inspect`` is asked at READY, by the stream that saw READY (see cmd_watch)."""
+
+    port: int
+    host: str
+    env_names: tuple[str, ...]
+
+
+def _inspect_args(inspect: InspectRequest | None) -> tuple[str, ...]:
+    if inspect is None:
+        return ()
+    args = ["--inspect-port", str(inspect.port), "--inspect-host", inspect.host]
+    for name in inspect.env_names:
+        args += ["--inspect-env", name]
+    return tuple(args)
+
 
 WATCH_SILENCE_S = 5.0  # the watcher beats every second: this long without a line, it is lost
 
@@ -190,18 +216,50 @@ class Agent:
         )
 
     def watch(
-        self, run_id: str, offset: int, seconds: float
+        self, run_id: str, offset: int, seconds: float, inspect: InspectRequest | None = None
     ) -> Generator[dict[str, Any], None, None]:
         """The agent's ``watch`` stream for one run (``agent.py watch``): each event as it
         happens, on one channel. Ends with the stream; WatchSilent when the host said nothing
         for WATCH_SILENCE_S (the watcher beats every second: the connection is in trouble)."""
-        path = self.deployment.agent_path
         args = ("watch", "--dir", self.deployment.dir, "--run", run_id, "--offset", str(offset),
                 "--seconds", f"{max(seconds, 1.0):.0f}")  # fmt: skip
+        return self._stream((*args, *_inspect_args(inspect)))
+
+    def start_following(
+        self,
+        spec: Mapping[str, Any],
+        launch_script: str,
+        seconds: float,
+        inspect: InspectRequest | None = None,
+    ) -> tuple[StartReply, Generator[dict[str, Any], None, None] | None]:
+        """``start`` and ``watch`` in one command (``agent.py start --watch``): the supervisor's
+        answer, then, when it started a run, that run's startup streamed on the same channel
+        (None when it did not). One round trip where start, watch and inspect took three."""
+        bundle = json.dumps({"spec": dict(spec), "launch_script": launch_script}).encode()
+        args = ("start", "--dir", self.deployment.dir, "--spec", "-",
+                "--watch", f"{max(seconds, 1.0):.0f}", *_inspect_args(inspect))  # fmt: skip
+        events = self._stream(args, stdin=bundle)
+        first = next(events, None)
+        if first is not None and isinstance(first.get("start"), dict):
+            return decode_start(first["start"]), events
+        events.close()
+        if first is None:
+            raise SupervisorError(
+                f"agent start said nothing on {self.deployment.host.name}",
+                f"the agent's own log: {posixpath.join(self.deployment.dir, 'agent.log')}",
+            )
+        return decode_start(first), None  # refused: no run to follow
+
+    def _stream(
+        self, args: Sequence[str], stdin: bytes | None = None
+    ) -> Generator[dict[str, Any], None, None]:
+        """An agent command read as JSON lines as they come (its final answer included).
+        Pushes the agent first when the host lacks this version, like ``run_pushed``."""
+        path = self.deployment.agent_path
         argv = (self.deployment.python, "-c", BOOTSTRAP, path, AGENT_SHA256, *args)
         for attempt in (1, 2):
             try:
-                stream = self.transport.stream(argv)
+                stream = self.transport.stream(argv, stdin=stdin)
             except ProgramNotFound as exc:
                 raise self._missing_python(exc) from exc
             said = False
@@ -216,8 +274,8 @@ class Agent:
                         document = json.loads(line)
                     except ValueError:
                         continue  # not ours (a sitecustomize printing?): the log is the truth
-                    said = True
-                    if isinstance(document, dict) and "protocol" not in document:
+                    if isinstance(document, dict):
+                        said = True
                         yield document
                 code = stream.returncode
                 if code == BOOT_UNSAFE:
@@ -225,6 +283,8 @@ class Agent:
                 if not said and code in (BOOT_MISSING, BOOT_CHANGED) and attempt == 1:
                     self.transport.put(AGENT_SOURCE, path, 0o600)
                     continue
+                if not said and code not in (0, 3, None):
+                    raise self._failed(args[0], code, stream.stderr)
                 return
             finally:
                 stream.close()
@@ -233,19 +293,8 @@ class Agent:
         """Run an agent command; its answer as JSON (decoded by the caller's decoder)."""
         path = self.deployment.agent_path
         result = self.run_pushed(path, AGENT_SOURCE, AGENT_SHA256, args, timeout, stdin)
-        argv = (self.deployment.python, path, *args)
         if result.returncode not in (0, 3):
-            stderr = result.stderr.decode("utf-8", "replace")
-            if "No module named 'psutil'" in stderr:
-                raise PreflightError(
-                    f"{self.deployment.python} on {self.deployment.host.name} has no psutil",
-                    "psutil ships with sglang; is this the venv that holds sglang?",
-                )
-            raise SupervisorError(
-                f"agent {args[0]} failed on {self.deployment.host.name}: "
-                + (stderr.strip().splitlines() or ["no output"])[-1],
-                f"the agent's own log: {posixpath.join(self.deployment.dir, 'agent.log')}",
-            ) from RemoteCommandError(argv, result.returncode, stderr)
+            raise self._failed(args[0], result.returncode, result.stderr)
         try:
             document = json.loads(result.stdout.decode("utf-8").strip().splitlines()[-1])
         except (ValueError, IndexError) as exc:
@@ -262,14 +311,57 @@ class Agent:
                 )
         return document
 
+    def _failed(self, command: str, returncode: int, stderr_bytes: bytes) -> OrchError:
+        """An agent command that ended without its answer (a traceback, a missing module)."""
+        stderr = stderr_bytes.decode("utf-8", "replace")
+        argv = (self.deployment.python, self.deployment.agent_path, command)
+        if "No module named 'psutil'" in stderr:
+            return PreflightError(
+                f"{self.deployment.python} on {self.deployment.host.name} has no psutil",
+                "psutil ships with sglang; is this the venv that holds sglang?",
+            )
+        error = SupervisorError(
+            f"agent {command} failed on {self.deployment.host.name}: "
+            + (stderr.strip().splitlines() or ["no output"])[-1],
+            f"the agent's own log: {posixpath.join(self.deployment.dir, 'agent.log')}",
+        )
+        error.__cause__ = RemoteCommandError(argv, returncode, stderr)
+        return error
+
     def probe(self, port: int, model: str | None, bind: str, env: Mapping[str, str]) -> HostFacts:
         """Preflight facts, with ``import sglang`` checked under the server's environment
         (sent on the command's stdin: it may hold secrets, so never in an argv nor a file;
         and no transfer of its own before the command)."""
+        facts, _ = self._probe(port, model, bind, env, with_status=False)
+        if facts is None:  # pragma: no cover - only skipped when asked with the status
+            raise SupervisorError("agent probe skipped the facts")
+        return facts
+
+    def status_and_probe(
+        self, port: int, model: str | None, bind: str, env: Mapping[str, str]
+    ) -> tuple[RunState, HostFacts | None]:
+        """The deployment's status and the preflight facts in one command; no facts (None)
+        while something of the deployment runs or died without an end: the next step changes
+        the host (attach, adopt, stop), so ``probe`` asks again when they are needed."""
+        facts, status = self._probe(port, model, bind, env, with_status=True)
+        if status is None:
+            raise SupervisorError("agent probe answered without the deployment's status")
+        return status, facts
+
+    def _probe(
+        self, port: int, model: str | None, bind: str, env: Mapping[str, str], *, with_status: bool
+    ) -> tuple[HostFacts | None, RunState | None]:
         args = ["probe", "--port", str(port), "--bind", bind, "--env-file", "-"]
         if model is not None:
             args += ["--model", model]
-        return decode_probe(self.call(*args, timeout=180.0, stdin=json.dumps(dict(env)).encode()))
+        if with_status:
+            args += ["--dir", self.deployment.dir]
+        document = self.call(*args, timeout=180.0, stdin=json.dumps(dict(env)).encode())
+        status = document.get("status") if isinstance(document, dict) else None
+        state = decode_state(status) if isinstance(status, dict) else None
+        if isinstance(document, dict) and document.get("facts") == "skipped":
+            return None, state
+        return decode_probe(document), state
 
     def start(self, spec: Mapping[str, Any], launch_script: str) -> StartReply:
         """Detach a supervisor; the spec (the server's environment, secrets included) and the

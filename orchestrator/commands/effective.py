@@ -7,7 +7,7 @@ import dataclasses
 import json
 import posixpath
 import urllib.parse
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,8 +23,9 @@ from orchestrator.errors import (
     UsageError,
 )
 from orchestrator.model import Profile, SecretRef
-from orchestrator.protocol import health_host
+from orchestrator.protocol import LastRun, health_host
 from orchestrator.remote.agent import CONFIG_FILE
+from orchestrator.supervise import InspectRequest
 
 URL_TIMEOUT_S = 10.0  # --url: /server_info comes from the tokenizer manager, fast under load
 SERVER_INFO_ENDPOINTS = ("/server_info", "/get_server_info")  # the second: its older name
@@ -38,17 +39,16 @@ def diff_effective(
     pid: int | None = None,
     log: str | None = None,
     rank: int = 0,
+    inspected: Inspected | None = None,
 ) -> verify.Report:
     """Compare the launch with what its server received and what SGLang resolved; ``rank``:
-    which node of a launch group (its own host, port, env and ``--node-rank``)."""
+    which node of a launch group (its own host, port, env and ``--node-rank``). ``inspected``:
+    the agent's inspection already at hand (``up``'s stream brings it with READY), else asked."""
     profile = launch.profile.for_rank(rank)
     member = launch.members[rank]
-    observed, last_run = ctx.agent(profile).inspect(
-        port=profile.port,
-        host=health_host(profile.bind),
-        env_names=sorted(member.env),
-        pid=pid,
-        log=log,
+    request = inspect_request(profile, sorted(member.env))
+    observed, last_run = inspected or ctx.agent(profile).inspect(
+        port=request.port, host=request.host, env_names=request.env_names, pid=pid, log=log
     )
     where = f"{profile.name} on {profile.host.name}"
     if launch.is_group:
@@ -71,6 +71,15 @@ def diff_effective(
             f"orch logs {profile.name} shows how it ended",
         )
     return _compared(ctx, launch, rank, observed, include_defaulted=include_defaulted)
+
+
+Inspected = tuple[verify.Observation, LastRun | None]
+
+
+def inspect_request(profile: Profile, env_names: Sequence[str]) -> InspectRequest:
+    """What is inspected of a profile's server: its port, the address its health is asked on,
+    the environment variables the launch sets (only those are read from /proc)."""
+    return InspectRequest(profile.port, health_host(profile.bind), tuple(env_names))
 
 
 def diff_url(

@@ -11,7 +11,7 @@ import dataclasses
 from collections import deque
 from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass, field
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from orchestrator.commands.events import LogLine, Outcome, UpEvent
 from orchestrator.errors import ConnectError, ExitCode, StartupTimeout
@@ -36,7 +36,7 @@ from orchestrator.remote.agent import (
     STARTUP_TIMEOUT,
     TERMINAL_STATES,
 )
-from orchestrator.supervise import Agent, WatchSilent
+from orchestrator.supervise import Agent, InspectRequest, WatchSilent
 
 POLL_S = 0.1
 # How often up asks the host whether the supervisor is still the process it recorded: state.json
@@ -83,6 +83,7 @@ class StartupLog:
     config_line: str | None = None
     before: list[str] = field(default_factory=list)
     after: list[str] = field(default_factory=list)  # to READY: SGLang's memory lines are here
+    inspected: dict[str, Any] | None = None  # the agent's inspection, sent just before READY
 
     def add(self, line: str, event: LogEvent | None) -> None:
         if self.config_line is not None:
@@ -101,29 +102,43 @@ class Clock:
     sleep: Callable[[float], None]
 
 
+def follow_seconds(profile: Profile) -> float:
+    """How long a startup is followed: the agent's own startup timeout, its stop's grace, and
+    a margin for an agent too old to enforce it."""
+    return profile.health.startup_timeout_s + profile.stop_timeout_s + TIMEOUT_MARGIN_S
+
+
 def follow(
     agent: Agent,
     state: RunState,
     profile: Profile,
     clock: Clock,
     startup: StartupLog,
+    *,
+    events: Generator[dict[str, Any], None, None] | None = None,
+    inspect: InspectRequest | None = None,
 ) -> Iterator[UpEvent]:
     """Stream a run's startup; the last event is its Outcome (or StartupTimeout is raised).
 
     The agent's ``watch`` says on one open channel what happens as it happens (the log's new
     bytes, each state change, a dead supervisor): a death reaches orch one one-way delay later,
-    with no round trip per look. Should that stream end without a verdict (a host too old, a
-    connection in trouble), orch looks itself, every POLL_S."""
+    with no round trip per look. ``events``: that stream already open (``start --watch``);
+    ``inspect``: what the watch is to inspect at READY (kept in ``startup.inspected``). Should
+    the stream end without a verdict (a connection in trouble), orch looks itself, every
+    POLL_S."""
     run_id = state.run_id
     if state.ready and state.state == READY:
+        if events is not None:
+            events.close()
         yield ready_outcome(state, profile)
         return
     log = agent.deployment.run_log(run_id) if run_id else None
     reader = _LogReader(agent, log, startup)
-    timeout = profile.health.startup_timeout_s
-    deadline = clock.now() + timeout + profile.stop_timeout_s + TIMEOUT_MARGIN_S
+    deadline = clock.now() + follow_seconds(profile)
     if run_id is not None:
-        outcome = yield from _follow_stream(agent, run_id, state, profile, clock, reader, deadline)
+        if events is None:
+            events = agent.watch(run_id, reader.offset, deadline - clock.now(), inspect)
+        outcome = yield from _follow_stream(events, run_id, state, profile, clock, reader, deadline)
         if outcome is not None:
             yield outcome
             return
@@ -131,7 +146,7 @@ def follow(
 
 
 def _follow_stream(
-    agent: Agent,
+    events: Generator[dict[str, Any], None, None],
     run_id: str,
     state: RunState,
     profile: Profile,
@@ -140,11 +155,12 @@ def _follow_stream(
     deadline: float,
 ) -> Generator[UpEvent, None, Outcome | None]:
     """The startup from the agent's watch stream; None when it ended without a verdict."""
-    events = agent.watch(run_id, reader.offset, deadline - clock.now())
     current = state
     try:
         for event in events:
-            if "log" in event:
+            if "inspect" in event and isinstance(event["inspect"], dict):
+                reader.startup.inspected = event["inspect"]
+            elif "log" in event:
                 data = base64.b64decode(str(event["log"]))
                 yield from reader.feed(data)
             elif "state" in event and isinstance(event["state"], dict):

@@ -3,7 +3,8 @@ gate, start under the agent, follow the startup, then the effective configuratio
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
+from typing import Any
 
 from orchestrator import memory, observe, render, sglang_config
 from orchestrator.commands import effective, group, ownership, planning, preflight
@@ -18,10 +19,10 @@ from orchestrator.commands.events import (
     UpEvent,
     Warn,
 )
-from orchestrator.commands.follow import Clock, StartupLog, follow
+from orchestrator.commands.follow import Clock, StartupLog, follow, follow_seconds
 from orchestrator.errors import Conflict, ExitCode, NotDeployed, NotResolved, OrchError
 from orchestrator.model import RunState
-from orchestrator.protocol import build_spec
+from orchestrator.protocol import build_spec, decode_inspect
 from orchestrator.supervise import Agent
 
 SAME_LAUNCH_WAIT_S = 5.0  # how long a loser of the start lock waits for the winner's state
@@ -48,7 +49,11 @@ def up(
     where = "this machine" if profile.host.is_local else f"ssh {profile.host.address}"
     yield Step(f"{profile.name} on {profile.host.name} ({where}), workdir {agent.deployment.dir}")
 
-    current = agent.status()
+    member = launch.primary
+    # One command: the deployment's status, and the host's facts when nothing of it runs.
+    current, facts = agent.status_and_probe(
+        profile.port, profile.model.path or None, profile.bind, member.env
+    )
     replacing: RunState | None = None  # stopped only once the new launch passed its checks
     if current.deployed:
         ownership.check(profile, current, ctx.origin(), "up", take_over=take_over)
@@ -89,8 +94,8 @@ def up(
 
     # The new launch is checked whole (preflight, SGLang's plan) before a running server is
     # stopped for it: a launch that would be refused never costs the one that works.
-    member = launch.primary
-    facts = agent.probe(profile.port, profile.model.path or None, profile.bind, member.env)
+    if facts is None:  # not asked while something of the deployment ran
+        facts = agent.probe(profile.port, profile.model.path or None, profile.bind, member.env)
     launch = yield from preflight.check(launch, facts, ctx.environ, replacing=replacing)
     member = launch.primary
     budget: memory.Budget | None = None
@@ -108,7 +113,11 @@ def up(
     if budget is not None:  # kept with the run: diff-effective compares SGLang's figures with it
         meta["memory_plan"] = memory.predicted_figures(budget)
     spec = build_spec(profile, member.argv, member.env, meta)
-    reply = agent.start(spec, render.launcher_script(member.command))
+    # Started and followed on one channel; the inspection of the server comes with its READY.
+    inspect = effective.inspect_request(profile, sorted(member.env))
+    reply, events = agent.start_following(
+        spec, render.launcher_script(member.command), follow_seconds(profile), inspect
+    )
     if not reply.ok or reply.state is None:
         winner = _same_launch_winner(ctx, agent, launch.digest)
         if winner is not None:
@@ -126,7 +135,7 @@ def up(
     ended = state.last_exit is not None and state.last_exit.run_id == state.run_id
     if state.pid is not None or not ended:  # a server that could not be spawned has no pid
         yield Started(state.run_id or "?", state.pid, state.log or "")
-    yield from _follow_and_verify(ctx, launch, agent, state, budget, standin=standin)
+    yield from _follow_and_verify(ctx, launch, agent, state, budget, standin=standin, events=events)
 
 
 def _adopt(agent: Agent) -> RunState | None:
@@ -144,14 +153,17 @@ def _follow_and_verify(
     budget: memory.Budget | None = None,
     *,
     standin: bool = False,
+    events: Generator[dict[str, Any], None, None] | None = None,
 ) -> Iterator[UpEvent]:
-    """Follow the startup; then compare what the server got with the profile. Drift in a
-    pinned field fails ``up``; other drift is a warning (``diff-effective`` fails on it).
-    After a crash the outcome comes first, then what the followed log recorded."""
+    """Follow the startup (on ``events`` when the start opened the stream); then compare what
+    the server got with the profile. Drift in a pinned field fails ``up``; other drift is a
+    warning (``diff-effective`` fails on it). After a crash the outcome comes first, then what
+    the followed log recorded."""
     profile = launch.profile
     startup = StartupLog()
     clock = Clock(ctx.clock, ctx.sleep)
-    for event in follow(agent, state, profile, clock, startup):
+    inspect = effective.inspect_request(profile, sorted(launch.primary.env))
+    for event in follow(agent, state, profile, clock, startup, events=events, inspect=inspect):
         if not isinstance(event, Outcome):
             yield event
             continue
@@ -165,8 +177,18 @@ def _follow_and_verify(
             first = measured[0]
             comparisons = memory.compare(budget, first) if budget is not None else ()
             yield MemoryMeasured(measured, budget, comparisons, standin=standin)
-        yield from verify_ready(ctx, launch, event)
+        yield from verify_ready(ctx, launch, event, _inspected(startup))
         return
+
+
+def _inspected(startup: StartupLog) -> effective.Inspected | None:
+    """The inspection the stream brought with READY, decoded; None: ask for it."""
+    if startup.inspected is None:
+        return None
+    try:
+        return decode_inspect(startup.inspected)
+    except OrchError:
+        return None  # asked again, where its error is said
 
 
 def _compare_logged(launch: Launch, startup: StartupLog) -> Iterator[UpEvent]:
@@ -178,10 +200,12 @@ def _compare_logged(launch: Launch, startup: StartupLog) -> Iterator[UpEvent]:
     yield Effective(report, report.pinned_drift(launch.profile.pin, launch.table))
 
 
-def verify_ready(ctx: Context, launch: Launch, ready: Outcome) -> Iterator[UpEvent]:
+def verify_ready(
+    ctx: Context, launch: Launch, ready: Outcome, inspected: effective.Inspected | None = None
+) -> Iterator[UpEvent]:
     profile = launch.profile
     try:
-        report = effective.diff_effective(ctx, launch)
+        report = effective.diff_effective(ctx, launch, inspected=inspected)
     except (NotDeployed, NotResolved):
         yield ready
         return

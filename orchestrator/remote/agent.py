@@ -3666,14 +3666,31 @@ WATCH_CHECK_S = 0.25  # how often the watcher checks that the supervisor is aliv
 WATCH_CHUNK = 1 << 20
 
 
-def cmd_watch(deployment_dir: str, run_id: str, offset: int, seconds: float) -> dict[str, Any]:
+@dataclass(frozen=True)
+class InspectAtReady:
+    """What ``cmd_inspect`` is asked once the run is READY (``watch --inspect-port``)."""
+
+    port: int
+    host: str
+    env_names: tuple[str, ...]
+
+
+def cmd_watch(
+    deployment_dir: str,
+    run_id: str,
+    offset: int,
+    seconds: float,
+    inspect: InspectAtReady | None = None,
+) -> dict[str, Any]:
     """Stream one run's startup to orch as JSON lines on stdout, as it happens: ``{"log": b64,
     "offset": N}`` for new bytes of the run's log, ``{"state": {...}}`` whenever state.json
     changes, ``{"status": {...}}`` (cmd_status's answer) when the supervisor died without an
     end, ``{"beat": t}`` when nothing else was said for WATCH_BEAT_S. Ends on the run's READY or
     end, a terminal state, a dead supervisor, or after ``seconds``; orch ends it sooner by
     closing the channel. One process on the host instead of a round trip per look: the death
-    of a server reaches orch in one one-way delay."""
+    of a server reaches orch in one one-way delay. With ``inspect``, the run's READY state is
+    preceded by ``{"inspect": {...}}`` (cmd_inspect's answer): what orch compares next, without
+    another command."""
     paths = Paths(deployment_dir)
     if not re.fullmatch(r"[A-Za-z0-9_-][A-Za-z0-9_.-]*", run_id):
         return {"protocol": PROTOCOL, "ok": False, "reason": f"not a run id: {run_id!r}"}
@@ -3712,6 +3729,14 @@ def cmd_watch(deployment_dir: str, run_id: str, offset: int, seconds: float) -> 
                 state = loaded if isinstance(loaded, dict) else None
         if raw != last_state and state is not None:
             last_state = raw
+            if (
+                inspect is not None
+                and state.get("run_id") == run_id
+                and state.get("state") == READY
+            ):
+                say({"inspect": cmd_inspect(
+                    deployment_dir, None, inspect.port, inspect.host, inspect.env_names, None
+                )})  # fmt: skip
             say({"state": state})
         now = time.monotonic()
         if state is not None:
@@ -4045,10 +4070,19 @@ def _config_from_log(log: str) -> dict[str, Any]:
     return {"server_args_line": None, "log_lines": list(before)}
 
 
-def cmd_probe(port: int, model: str | None, bind: str, env_file: str | None) -> dict[str, Any]:
+def cmd_probe(
+    port: int,
+    model: str | None,
+    bind: str,
+    env_file: str | None,
+    deployment_dir: str | None = None,
+) -> dict[str, Any]:
     """Facts orch checks before a launch; secrets are never part of them. ``env_file``: the
     server's environment (0600, removed once read), so that ``import sglang`` is checked the
-    way the server will import it (PYTHONPATH, LD_LIBRARY_PATH ...)."""
+    way the server will import it (PYTHONPATH, LD_LIBRARY_PATH ...). With ``deployment_dir``,
+    the deployment's status (cmd_status) comes with them, in one command; while something of
+    that deployment runs (or died without an end) only the status: the facts would be those
+    of a host the next step changes (``"facts": "skipped"``)."""
     import socket
 
     env = dict(os.environ)
@@ -4063,6 +4097,11 @@ def cmd_probe(port: int, model: str | None, bind: str, env_file: str | None) -> 
         finally:
             remove_env_file(env_file)
 
+    status = cmd_status(deployment_dir) if deployment_dir is not None else None
+    if status is not None and (
+        status.get("agent_alive") or status.get("server_alive") or status.get("stale")
+    ):
+        return {"protocol": PROTOCOL, "facts": "skipped", "status": status}
     facts: dict[str, Any] = {
         "protocol": PROTOCOL,
         "python": sys.version.split()[0],
@@ -4086,6 +4125,8 @@ def cmd_probe(port: int, model: str | None, bind: str, env_file: str | None) -> 
         }
     facts["gpus"] = _gpus()
     facts["env"] = inherited
+    if status is not None:
+        facts["status"] = status
     return facts
 
 
@@ -4422,6 +4463,8 @@ def _dispatch(argv: Sequence[str]) -> dict[str, Any]:
     start = commands.add_parser("start")
     start.add_argument("--dir", required=True)
     start.add_argument("--spec", required=True)
+    # then watch the new run on the same channel (its answer first, as {"start": ...})
+    start.add_argument("--watch", type=float, metavar="SECONDS")
     for name in ("status", "runs", "adopt"):
         commands.add_parser(name).add_argument("--dir", required=True)
     watch = commands.add_parser("watch")
@@ -4429,6 +4472,10 @@ def _dispatch(argv: Sequence[str]) -> dict[str, Any]:
     watch.add_argument("--run", required=True)
     watch.add_argument("--offset", type=int, default=0)
     watch.add_argument("--seconds", type=float, default=3600.0)
+    for watching in (start, watch):  # inspect once READY (see cmd_watch)
+        watching.add_argument("--inspect-port", type=int)
+        watching.add_argument("--inspect-host", default="127.0.0.1")
+        watching.add_argument("--inspect-env", action="append", default=[])
     stop = commands.add_parser("stop")
     stop.add_argument("--dir", required=True)
     stop.add_argument("--timeout", type=float, default=30.0)
@@ -4437,6 +4484,7 @@ def _dispatch(argv: Sequence[str]) -> dict[str, Any]:
     probe.add_argument("--model")
     probe.add_argument("--bind", default="0.0.0.0")  # noqa: S104 - checking that nobody holds it
     probe.add_argument("--env-file")
+    probe.add_argument("--dir")  # the deployment's status with the facts
     inspect = commands.add_parser("inspect")
     inspect.add_argument("--dir", required=True)
     inspect.add_argument("--pid", type=int)
@@ -4456,14 +4504,22 @@ def _dispatch(argv: Sequence[str]) -> dict[str, Any]:
     reach.add_argument("--token", required=True)
     reach.add_argument("--timeout", type=float, default=5.0)
     args = parser.parse_args(argv)
+    at_ready = None
+    if args.command in ("start", "watch") and args.inspect_port is not None:
+        at_ready = InspectAtReady(args.inspect_port, args.inspect_host, tuple(args.inspect_env))
     if args.command == "start":
         result = cmd_start(args.dir, args.spec)
+        run_id = (result.get("state") or {}).get("run_id") if result.get("ok") else None
+        if args.watch is not None and isinstance(run_id, str):
+            sys.stdout.write(json.dumps({"start": result}, sort_keys=True) + "\n")
+            sys.stdout.flush()
+            result = cmd_watch(args.dir, run_id, 0, args.watch, at_ready)
     elif args.command == "adopt":
         result = cmd_adopt(args.dir)
     elif args.command == "status":
         result = cmd_status(args.dir)
     elif args.command == "watch":
-        result = cmd_watch(args.dir, args.run, args.offset, args.seconds)
+        result = cmd_watch(args.dir, args.run, args.offset, args.seconds, at_ready)
     elif args.command == "stop":
         result = cmd_stop(args.dir, args.timeout)
     elif args.command == "runs":
@@ -4475,7 +4531,7 @@ def _dispatch(argv: Sequence[str]) -> dict[str, Any]:
     elif args.command == "reach":
         result = cmd_reach(args.host, args.port, args.token, args.timeout)
     else:
-        result = cmd_probe(args.port, args.model, args.bind, args.env_file)
+        result = cmd_probe(args.port, args.model, args.bind, args.env_file, args.dir)
     return result
 
 

@@ -68,9 +68,10 @@ class Transport(Protocol):
         timeout; any other exit status is the result's ``returncode``."""
         ...
 
-    def stream(self, argv: Sequence[str]) -> Stream:
+    def stream(self, argv: Sequence[str], *, stdin: bytes | None = None) -> Stream:
         """Start ``argv`` (no shell on our side) and read its stdout line by line as it comes:
-        one command, no round trip per look. Raises ProgramNotFound like ``run``."""
+        one command, no round trip per look. ``stdin`` is sent with the command, then closed.
+        Raises ProgramNotFound like ``run``."""
         ...
 
     def put(self, data: bytes, path: str, mode: int) -> None:

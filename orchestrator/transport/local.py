@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import subprocess
@@ -90,17 +91,25 @@ class LocalTransport:
             raise ProgramNotFound(argv[0], self._host.name, reason) from exc
         return CommandResult(argv, done.returncode, done.stdout, done.stderr)
 
-    def stream(self, argv: Sequence[str]) -> LocalStream:
+    def stream(self, argv: Sequence[str], *, stdin: bytes | None = None) -> LocalStream:
         argv = tuple(argv)
         try:
             process = subprocess.Popen(
-                argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+                argv,
+                stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
             )
         except OSError as exc:
             reason = _CANNOT_START.get(exc.errno) if exc.errno is not None else None
             if reason is None:
                 raise
             raise ProgramNotFound(argv[0], self._host.name, reason) from exc
+        if stdin and process.stdin is not None:
+            with contextlib.suppress(BrokenPipeError):  # it ended without reading: its exit says
+                process.stdin.write(stdin)
+            with contextlib.suppress(BrokenPipeError):
+                process.stdin.close()
         return LocalStream(process)
 
     def put(self, data: bytes, path: str, mode: int) -> None:

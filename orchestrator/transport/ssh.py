@@ -320,10 +320,12 @@ class SSHTransport:
         # -1 with the connection up: killed by a signal (paramiko does not expose exit-signal).
         return CommandResult(argv, status, bytes(stdout), bytes(stderr))
 
-    def stream(self, argv: Sequence[str]) -> SSHStream:
+    def stream(self, argv: Sequence[str], *, stdin: bytes | None = None) -> SSHStream:
         argv = tuple(argv)
         channel = self._exec(argv)
         try:
+            if stdin:  # sent behind the exec request: no round trip of its own
+                channel.sendall(stdin)
             channel.shutdown_write()
         except (OSError, EOFError, paramiko.SSHException) as exc:
             raise self._lost(f"starting {argv[0]}", exc) from exc

@@ -137,3 +137,83 @@ def test_probe_takes_the_environment_on_stdin(tmp_path: Path) -> None:
     assert done.returncode in (0, 3), done.stderr
     facts = json.loads(done.stdout.splitlines()[-1])
     assert "9.9.9" in json.dumps(facts)
+
+
+def _start_watching(deployment: Deployment, program: str, *extra: str) -> list[dict[str, Any]]:
+    """``start --spec - --watch``: every line it said, in order."""
+    spec = _spec([sys.executable, "-c", PRELUDE + program])
+    bundle = {"spec": spec, "launch_script": "#!/usr/bin/env bash\nexec true\n"}
+    done = subprocess.run(
+        [sys.executable, str(AGENT), "start", "--dir", str(deployment.dir), "--spec", "-",
+         "--watch", "30", *extra],
+        input=json.dumps(bundle), capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert done.returncode in (0, 3), done.stderr
+    return [json.loads(line) for line in done.stdout.splitlines()]
+
+
+def test_start_watch_answers_then_streams_the_run_and_inspects_it_before_ready(
+    deployment: Deployment,
+) -> None:
+    """One command for what took three (start, watch, inspect): the supervisor's answer first,
+    then the startup, then what the server received, just ahead of the READY state."""
+    said = _start_watching(
+        deployment, CONFIG_LINE + READY + "time.sleep(60)\n",
+        "--inspect-port", "1", "--inspect-env", "FROM_SPEC", "--inspect-env", "NOT_SET",
+    )  # fmt: skip
+    assert said[0]["start"]["ok"] is True
+    run_id = said[0]["start"]["state"]["run_id"]
+    assert agent.READY_LINE in _log_text(said)
+    keys = [next(iter(k for k in ("start", "inspect", "state", "log", "beat", "protocol") if k in e))
+            for e in said]  # fmt: skip
+    ready_at = next(
+        i for i, e in enumerate(said)
+        if "state" in e and e["state"]["state"] == agent.READY and e["state"]["run_id"] == run_id
+    )  # fmt: skip
+    assert keys[ready_at - 1] == "inspect"  # what orch compares next comes before READY
+    inspected = said[ready_at - 1]["inspect"]
+    assert inspected["found_by"] == "orch"
+    assert inspected["pid"] == said[ready_at]["state"]["pid"]
+    assert inspected["env"] == {"FROM_SPEC": "yes"}  # only the names asked, when set
+    assert inspected["argv"][:2] == [sys.executable, "-c"]
+    assert keys.count("inspect") == 1
+    assert said[-1]["protocol"] == agent.PROTOCOL
+    assert said[-1]["ended"] == "state"
+
+
+def test_start_watch_that_is_refused_answers_once(deployment: Deployment) -> None:
+    deployment.start(CONFIG_LINE + READY + "time.sleep(60)\n")
+    said = _start_watching(deployment, "time.sleep(60)\n")
+    assert len(said) == 1  # no run started, nothing to follow
+    assert said[0]["ok"] is False
+    assert "locked" in said[0]["reason"]
+
+
+def _probe(deployment: Deployment) -> dict[str, Any]:
+    done = subprocess.run(
+        [sys.executable, str(AGENT), "probe", "--port", "1", "--env-file", "-",
+         "--dir", str(deployment.dir)],
+        input="{}", capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert done.returncode in (0, 3), done.stderr
+    answer: dict[str, Any] = json.loads(done.stdout.splitlines()[-1])
+    return answer
+
+
+def test_probe_with_dir_answers_the_status_and_the_facts_in_one_command(
+    deployment: Deployment,
+) -> None:
+    answer = _probe(deployment)
+    assert answer["status"]["deployed"] is False
+    assert answer["port"]["port"] == 1  # the facts, since nothing of the deployment runs
+    assert "python" in answer
+
+
+def test_probe_with_dir_skips_the_facts_while_the_deployment_runs(deployment: Deployment) -> None:
+    deployment.start(CONFIG_LINE + READY + "time.sleep(60)\n")
+    deployment.wait_for(agent.READY)
+    answer = _probe(deployment)
+    assert answer["facts"] == "skipped"
+    assert answer["status"]["agent_alive"] is True
+    assert answer["status"]["state"] == agent.READY
+    assert "port" not in answer

@@ -89,7 +89,9 @@ def test_up_walks_one_profile_through_each_stage_once(
     local_workspace: Workspace, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """One Launch is built and handed down: the profile is loaded, rendered and its secrets
-    resolved once; preflight, the plan, the start and the comparison run once each."""
+    resolved once; preflight, the plan, the start and the comparison run once each. The host
+    is asked in two agent commands: the status with the probe, the start with the follow (the
+    inspection at READY comes on that stream: no inspect, status or watch command of its own)."""
     from orchestrator import render
     from orchestrator.commands import effective, planning
     from orchestrator.profile import ProfileStore
@@ -108,16 +110,20 @@ def test_up_walks_one_profile_through_each_stage_once(
 
     for owner, attribute in [
         (ProfileStore, "load"), (render, "render"), (render, "resolve_secrets"),
-        (Agent, "probe"), (planning, "predict"), (Agent, "start"), (effective, "diff_effective"),
+        (Agent, "status_and_probe"), (planning, "predict"), (Agent, "start_following"),
+        (effective, "diff_effective"), (Agent, "call"), (Agent, "_stream"),
+        (Agent, "inspect"), (Agent, "status"), (Agent, "watch"), (Agent, "probe"),
     ]:  # fmt: skip
         counted(owner, attribute)
     name = local_workspace.profile("walk", env={"API_TOKEN": {"from_env": "WALK_TOKEN"}})
     monkeypatch.setenv("WALK_TOKEN", "s3cret-walk-token")
     up = local_workspace.orch("up", name)
     assert up.code == ExitCode.OK, up.err
+    assert ", 0 drift" in up.out  # the inspection that came with READY was compared
     assert calls == Counter(
-        load=1, render=1, resolve_secrets=1, probe=1, predict=1, start=1, diff_effective=1
-    )
+        load=1, render=1, resolve_secrets=1, status_and_probe=1, predict=1, start_following=1,
+        diff_effective=1, call=1, _stream=1,
+    )  # fmt: skip
 
 
 def test_a_pinned_secret_sglang_shows_masked_is_unverifiable_not_drift(
