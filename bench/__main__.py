@@ -212,27 +212,49 @@ def pid_by_token(token: str) -> Callable[[], int | None]:
 # -- 1. time to verdict -------------------------------------------------------------------------
 
 
-def orch_death_to_verdict(lab: Lab, host: str, name: str, die_after: float) -> float | None:
-    """Seconds from a stand-in's death (``die_after`` s after start, during weight loading) to
-    ``orch up`` having printed the verdict and exited; None when the death was not seen."""
+@dataclass(frozen=True)
+class Verdict:
+    """Seconds from a server's death to orch's verdict line on its output, and to its exit."""
+
+    printed: float
+    exited: float
+
+
+VERDICT_LINE = "server failed:"  # show.py's failure line
+
+
+def orch_death_to_verdict(lab: Lab, host: str, name: str, die_after: float) -> Verdict | None:
+    """From a stand-in's death (``die_after`` s after start, during weight loading) to ``orch
+    up`` having printed the verdict (its line read from orch's output as it is written), and to
+    its exit (after the comparison of the logged configuration and the connection's close);
+    None when the death or the verdict was not seen."""
     dying = {"ORCH_STANDIN_FAIL": f"die-after:{die_after:g}", "ORCH_STANDIN_LOAD_S": "30"}
     name = lab.profile(name, host, env=dying)
     port = str(yaml.safe_load((lab.profiles / f"{name}.yaml").read_text())["port"])
     died = watch_death(pid_by_token(port), timeout=120)
-    lab.orch_process("up", name, "--no-plan").communicate(timeout=180)
-    verdict_at = time.time()
+    process = lab.orch_process("up", name, "--no-plan")
+    assert process.stdout is not None
+    printed_at = None
+    for line in process.stdout:  # unbuffered enough: show.py flushes after the verdict
+        if printed_at is None and VERDICT_LINE in line:
+            printed_at = time.time()
+    process.wait(timeout=180)
+    exited_at = time.time()
     death = died()
-    return None if death is None else verdict_at - death
+    if death is None or printed_at is None:
+        return None
+    return Verdict(printed_at - death, exited_at - death)
 
 
 def time_to_verdict(
     lab: Lab, host: str, runs: int, human_sleep: float, die_after: float
 ) -> Section:
-    orch_delays, human_delays = [], []
+    orch_delays, exit_delays, human_delays = [], [], []
     for run in range(runs):
         delay = orch_death_to_verdict(lab, host, f"dies-{run}", die_after)
         if delay is not None:
-            orch_delays.append(delay)
+            orch_delays.append(delay.printed)
+            exit_delays.append(delay.exited)
 
         # the incident's way: nohup over ssh, sleep, cat the log
         port = str(free_port())
@@ -259,12 +281,17 @@ def time_to_verdict(
         "Time to verdict",
         f"The stand-in dies {die_after:g} s after start (`ORCH_STANDIN_FAIL=die-after:"
         f"{die_after:g}`, during weight loading). Measured from the moment the process ended "
-        "(polled every 1 ms with psutil) to `orch up` having printed the classified verdict and "
-        "exited; beside the incident's way: `ssh host 'nohup ... > log 2>&1 &'`, "
-        f"`sleep {human_sleep:g}`, `ssh host cat log`. {len(orch_delays)} runs each.",
+        "(polled every 1 ms with psutil) to `orch up`'s classified verdict line read from its "
+        "output, and to its exit; beside the incident's way: `ssh host 'nohup ... > log 2>&1 "
+        f"&'`, `sleep {human_sleep:g}`, `ssh host cat log`. {len(orch_delays)} runs each.",
         [
             Row(
-                "time to verdict", "orch up: death -> verdict printed", ms(orch_median), "< 500 ms"
+                "time to verdict", "orch up: death -> verdict printed", ms(orch_median), "< 100 ms"
+            ),
+            Row(
+                "time to verdict",
+                "orch up: death -> orch exited",
+                ms(median(exit_delays)) if exit_delays else "n/a",
             ),
             Row(
                 "time to verdict",

@@ -202,8 +202,10 @@ def _one_delay(lab: Lab, delay: float, runs: int, many: Sequence[int]) -> Sectio
     seen = [orch_death_to_verdict(lab, host, f"dies-{run}", 2.0) for run in range(runs)]
     delays = [d for d in seen if d is not None]
     rows.append(Row(bench, "orch up: death -> verdict printed",
-                    ms(median(delays)) if delays else "n/a",
+                    ms(median([d.printed for d in delays])) if delays else "n/a",
                     f"<= {ms(delay + 0.05)} (one way + 50 ms)"))  # fmt: skip
+    rows.append(Row(bench, "orch up: death -> orch exited",
+                    ms(median([d.exited for d in delays])) if delays else "n/a"))  # fmt: skip
 
     # -- status over many hosts, beside parallel OpenSSH doing the agent's status on each
     walls = {}

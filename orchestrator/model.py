@@ -74,6 +74,9 @@ class Host:
     known_hosts: str | None = None
     python: str | None = None  # the venv interpreter that imports sglang; None: orch's own (local)
     workdir: str = "~/.local/state/orch"
+    # Keep the SSH connection open this long after a command, for the next (transport/mux.py);
+    # 0: each command connects by itself.
+    persist_s: float = 0.0
 
     @property
     def is_local(self) -> bool:

@@ -43,7 +43,9 @@ def valid_name(name: str) -> bool:
 
 
 _NOT_INHERITED = ("extends", "abstract")
-_HOST_KEYS = ("address", "port", "user", "identity_file", "known_hosts", "python", "workdir")
+_HOST_KEYS = (
+    "address", "port", "user", "identity_file", "known_hosts", "python", "workdir", "persist_s",
+)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -405,6 +407,7 @@ def _read_inventory(doc: YamlDoc | None, local_python: str | None) -> dict[str, 
             known_hosts=checker.text((*path, "known_hosts")),
             python=python or (local_python if name == LOCAL_HOST else None),
             workdir=_workdir(checker, (*path, "workdir")),
+            persist_s=checker.number((*path, "persist_s"), 0, 24 * 3600) or 0.0,
         )
     if checker.errors:
         raise InvalidProfile(checker.errors)

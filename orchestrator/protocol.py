@@ -9,6 +9,7 @@ started by an older orch, and its ``state.json`` must decode.
 
 from __future__ import annotations
 
+import base64
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -116,6 +117,19 @@ class RunInfo:
 class RunsReply:
     runs: tuple[RunInfo, ...]
     now: float | None  # the host's wall clock when it answered (None: an older agent)
+
+
+@dataclass(frozen=True)
+class TailReply:
+    """``tail``: the last lines of a run's log, read on the host."""
+
+    ok: bool
+    reason: str
+    run_id: str | None
+    log: str | None
+    data: bytes  # as the log holds them: decoded by whoever shows them
+    size: int | None  # where a follow goes on from
+    rotated_size: int | None  # server.log.1's size: how a follow sees the next rotation
 
 
 @dataclass(frozen=True)
@@ -462,6 +476,20 @@ def decode_runs_reply(document: Any) -> RunsReply:
         )  # fmt: skip
         runs.append(info)
     return RunsReply(tuple(runs), reader.opt_number("now"))
+
+
+def decode_tail(document: Any) -> TailReply:
+    refused(document)
+    reader = _Reader(document, "agent tail")
+    try:
+        data = base64.b64decode(reader.text("data", ""), validate=True)
+    except ValueError as exc:
+        raise reader._bad("data", "base64") from exc
+    return TailReply(
+        ok=reader.flag("ok", False), reason=reader.text("reason", ""),
+        run_id=reader.opt_text("run_id"), log=reader.opt_text("log"), data=data,
+        size=reader.opt_integer("size"), rotated_size=reader.opt_integer("rotated_size"),
+    )  # fmt: skip
 
 
 def decode_probe(document: Any) -> HostFacts:

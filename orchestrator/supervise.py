@@ -14,10 +14,12 @@ READY ahead of the READY state).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import posixpath
 import secrets
+import zlib
 from collections.abc import Generator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,6 +42,7 @@ from orchestrator.protocol import (
     RunsReply,
     StartReply,
     StopReply,
+    TailReply,
     decode_inspect,
     decode_plan_answer,
     decode_probe,
@@ -48,12 +51,26 @@ from orchestrator.protocol import (
     decode_start,
     decode_state,
     decode_stop,
+    decode_tail,
     last_json_line,
 )
 from orchestrator.remote import agent as agent_module
 from orchestrator.remote.agent import PROTOCOL
 from orchestrator.transport import Transport, expand_home
 from orchestrator.verify import Observation
+
+
+@functools.cache
+def _compressed(source: bytes) -> bytes:
+    return zlib.compress(source, 6)
+
+
+def _carrying(
+    argv: tuple[str, ...], source: bytes, stdin: bytes | None
+) -> tuple[tuple[str, ...], bytes]:
+    """The bootstrap's argv and stdin that carry ``source`` (see BOOTSTRAP's ``--carried``)."""
+    blob = _compressed(source)
+    return (*argv[:5], "--carried", str(len(blob)), *argv[5:]), blob + (stdin or b"")
 
 
 @dataclass(frozen=True)
@@ -95,8 +112,13 @@ PROBE_DIGEST = PROBE_SHA256[:12]
 # StrictModes), and that their content is what this orch pushed (sha256). It then runs the bytes
 # it checked, as ``__main__`` with the script's own directory first on sys.path (as
 # ``python FILE`` would). Exit codes 90-92 say why it did not run. Python 3.9+, stdlib only.
+#
+# ``--carried N`` (before the script's arguments): the first N bytes of stdin are the file,
+# zlib-compressed, sent with the command instead of by a file transfer of its own. Written when
+# the host lacks it (0600, atomically; missing directories 0700), checked like any other, then
+# run with the rest of stdin.
 BOOTSTRAP = """\
-import hashlib, os, sys, types
+import hashlib, os, sys, types, zlib
 path, want = sys.argv[1], sys.argv[2]
 def stop(code, why):
     sys.stderr.write("orch-bootstrap: " + why + "\\n")
@@ -104,6 +126,30 @@ def stop(code, why):
 def unsafe(st):
     return st.st_uid != os.getuid() or st.st_mode & 0o022
 directory = os.path.dirname(path)
+rest = sys.argv[3:]
+if rest[:1] == ["--carried"]:
+    carried, rest = sys.stdin.buffer.read(int(rest[1])), rest[2:]
+    if not os.path.exists(path):
+        data = zlib.decompress(carried)
+        if hashlib.sha256(data).hexdigest() != want:
+            stop(91, path + ": the carried file is not the one orch sent")
+        made = ""
+        for part in directory.split("/")[1:]:
+            made += "/" + part
+            try:
+                os.mkdir(made, 0o700)
+            except FileExistsError:
+                pass
+        if unsafe(os.stat(directory)):
+            stop(92, directory + " is not owned by you or is writable by others")
+        temp = path + "." + str(os.getpid()) + ".tmp"
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
+        fd = os.open(temp, flags, 0o600)
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.rename(temp, path)
 try:
     if unsafe(os.stat(directory)):
         stop(92, directory + " is not owned by you or is writable by others")
@@ -121,7 +167,7 @@ if hashlib.sha256(data).hexdigest() != want:
 module = types.ModuleType("__main__")
 module.__file__ = path
 sys.modules["__main__"] = module
-sys.argv = [path] + sys.argv[3:]
+sys.argv = [path] + rest
 sys.path[0] = directory
 exec(compile(data, path, "exec"), module.__dict__)
 """
@@ -180,7 +226,7 @@ class Agent:
             f"set hosts.{host}.python to the interpreter of the venv that holds sglang",
         )
 
-    def _run(self, argv: Sequence[str], timeout: float, stdin: bytes | None = None) -> Any:
+    def _run(self, argv: Sequence[str], stdin: bytes | None, timeout: float) -> Any:
         try:
             return self.transport.run(argv, stdin=stdin, timeout=timeout)
         except ProgramNotFound as exc:
@@ -194,14 +240,23 @@ class Agent:
         args: Sequence[str],
         timeout: float,
         stdin: bytes | None = None,
+        *,
+        carry: bool = False,
     ) -> Any:
-        """Run a pushed file through the checking bootstrap; push it first when the host does
-        not have this version (optimistic: saves an SFTP round trip on every later call)."""
+        """Run a pushed file through the checking bootstrap. Optimistic: when the host does
+        not have this version, the same command again, carrying the file on its stdin (one
+        more command, once per orch version and host; no file transfer). ``carry``: carry it
+        on the first try (57 KB, where a round trip costs more)."""
         argv = (self.deployment.python, "-c", BOOTSTRAP, path, sha256, *args)
-        result = self._run(argv, timeout, stdin)
-        if result.returncode in (BOOT_MISSING, BOOT_CHANGED):
+        if carry:
+            result = self._run(*_carrying(argv, source, stdin), timeout)
+        else:
+            result = self._run(argv, stdin, timeout)
+        if result.returncode == BOOT_MISSING:
+            result = self._run(*_carrying(argv, source, stdin), timeout)
+        if result.returncode == BOOT_CHANGED:  # not what orch pushed under its digest: replace
             self.transport.put(source, path, 0o600)
-            result = self._run(argv, timeout, stdin)
+            result = self._run(argv, stdin, timeout)
         if result.returncode == BOOT_UNSAFE:
             raise self._unsafe(result.stderr)
         return result
@@ -256,10 +311,11 @@ class Agent:
         """An agent command read as JSON lines as they come (its final answer included).
         Pushes the agent first when the host lacks this version, like ``run_pushed``."""
         path = self.deployment.agent_path
-        argv = (self.deployment.python, "-c", BOOTSTRAP, path, AGENT_SHA256, *args)
+        plain = (self.deployment.python, "-c", BOOTSTRAP, path, AGENT_SHA256, *args)
+        argv, given = plain, stdin
         for attempt in (1, 2):
             try:
-                stream = self.transport.stream(argv, stdin=stdin)
+                stream = self.transport.stream(argv, stdin=given)
             except ProgramNotFound as exc:
                 raise self._missing_python(exc) from exc
             said = False
@@ -280,7 +336,10 @@ class Agent:
                 code = stream.returncode
                 if code == BOOT_UNSAFE:
                     raise self._unsafe(stream.stderr)
-                if not said and code in (BOOT_MISSING, BOOT_CHANGED) and attempt == 1:
+                if not said and code == BOOT_MISSING and attempt == 1:
+                    argv, given = _carrying(plain, AGENT_SOURCE, stdin)
+                    continue
+                if not said and code == BOOT_CHANGED and attempt == 1:
                     self.transport.put(AGENT_SOURCE, path, 0o600)
                     continue
                 if not said and code not in (0, 3, None):
@@ -289,10 +348,15 @@ class Agent:
             finally:
                 stream.close()
 
-    def call(self, *args: str, timeout: float = 60.0, stdin: bytes | None = None) -> Any:
-        """Run an agent command; its answer as JSON (decoded by the caller's decoder)."""
+    def call(
+        self, *args: str, timeout: float = 60.0, stdin: bytes | None = None, carry: bool = False
+    ) -> Any:
+        """Run an agent command; its answer as JSON (decoded by the caller's decoder).
+        ``carry``: the agent travels with it (see ``run_pushed``)."""
         path = self.deployment.agent_path
-        result = self.run_pushed(path, AGENT_SOURCE, AGENT_SHA256, args, timeout, stdin)
+        result = self.run_pushed(
+            path, AGENT_SOURCE, AGENT_SHA256, args, timeout, stdin, carry=carry
+        )
         if result.returncode not in (0, 3):
             raise self._failed(args[0], result.returncode, result.stderr)
         try:
@@ -356,7 +420,11 @@ class Agent:
             args += ["--model", model]
         if with_status:
             args += ["--dir", self.deployment.dir]
-        document = self.call(*args, timeout=180.0, stdin=json.dumps(dict(env)).encode())
+        # up's first command: the agent travels with it, so that a host without this orch's
+        # agent costs no extra round trip
+        document = self.call(
+            *args, timeout=180.0, stdin=json.dumps(dict(env)).encode(), carry=with_status
+        )
         status = document.get("status") if isinstance(document, dict) else None
         state = decode_state(status) if isinstance(status, dict) else None
         if isinstance(document, dict) and document.get("facts") == "skipped":
@@ -398,6 +466,15 @@ class Agent:
             timeout=timeout + 60.0,
         )  # fmt: skip
         return decode_stop(document)
+
+    def tail(self, lines: int, bytes_per_line: int, run_id: str | None = None) -> TailReply:
+        """The last ``lines`` of a run's log (default the current run, else the newest), in
+        one command (``agent.py tail``)."""
+        args = ["tail", "--dir", self.deployment.dir, "--lines", str(lines),
+                "--bytes-per-line", str(bytes_per_line)]  # fmt: skip
+        if run_id is not None:
+            args += ["--run", run_id]
+        return decode_tail(self.call(*args))
 
     def runs(self) -> tuple[RunInfo, ...]:
         return self.runs_reply().runs

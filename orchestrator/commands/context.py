@@ -188,9 +188,20 @@ class Context:
             from orchestrator.transport.local import LocalTransport
 
             return LocalTransport(host)
-        from orchestrator.transport.ssh import SSHTransport  # paramiko: only when needed
+        known_hosts = self.known_hosts_files(host)
 
-        return SSHTransport(host, known_hosts_files=self.known_hosts_files(host))
+        def direct() -> Transport:
+            from orchestrator.transport.ssh import SSHTransport  # paramiko: only when needed
+
+            return SSHTransport(host, known_hosts_files=known_hosts)
+
+        if host.persist_s > 0:
+            from orchestrator.transport import mux
+
+            kept = mux.open_persistent(host, known_hosts, direct)
+            if kept is not None:
+                return kept
+        return direct()
 
     def agent(self, profile: Profile) -> Agent:
         """The agent of ``profile``'s deployment on its host (one per command)."""

@@ -205,6 +205,13 @@ def ended_exit_code(verdict: ExitInfo | None, state: str | None) -> ExitCode:
     return exit_code_of(verdict.cls)
 
 
+class Unknown:
+    """Not known yet (``None`` means the file does not exist)."""
+
+
+UNKNOWN = Unknown()
+
+
 class LogTail:
     """One run's ``server.log``, read from an offset: only what is shown, whatever its size.
 
@@ -215,12 +222,23 @@ class LogTail:
     is 256 MiB). Bytes are decoded incrementally: a character cut by a read or by the rotation
     is whole when shown."""
 
-    def __init__(self, transport: Transport, path: str) -> None:
+    def __init__(
+        self,
+        transport: Transport,
+        path: str,
+        *,
+        offset: int = 0,
+        rotated_size: int | Unknown | None = UNKNOWN,
+    ) -> None:
+        """From ``offset``; ``rotated_size``: server.log.1's size when already known (the
+        agent's ``tail`` says it), else asked."""
         self.transport = transport
         self.path = path
         self.rotated_path = f"{path}.1"
-        self.offset = 0
-        self._rotated_size = transport.size(self.rotated_path)
+        self.offset = offset
+        self._rotated_size = (
+            transport.size(self.rotated_path) if isinstance(rotated_size, Unknown) else rotated_size
+        )
         self._decoder = codecs.getincrementaldecoder("utf-8")("replace")
 
     def last_lines(self, lines: int) -> str | None:
@@ -300,24 +318,19 @@ def logs(
     profile = node_profile(ctx, name, rank)
     agent = ctx.agent(profile)
     where = f"{name} on {profile.host.name}"
-    run_id: str | None
-    if run is not None:
-        run_id = pick_run(agent.runs(), run, where).run_id
-    else:
-        current = agent.read_state()
-        run_id = current.run_id if current else None
-    if run_id is None:  # no state yet: the newest run on disk
-        known = agent.runs()
-        if not known:
+    # The last lines come from the host in one command (the current run, else the newest).
+    picked = pick_run(agent.runs(), run, where).run_id if run is not None else None
+    reply = agent.tail(lines, TAIL_BYTES_PER_LINE, picked)
+    if not reply.ok or reply.run_id is None or reply.log is None or reply.size is None:
+        if reply.reason in ("no runs", "not deployed"):
             raise NotDeployed(f"{name} has no runs on {profile.host.name}", f"orch up {name}")
-        run_id = known[-1].run_id
-    path = agent.deployment.run_log(run_id)
-    tail = LogTail(agent.transport, path)
-    text = tail.last_lines(lines)
-    if text is None:
         recent = ", ".join(run.run_id for run in agent.runs()[-RECENT_RUNS:])
-        raise NotDeployed(f"no log for run {run_id} of {name}", f"recent runs: {recent or 'none'}")
-    yield LogChunk(text, run_id, path)
+        raise NotDeployed(
+            f"no log for run {reply.run_id or picked} of {name}", f"recent runs: {recent or 'none'}"
+        )
+    run_id, path = reply.run_id, reply.log
+    tail = LogTail(agent.transport, path, offset=reply.size, rotated_size=reply.rotated_size)
+    yield LogChunk(reply.data.decode("utf-8", "replace"), run_id, path)
     while follow_log:
         shown = False
         for piece in tail.read_new():

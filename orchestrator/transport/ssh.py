@@ -230,6 +230,10 @@ class SSHTransport:
             "check the host and the network; orch connects again on the next command",
         )
 
+    def connected(self) -> bool:
+        """The connection is up (a kept connection's server ends when it is not)."""
+        return self._connected()
+
     def _connected(self) -> bool:
         return self._connection is not None and self._connection.transport.is_active()
 

@@ -217,3 +217,39 @@ def test_probe_with_dir_skips_the_facts_while_the_deployment_runs(deployment: De
     assert answer["status"]["agent_alive"] is True
     assert answer["status"]["state"] == agent.READY
     assert "port" not in answer
+
+
+def _tail(deployment: Deployment, *args: str) -> dict[str, Any]:
+    return _agent("tail", "--dir", str(deployment.dir), *args)
+
+
+def test_tail_answers_the_current_runs_last_lines_and_where_a_follow_goes_on(
+    deployment: Deployment,
+) -> None:
+    program = "".join(f"print('line {n}')\n" for n in range(50)) + "sys.exit(3)\n"
+    run_id = deployment.start(program, restart={"mode": "no"})["state"]["run_id"]
+    deployment.wait_for(agent.EXITED, agent.FATAL)
+    answer = _tail(deployment, "--lines", "3")
+    log = deployment.dir / "runs" / run_id / "server.log"
+    written = log.read_bytes()
+    assert answer["run_id"] == run_id
+    assert base64.b64decode(answer["data"]) == b"".join(written.splitlines(keepends=True)[-3:])
+    assert answer["size"] == len(written)
+    assert answer["rotated_size"] is None
+    # after a rotation the lines the new file lacks come from server.log.1
+    rotated = b"".join(f"old {n}\n".encode() for n in range(10))
+    (log.parent / "server.log.1").write_bytes(rotated)
+    log.write_bytes(b"new 0\nnew 1\n")
+    answer = _tail(deployment, "--lines", "4", "--run", run_id)
+    assert base64.b64decode(answer["data"]) == b"old 8\nold 9\nnew 0\nnew 1\n"
+    assert (answer["size"], answer["rotated_size"]) == (12, len(rotated))
+
+
+def test_tail_refuses_a_run_id_that_is_a_path_and_says_when_there_is_no_run(
+    deployment: Deployment,
+) -> None:
+    assert _tail(deployment, "--run", "../../etc")["ok"] is False
+    deployment.dir.chmod(0o700)
+    answer = _tail(deployment)
+    assert answer["ok"] is False
+    assert answer["reason"] in ("no runs", "not deployed")

@@ -215,3 +215,33 @@ def test_a_nasty_value_reaches_the_server_cmdline_and_environ_unchanged(
 @pytest.fixture(autouse=True)
 def _no_pwned_marker() -> None:
     Path("/tmp/orch-pwned").unlink(missing_ok=True)
+
+
+def test_up_and_logs_over_ssh_ask_the_host_in_as_few_commands_as_they_can(
+    ssh_workspace: Workspace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Round trips decide how orch feels on a host 20-150 ms away: once the host has the agent,
+    ``up`` is two commands on one connection (the status with the probe; the start with the
+    follow and the inspection) and ``logs -n`` one, with no file transfer."""
+    from orchestrator.transport.ssh import SSHTransport
+
+    name = ssh_workspace.profile("trips")
+    assert ssh_workspace.orch("status", name).code == ExitCode.OK  # the agent is pushed here
+    counted: list[tuple[int, int]] = []
+    real_close = SSHTransport.close
+
+    def close(transport: SSHTransport) -> None:
+        counted.append((transport.commands_run, transport.file_operations))
+        real_close(transport)
+
+    monkeypatch.setattr(SSHTransport, "close", close)
+    up = ssh_workspace.orch("up", name, "--no-plan")
+    assert up.code == ExitCode.OK, up.err
+    assert ", 0 drift" in up.out  # compared with the inspection the stream brought
+    assert counted == [(2, 0)]  # (commands, SFTP operations)
+    counted.clear()
+    logs = ssh_workspace.orch("logs", name, "-n", "1000")
+    assert logs.code == ExitCode.OK, logs.err
+    assert "The server is fired up and ready to roll!" in logs.out
+    assert "server_args=" in logs.out  # from its start: the whole log holds under 1000 lines
+    assert counted == [(1, 0)]
