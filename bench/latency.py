@@ -5,6 +5,7 @@ relay counted), bytes. Figures, not assertions."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -12,6 +13,9 @@ import tempfile
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
+
+import psutil
+import yaml
 
 from bench.__main__ import (
     MODEL,
@@ -31,6 +35,7 @@ from orchestrator.commands.context import Context
 from orchestrator.commands.events import Outcome
 from orchestrator.commands.up import up
 from orchestrator.profile import ProfileStore
+from orchestrator.transport import mux
 from orchestrator.transport.ssh import SSHTransport
 from tests.ssh.sshd import free_port
 
@@ -89,6 +94,39 @@ def _ssh(lab: Lab, host: str, command: str, stdin: str | None = None) -> Callabl
             raise RuntimeError(f"ssh {host} {command!r}: exit {done.returncode}: {done.stderr}")
 
     return run
+
+
+def _kept_connection(lab: Lab, host: str, name: str, runs: int, bench: str) -> list[Row]:
+    """The same commands with ``persist_s`` on the host: the first starts the kept connection,
+    the later ones reach the host through it (transport/mux.py)."""
+    inventory = lab.profiles / "hosts.yaml"
+    plain = inventory.read_text()
+    document = yaml.safe_load(plain)
+    document["hosts"][host]["persist_s"] = 300
+    inventory.write_text(yaml.safe_dump(document))
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="orch-bench-mux-") as sockets:
+        os.environ[mux.MUX_DIR_ENV] = sockets
+        try:
+            first = _measured(lab, [host], _orch(lab, "status", name))
+            rows.append(Row(bench, "orch status, persist_s: the first (starts the connection)",
+                            _shown(*first)))  # fmt: skip
+            for figure, argv in (("status", ("status", name)),
+                                 ("logs -n 100", ("logs", name, "-n", "100")),
+                                 ("diff-effective", ("diff-effective", name))):  # fmt: skip
+                kept = _median_of([_measured(lab, [host], _orch(lab, *argv)) for _ in range(runs)])
+                rows.append(Row(bench, f"orch {figure}, persist_s: a later command",
+                                _shown(*kept)))  # fmt: skip
+        finally:
+            inventory.write_text(plain)
+            for process in psutil.process_iter(["cmdline"]):
+                with contextlib.suppress(psutil.Error):
+                    if "orchestrator.transport.mux" in (process.info["cmdline"] or []) and (
+                        process.environ().get(mux.MUX_DIR_ENV) == sockets
+                    ):
+                        process.kill()
+            del os.environ[mux.MUX_DIR_ENV]
+    return rows
 
 
 def latency(delays: Sequence[float], runs: int, many: Sequence[int]) -> list[Section]:
@@ -195,6 +233,7 @@ def _one_delay(lab: Lab, delay: float, runs: int, many: Sequence[int]) -> Sectio
                              for _ in range(runs)])  # fmt: skip
         rows.append(Row(bench, f"orch {figure}", _shown(*ours)))
         rows.append(Row(bench, f"hand-written: ssh '{by_hand.split()[0]} ...'", _shown(*theirs)))
+    rows += _kept_connection(lab, host, name, runs, bench)
     down = _measured(lab, [host], _orch(lab, "down", name))
     rows.append(Row(bench, "orch down", _shown(*down)))
 

@@ -118,7 +118,7 @@ def _context(args: argparse.Namespace, output: _Output) -> Context:
 
 
 def _cmd_render(args: argparse.Namespace, output: _Output) -> int:
-    from orchestrator import render, show
+    from orchestrator import render
 
     loaded = _store(args).load(args.profile)
     for found in loaded.findings:
@@ -143,6 +143,8 @@ def _cmd_render(args: argparse.Namespace, output: _Output) -> int:
     elif group is None or args.node is not None:
         output.print(render.format_command(commands[0], multiline=not args.one_line))
     else:
+        from orchestrator import show  # the event formatters: only a group's commands need it
+
         for text in show.group_commands(profile, commands, one_line=args.one_line):
             output.print(text)
     return ExitCode.OK

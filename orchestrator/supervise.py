@@ -18,7 +18,6 @@ import functools
 import hashlib
 import json
 import posixpath
-import secrets
 import zlib
 from collections.abc import Generator, Mapping, Sequence
 from dataclasses import dataclass
@@ -484,12 +483,12 @@ class Agent:
         return decode_runs_reply(self.call("runs", "--dir", self.deployment.dir))
 
     def plan(self, request: Mapping[str, Any], timeout: float = 300.0) -> PlanAnswer:
-        """Run SGLang's parsing and resolution on the host (``sglang_probe.py``); the request,
-        which carries the server's environment, goes 0600 and is removed once read."""
+        """Run SGLang's parsing and resolution on the host (``sglang_probe.py -``); the
+        request, which carries the server's environment, travels on the command's stdin (no
+        file, no transfer of its own)."""
         probe = self.deployment.probe_path
-        pending = posixpath.join(posixpath.dirname(probe), f".plan-{secrets.token_hex(6)}.json")
-        self.transport.put(json.dumps(dict(request)).encode(), pending, 0o600)
-        result = self.run_pushed(probe, PROBE_SOURCE, PROBE_SHA256, (pending,), timeout)
+        stdin = json.dumps(dict(request)).encode()
+        result = self.run_pushed(probe, PROBE_SOURCE, PROBE_SHA256, ("-",), timeout, stdin)
         answer = last_json_line(result.stdout, result.stderr, result.returncode, "sglang_probe.py")
         return decode_plan_answer(answer)
 

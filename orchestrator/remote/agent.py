@@ -1254,6 +1254,12 @@ class ServerProcess(Protocol):
         """Let the reader of the output reach its end, waiting at most ``timeout`` seconds
         (children that outlive the server can hold the pipe open)."""
 
+    @property
+    def ended(self) -> threading.Event:
+        """Set as soon as the process ended (before it is reaped): the supervisor's loop waits
+        on it between looks, so a death is seen when it happens, not at the next look."""
+        ...
+
 
 class World(Protocol):
     """The supervisor's contacts with the world outside it: RealWorld on a host, a scripted
@@ -1361,6 +1367,18 @@ class _Spawned:
         self._output = output
         self._thread = threading.Thread(target=self._pump, name="log-pump", daemon=True)
         self._thread.start()
+        self.ended = threading.Event()
+        threading.Thread(target=self._wait_exit, name="exit-waiter", daemon=True).start()
+
+    def _wait_exit(self) -> None:
+        """Block until the child ends, leaving it to be reaped by ``poll`` (WNOWAIT): the
+        exit status stays Popen's."""
+        try:
+            os.waitid(os.P_PID, self.pid, os.WEXITED | os.WNOWAIT)
+        except (ChildProcessError, OSError, AttributeError):  # reaped already; no waitid
+            pass
+        finally:
+            self.ended.set()
 
     def _pump(self) -> None:
         """Read as fast as the server writes (a full pipe blocks the server): each read is
@@ -2663,7 +2681,7 @@ class Supervisor:
                         ended_by = self._give_up(process, tracked, HUNG, f"{why}: stopped")
                         break
             tracked.refresh()
-            self.clock.sleep(0.05)
+            self.clock.wait(process.ended, 0.05)  # a death wakes it at once
         self._exit_noticed = self.clock.monotonic()
         returncode = process.wait()
         # Children that outlive the server hold its output pipe open: give the last lines a
@@ -3266,6 +3284,7 @@ class _Adopted:
         self._world = world
         self._clock = clock
         self._returncode: int | None = None
+        self.ended = threading.Event()  # not our child: seen ended at a look, never woken
 
     def poll(self) -> int | None:
         if self._returncode is None and not same_process(
@@ -3660,7 +3679,7 @@ def cmd_status(deployment_dir: str) -> dict[str, Any]:
     return state
 
 
-WATCH_TICK_S = 0.02  # the watcher's own polling, on the host: files and /proc, no round trip
+WATCH_TICK_S = 0.01  # the watcher's own polling, on the host: two small reads, no round trip
 WATCH_BEAT_S = 1.0  # a line at least this often: a dead connection ends the watcher (EPIPE)
 WATCH_CHECK_S = 0.25  # how often the watcher checks that the supervisor is alive
 WATCH_CHUNK = 1 << 20

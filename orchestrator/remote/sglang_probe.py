@@ -55,6 +55,7 @@ if sys.path and os.path.abspath(sys.path[0] or ".") == os.path.dirname(os.path.a
 
 import contextlib
 import dataclasses
+import fcntl
 import importlib
 import io
 import json
@@ -1224,23 +1225,60 @@ def _resolve_without_mfs(module: Any, args: list[str]) -> Any:
 IN_ENV_FLAG = "--in-server-env"
 
 
+def _handed_on(data: bytes, directory: str) -> tuple[str, bool]:
+    """Where the request read from stdin waits for the probe started again under the server's
+    environment: a pipe it inherits (``/dev/fd/N``: never a file), or, when the request
+    outgrows the pipe, a 0600 file it removes once read. The path, and whether it is a file."""
+    reader, writer = os.pipe()
+    with contextlib.suppress(OSError, AttributeError):
+        fcntl.fcntl(writer, fcntl.F_SETPIPE_SZ, 1 << 20)
+    try:
+        room = fcntl.fcntl(writer, fcntl.F_GETPIPE_SZ)
+    except (OSError, AttributeError):
+        room = 1 << 16
+    if len(data) < room:
+        os.write(writer, data)
+        os.close(writer)
+        os.set_inheritable(reader, True)
+        return f"/dev/fd/{reader}", False
+    os.close(reader)
+    os.close(writer)
+    fd, path = tempfile.mkstemp(prefix=".plan-", suffix=".json", dir=directory)
+    with os.fdopen(fd, "wb") as handle:  # mkstemp: 0600
+        handle.write(data)
+    return path, True
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if not argv or len(argv) > 2 or (len(argv) == 2 and argv[1] != IN_ENV_FLAG):
-        sys.stderr.write("usage: sglang_probe.py REQUEST.json\n")
+        sys.stderr.write("usage: sglang_probe.py REQUEST.json|-\n")
         return 2
-    with open(argv[0], encoding="utf-8") as handle:
-        request = json.load(handle)
+    source = argv[0]
+    if source == "-":  # the request on stdin (orch's way: it holds the server's environment)
+        data = sys.stdin.buffer.read()
+        request = json.loads(data)
+        request["remove_request"] = False
+    else:
+        with open(source, "rb") as handle:
+            data = handle.read()
+        request = json.loads(data)
     env = {str(k): str(v) for k, v in (request.get("env") or {}).items()}
     if env and IN_ENV_FLAG not in argv:
         # Start again under the server's environment, as the server starts: PYTHONPATH,
         # LD_LIBRARY_PATH and SGLANG_* take effect only from the interpreter's start.
         merged = {**os.environ, **env}
         script = os.path.abspath(__file__)
-        os.execve(sys.executable, [sys.executable, script, argv[0], IN_ENV_FLAG], merged)
-    if request.get("remove_request"):
+        if source == "-":
+            source, is_file = _handed_on(data, os.path.dirname(script))
+            if is_file:
+                request["remove_request"] = True
+                with open(source, "w", encoding="utf-8") as handle:
+                    json.dump(request, handle)
+        os.execve(sys.executable, [sys.executable, script, source, IN_ENV_FLAG], merged)
+    if request.get("remove_request") and not source.startswith("/dev/fd/"):
         with contextlib.suppress(FileNotFoundError):
-            os.unlink(argv[0])  # it holds the server's environment (tokens)
+            os.unlink(source)  # it holds the server's environment (tokens)
     try:
         result = plan(request)
     except ImportError as exc:

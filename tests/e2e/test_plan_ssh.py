@@ -25,6 +25,9 @@ def test_plan_on_the_host_predicts_the_override_with_provenance(ssh_workspace: W
     assert "orch's stand-in, NOT SGLang" in text.out
     assert "1 field the profile sets would change" in text.out
     assert not (ssh_workspace.deployment_dir(name) / "runs").exists()  # planning starts nothing
+    # the request (the server's environment) went on stdin, through a pipe to the probe started
+    # again under that environment: no file was written for it
+    assert list((ssh_workspace.workdir / ".orch").glob(".plan-*")) == []
 
 
 def test_up_refuses_what_sglang_would_reject_and_force_launches_it(

@@ -220,13 +220,13 @@ def _no_pwned_marker() -> None:
 def test_up_and_logs_over_ssh_ask_the_host_in_as_few_commands_as_they_can(
     ssh_workspace: Workspace, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Round trips decide how orch feels on a host 20-150 ms away: once the host has the agent,
-    ``up`` is two commands on one connection (the status with the probe; the start with the
-    follow and the inspection) and ``logs -n`` one, with no file transfer."""
+    """Round trips decide how orch feels on a host 20-150 ms away: ``up`` is two commands on
+    one connection (the status with the probe, the agent carried on its stdin; the start with
+    the follow and the inspection) and ``logs -n`` one, with no file transfer, even on a host
+    that has never seen this orch's agent."""
     from orchestrator.transport.ssh import SSHTransport
 
     name = ssh_workspace.profile("trips")
-    assert ssh_workspace.orch("status", name).code == ExitCode.OK  # the agent is pushed here
     counted: list[tuple[int, int]] = []
     real_close = SSHTransport.close
 
@@ -235,6 +235,7 @@ def test_up_and_logs_over_ssh_ask_the_host_in_as_few_commands_as_they_can(
         real_close(transport)
 
     monkeypatch.setattr(SSHTransport, "close", close)
+    assert not (ssh_workspace.workdir / ".orch").exists()  # a host without the agent
     up = ssh_workspace.orch("up", name, "--no-plan")
     assert up.code == ExitCode.OK, up.err
     assert ", 0 drift" in up.out  # compared with the inspection the stream brought
@@ -245,3 +246,25 @@ def test_up_and_logs_over_ssh_ask_the_host_in_as_few_commands_as_they_can(
     assert "The server is fired up and ready to roll!" in logs.out
     assert "server_args=" in logs.out  # from its start: the whole log holds under 1000 lines
     assert counted == [(1, 0)]
+    (pushed,) = (ssh_workspace.workdir / ".orch").glob("agent-*.py")
+    assert oct(pushed.stat().st_mode & 0o777) == "0o600"
+    assert oct((ssh_workspace.workdir / ".orch").stat().st_mode & 0o777) == "0o700"
+
+
+def test_a_command_on_a_host_without_the_agent_carries_it_on_a_second_try(
+    ssh_workspace: Workspace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from orchestrator.transport.ssh import SSHTransport
+
+    counted: list[tuple[int, int]] = []
+    real_close = SSHTransport.close
+
+    def close(transport: SSHTransport) -> None:
+        counted.append((transport.commands_run, transport.file_operations))
+        real_close(transport)
+
+    monkeypatch.setattr(SSHTransport, "close", close)
+    name = ssh_workspace.profile("fresh")
+    status = ssh_workspace.orch("status", name)
+    assert status.code == ExitCode.OK, status.err
+    assert counted == [(2, 0)]  # refused as missing, then the same command carrying it

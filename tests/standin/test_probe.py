@@ -147,3 +147,20 @@ def test_orch_plan_reports_the_plugin_and_the_default_it_changed(tmp_path: Path)
     assert code == ExitCode.OK, err.getvalue()
     locked = json.loads((root / "plugged.lock.json").read_text())
     assert locked["effective"]["chunked_prefill_size"] == PLUGIN_CHUNKED_PREFILL  # not 8192
+
+
+def test_a_request_on_stdin_is_handed_on_through_a_pipe_or_a_private_file(tmp_path: Path) -> None:
+    """``sglang_probe.py -`` starts again under the server's environment: the request goes
+    through a pipe the new process inherits, or, larger than the pipe, a 0600 file."""
+    from orchestrator.remote import sglang_probe
+
+    small = b'{"argv": []}'
+    path, is_file = sglang_probe._handed_on(small, str(tmp_path))
+    assert (path.startswith("/dev/fd/"), is_file) == (True, False)
+    assert Path(path).read_bytes() == small
+    large = b" " * (8 << 20) + small
+    path, is_file = sglang_probe._handed_on(large, str(tmp_path))
+    assert is_file
+    assert Path(path).parent == tmp_path
+    assert oct(Path(path).stat().st_mode & 0o777) == "0o600"
+    assert Path(path).read_bytes() == large

@@ -387,3 +387,24 @@ def test_validation_secret_in_args_warns_that_the_process_list_shows_it(
     assert warning.hint is not None
     assert "SGLang 0.5.11 reads --api-key from its command line only" in warning.hint
     assert "env:" in warning.hint
+
+
+# -- a host's kept connection (issue 16) --------------------------------------------------------
+
+
+def test_inventory_persist_s_is_read_and_bounded(profile_dir: ProfileDir) -> None:
+    profile_dir.write("hosts.yaml", "hosts:\n  box: {address: b, python: /v/bin/python}\n")
+    profile_dir.write("p", "host: box\nmodel: {path: /m}\n")
+    assert profile_dir.store().load("p").profile.host.persist_s == 0  # off unless asked
+    profile_dir.write(
+        "hosts.yaml", "hosts:\n  box: {address: b, python: /v/bin/python, persist_s: 600}\n"
+    )
+    assert profile_dir.store().load("p").profile.host.persist_s == 600
+    profile_dir.write(
+        "hosts.yaml", "hosts:\n  box: {address: b, python: /v/bin/python, persist_s: -1}\n"
+    )
+    with pytest.raises(InvalidProfile) as caught:
+        profile_dir.store().load("p")
+    [error] = caught.value.errors
+    assert error.key_path == "hosts.box.persist_s"
+    assert error.problem.startswith("expected a number in 0..")

@@ -117,6 +117,7 @@ class ScriptedServer:
         self._started = clock.monotonic()
         self._next_line = 0
         self.returncode: int | None = None
+        self.ended = threading.Event()  # the loop's wait times out on the fake clock instead
 
     def _elapsed(self) -> float:
         return self._clock.monotonic() - self._started
