@@ -14,10 +14,12 @@ READY ahead of the READY state).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import json
 import posixpath
+import threading
 import zlib
 from collections.abc import Generator, Mapping, Sequence
 from dataclasses import dataclass
@@ -55,8 +57,50 @@ from orchestrator.protocol import (
 )
 from orchestrator.remote import agent as agent_module
 from orchestrator.remote.agent import PROTOCOL
-from orchestrator.transport import Transport, expand_home
+from orchestrator.transport import Stream, Transport, expand_home
 from orchestrator.verify import Observation
+
+
+class PendingStart:
+    """``agent.py start --watch`` opened before its spec is known (``Agent.open_start``)."""
+
+    def __init__(self, agent: Agent, args: tuple[str, ...]) -> None:
+        self._agent = agent
+        self._args = args
+        self._opened: Stream | None = None
+        self._done = False
+        deployment = agent.deployment
+        self._argv = (deployment.python, "-c", BOOTSTRAP, deployment.agent_path, AGENT_SHA256,
+                      "--stdin-first", *args)  # fmt: skip
+        self._thread = threading.Thread(target=self._open, name="orch-open-start", daemon=True)
+        self._thread.start()
+
+    def _open(self) -> None:
+        with contextlib.suppress(OrchError, OSError):  # send() starts it again and says why
+            self._opened = self._agent.transport.stream(self._argv, hold_stdin=True)
+
+    def send(
+        self, spec: Mapping[str, Any], launch_script: str
+    ) -> tuple[StartReply, Generator[dict[str, Any], None, None] | None]:
+        """Start: the spec and the launch script on the waiting command's stdin."""
+        self._thread.join()
+        self._done = True
+        bundle = json.dumps({"spec": dict(spec), "launch_script": launch_script}).encode()
+        opened = self._opened
+        if opened is not None:
+            opened.finish_stdin(bundle)
+        events = self._agent._stream(self._args, bundle, opened=opened, stdin_first=True)
+        return self._agent._started(events)
+
+    def cancel(self) -> None:
+        """Called off: an empty stdin, on which the bootstrap ends having done nothing."""
+        if self._done:
+            return
+        self._done = True
+        self._thread.join()
+        if self._opened is not None:
+            self._opened.finish_stdin(b"")
+            self._opened.close()
 
 
 @functools.cache
@@ -116,6 +160,10 @@ PROBE_DIGEST = PROBE_SHA256[:12]
 # zlib-compressed, sent with the command instead of by a file transfer of its own. Written when
 # the host lacks it (0600, atomically; missing directories 0700), checked like any other, then
 # run with the rest of stdin.
+#
+# ``--stdin-first`` (after ``--carried``, if both): all of stdin is read before anything else is
+# looked at; empty, it ends there, having done nothing. A command can thus be started before
+# orch knows what it will send it (``Agent.open_start``), and called off.
 BOOTSTRAP = """\
 import hashlib, os, sys, types, zlib
 path, want = sys.argv[1], sys.argv[2]
@@ -149,6 +197,12 @@ if rest[:1] == ["--carried"]:
             handle.flush()
             os.fsync(handle.fileno())
         os.rename(temp, path)
+if rest[:1] == ["--stdin-first"]:
+    import io
+    rest, held = rest[1:], sys.stdin.buffer.read()
+    if not held:
+        raise SystemExit(0)
+    sys.stdin = io.TextIOWrapper(io.BytesIO(held), encoding="utf-8")
 try:
     if unsafe(os.stat(directory)):
         stop(92, directory + " is not owned by you or is writable by others")
@@ -279,20 +333,20 @@ class Agent:
                 "--seconds", f"{max(seconds, 1.0):.0f}")  # fmt: skip
         return self._stream((*args, *_inspect_args(inspect)))
 
-    def start_following(
-        self,
-        spec: Mapping[str, Any],
-        launch_script: str,
-        seconds: float,
-        inspect: InspectRequest | None = None,
-    ) -> tuple[StartReply, Generator[dict[str, Any], None, None] | None]:
-        """``start`` and ``watch`` in one command (``agent.py start --watch``): the supervisor's
-        answer, then, when it started a run, that run's startup streamed on the same channel
-        (None when it did not). One round trip where start, watch and inspect took three."""
-        bundle = json.dumps({"spec": dict(spec), "launch_script": launch_script}).encode()
+    def open_start(self, seconds: float, inspect: InspectRequest | None = None) -> PendingStart:
+        """``start`` and ``watch`` in one command (``agent.py start --watch``), its channel
+        opened now, on a thread, while orch still checks the launch; ``PendingStart.send``
+        gives it the spec, ``cancel`` calls it off (the agent then does nothing). The opening,
+        and sshd's opening of the channel's window for stdin, overlap the probe's round trips."""
         args = ("start", "--dir", self.deployment.dir, "--spec", "-",
                 "--watch", f"{max(seconds, 1.0):.0f}", *_inspect_args(inspect))  # fmt: skip
-        events = self._stream(args, stdin=bundle)
+        return PendingStart(self, args)
+
+    def _started(
+        self, events: Generator[dict[str, Any], None, None]
+    ) -> tuple[StartReply, Generator[dict[str, Any], None, None] | None]:
+        """The supervisor's answer, then, when it started a run, that run's startup streamed on
+        the same channel (None when it did not)."""
         first = next(events, None)
         if first is not None and isinstance(first.get("start"), dict):
             return decode_start(first["start"]), events
@@ -305,18 +359,27 @@ class Agent:
         return decode_start(first), None  # refused: no run to follow
 
     def _stream(
-        self, args: Sequence[str], stdin: bytes | None = None
+        self,
+        args: Sequence[str],
+        stdin: bytes | None = None,
+        *,
+        opened: Stream | None = None,
+        stdin_first: bool = False,
     ) -> Generator[dict[str, Any], None, None]:
         """An agent command read as JSON lines as they come (its final answer included).
-        Pushes the agent first when the host lacks this version, like ``run_pushed``."""
+        Pushes the agent first when the host lacks this version, like ``run_pushed``.
+        ``opened``: the command already started (its stdin given); ``stdin_first``: it was
+        started with the bootstrap's ``--stdin-first``."""
         path = self.deployment.agent_path
-        plain = (self.deployment.python, "-c", BOOTSTRAP, path, AGENT_SHA256, *args)
+        plain = (self.deployment.python, "-c", BOOTSTRAP, path, AGENT_SHA256,
+                 *(("--stdin-first",) if stdin_first else ()), *args)  # fmt: skip
         argv, given = plain, stdin
         for attempt in (1, 2):
             try:
-                stream = self.transport.stream(argv, stdin=given)
+                stream = opened or self.transport.stream(argv, stdin=given)
             except ProgramNotFound as exc:
                 raise self._missing_python(exc) from exc
+            opened = None
             said = False
             try:
                 while True:

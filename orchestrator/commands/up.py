@@ -23,7 +23,7 @@ from orchestrator.commands.follow import Clock, StartupLog, follow, follow_secon
 from orchestrator.errors import Conflict, ExitCode, NotDeployed, NotResolved, OrchError
 from orchestrator.model import RunState
 from orchestrator.protocol import build_spec, decode_inspect
-from orchestrator.supervise import Agent
+from orchestrator.supervise import Agent, PendingStart
 
 SAME_LAUNCH_WAIT_S = 5.0  # how long a loser of the start lock waits for the winner's state
 
@@ -50,6 +50,31 @@ def up(
     yield Step(f"{profile.name} on {profile.host.name} ({where}), workdir {agent.deployment.dir}")
 
     member = launch.primary
+    # The start's command is opened now and waits for its spec while the launch is checked:
+    # its round trips overlap the probe's. Called off (it then does nothing) unless sent.
+    pending = agent.open_start(
+        follow_seconds(profile), effective.inspect_request(profile, sorted(member.env))
+    )
+    try:
+        yield from _up(ctx, launch, agent, pending, replace_running=replace_running,
+                       check_plan=check_plan, force=force, take_over=take_over)  # fmt: skip
+    finally:
+        pending.cancel()
+
+
+def _up(
+    ctx: Context,
+    launch: Launch,
+    agent: Agent,
+    pending: PendingStart,
+    *,
+    replace_running: bool,
+    check_plan: bool,
+    force: bool,
+    take_over: bool,
+) -> Iterator[UpEvent]:
+    profile = launch.profile
+    member = launch.primary
     # One command: the deployment's status, and the host's facts when nothing of it runs.
     current, facts = agent.status_and_probe(
         profile.port, profile.model.path or None, profile.bind, member.env
@@ -59,6 +84,7 @@ def up(
         ownership.check(profile, current, ctx.origin(), "up", take_over=take_over)
     if current.unsupervised:
         if current.launch_digest == launch.digest:
+            pending.cancel()  # nothing new starts here
             adopted = _adopt(agent)
             if adopted is not None:
                 yield Step(
@@ -78,6 +104,7 @@ def up(
         replacing = current
     elif current.alive:
         if current.launch_digest == launch.digest:
+            pending.cancel()  # nothing new starts here
             yield Attached(current)
             yield from _follow_and_verify(ctx, launch, agent, current)
             return
@@ -114,10 +141,7 @@ def up(
         meta["memory_plan"] = memory.predicted_figures(budget)
     spec = build_spec(profile, member.argv, member.env, meta)
     # Started and followed on one channel; the inspection of the server comes with its READY.
-    inspect = effective.inspect_request(profile, sorted(member.env))
-    reply, events = agent.start_following(
-        spec, render.launcher_script(member.command), follow_seconds(profile), inspect
-    )
+    reply, events = pending.send(spec, render.launcher_script(member.command))
     if not reply.ok or reply.state is None:
         winner = _same_launch_winner(ctx, agent, launch.digest)
         if winner is not None:

@@ -43,6 +43,11 @@ class Stream(Protocol):
         """Stop reading; the command is ended (its channel closed, or the process killed)."""
         ...
 
+    def finish_stdin(self, data: bytes) -> None:
+        """Send ``data`` on the command's stdin, then its end (a stream opened with
+        ``hold_stdin``: the command started while what it reads was still being decided)."""
+        ...
+
     @property
     def returncode(self) -> int | None:
         """The exit status once the command ended and its output was read, else None."""
@@ -68,10 +73,13 @@ class Transport(Protocol):
         timeout; any other exit status is the result's ``returncode``."""
         ...
 
-    def stream(self, argv: Sequence[str], *, stdin: bytes | None = None) -> Stream:
+    def stream(
+        self, argv: Sequence[str], *, stdin: bytes | None = None, hold_stdin: bool = False
+    ) -> Stream:
         """Start ``argv`` (no shell on our side) and read its stdout line by line as it comes:
-        one command, no round trip per look. ``stdin`` is sent with the command, then closed.
-        Raises ProgramNotFound like ``run``."""
+        one command, no round trip per look. ``stdin`` is sent with the command, then closed;
+        with ``hold_stdin`` it stays open until ``Stream.finish_stdin``. Raises
+        ProgramNotFound like ``run``."""
         ...
 
     def put(self, data: bytes, path: str, mode: int) -> None:

@@ -41,7 +41,18 @@ class LocalStream:
     def readline(self, timeout: float) -> bytes | None:
         return self._lines.readline(timeout)
 
+    def finish_stdin(self, data: bytes) -> None:
+        if self._process.stdin is None:
+            raise ValueError("this stream's stdin was not held open")
+        with contextlib.suppress(BrokenPipeError):  # it ended without reading: its exit says
+            self._process.stdin.write(data)
+        with contextlib.suppress(BrokenPipeError):
+            self._process.stdin.close()
+
     def close(self) -> None:
+        if self._process.stdin is not None and not self._process.stdin.closed:
+            with contextlib.suppress(BrokenPipeError):
+                self._process.stdin.close()
         if self._process.poll() is None:
             self._process.kill()
         self._process.wait()
@@ -91,12 +102,14 @@ class LocalTransport:
             raise ProgramNotFound(argv[0], self._host.name, reason) from exc
         return CommandResult(argv, done.returncode, done.stdout, done.stderr)
 
-    def stream(self, argv: Sequence[str], *, stdin: bytes | None = None) -> LocalStream:
+    def stream(
+        self, argv: Sequence[str], *, stdin: bytes | None = None, hold_stdin: bool = False
+    ) -> LocalStream:
         argv = tuple(argv)
         try:
             process = subprocess.Popen(
                 argv,
-                stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
+                stdin=subprocess.PIPE if stdin or hold_stdin else subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
             )
@@ -105,12 +118,10 @@ class LocalTransport:
             if reason is None:
                 raise
             raise ProgramNotFound(argv[0], self._host.name, reason) from exc
-        if stdin and process.stdin is not None:
-            with contextlib.suppress(BrokenPipeError):  # it ended without reading: its exit says
-                process.stdin.write(stdin)
-            with contextlib.suppress(BrokenPipeError):
-                process.stdin.close()
-        return LocalStream(process)
+        stream = LocalStream(process)
+        if stdin and not hold_stdin:
+            stream.finish_stdin(stdin)
+        return stream
 
     def put(self, data: bytes, path: str, mode: int) -> None:
         target = Path(path).expanduser()

@@ -229,13 +229,16 @@ class MuxTransport:
             _unb64(answer["stderr"]),
         )  # fmt: skip
 
-    def stream(self, argv: Sequence[str], *, stdin: bytes | None = None) -> Stream:
+    def stream(
+        self, argv: Sequence[str], *, stdin: bytes | None = None, hold_stdin: bool = False
+    ) -> Stream:
         client = self._connect()
         if client is None:
-            return self._fallback().stream(argv, stdin=stdin)
+            return self._fallback().stream(argv, stdin=stdin, hold_stdin=hold_stdin)
         self.commands_run += 1
         try:
-            request = {"op": "stream", "argv": list(argv), "stdin": _b64(stdin or b"")}
+            request = {"op": "stream", "argv": list(argv), "stdin": _b64(stdin or b""),
+                       "hold_stdin": hold_stdin}  # fmt: skip
             client.sendall(json.dumps(request).encode() + b"\n")
         except OSError as exc:
             client.close()
@@ -328,6 +331,11 @@ class MuxStream:
         with contextlib.suppress(OSError):
             self._client.shutdown(socket.SHUT_RDWR)
         self._client.close()
+
+    def finish_stdin(self, data: bytes) -> None:
+        """The held stdin, as the request's second line: the server sends it on the channel."""
+        with contextlib.suppress(OSError):
+            self._client.sendall(json.dumps({"stdin": _b64(data)}).encode() + b"\n")
 
     @property
     def returncode(self) -> int | None:
@@ -447,7 +455,7 @@ class MuxServer:
             with client, client.makefile("rb") as requests:
                 request = json.loads(requests.readline() or b"null")
                 if isinstance(request, dict):
-                    self._handle(client, request)
+                    self._handle(client, request, requests)
         except (OSError, ValueError):
             pass  # the client went away: nothing to answer
         finally:
@@ -455,14 +463,14 @@ class MuxServer:
                 self.busy -= 1
                 self.last_used = time.monotonic()
 
-    def _handle(self, client: socket.socket, request: dict[str, Any]) -> None:
+    def _handle(self, client: socket.socket, request: dict[str, Any], requests: Any) -> None:
         def send(document: dict[str, Any]) -> None:
             client.sendall(json.dumps(document).encode() + b"\n")
 
         op = request.get("op")
         try:
             if op == "stream":
-                self._stream(client, request, send)
+                self._stream(client, request, send, requests)
                 return
             send(self._answer(op, request))
         except Exception as exc:  # noqa: BLE001 - every failure is the client's to raise
@@ -493,9 +501,18 @@ class MuxServer:
         raise ConnectError(f"unknown operation {op!r}")
 
     def _stream(
-        self, client: socket.socket, request: dict[str, Any], send: Callable[[dict[str, Any]], None]
+        self,
+        client: socket.socket,
+        request: dict[str, Any],
+        send: Callable[[dict[str, Any]], None],
+        requests: Any,
     ) -> None:
-        stream = self.transport.stream(request["argv"], stdin=_unb64(request["stdin"]) or None)
+        held = bool(request.get("hold_stdin"))
+        stream = self.transport.stream(
+            request["argv"], stdin=_unb64(request["stdin"]) or None, hold_stdin=held
+        )
+        if held:
+            threading.Thread(target=self._pass_stdin, args=(stream, requests), daemon=True).start()
         try:
             while True:
                 line = stream.readline(0.5)
@@ -509,6 +526,16 @@ class MuxServer:
             send({"returncode": stream.returncode, "stderr": _b64(stream.stderr)})
         finally:
             stream.close()
+
+    @staticmethod
+    def _pass_stdin(stream: Stream, requests: Any) -> None:
+        """The held stdin, when the client sends it (its end, when the client goes away)."""
+        data = b""
+        with contextlib.suppress(OSError, ValueError):
+            line = requests.readline()
+            document = json.loads(line) if line else {}
+            data = _unb64(document.get("stdin", "")) if isinstance(document, dict) else b""
+        stream.finish_stdin(data)
 
 
 def _hung_up(client: socket.socket) -> bool:

@@ -138,6 +138,14 @@ class SSHStream:
         with contextlib.suppress(OSError, EOFError, paramiko.SSHException):
             self._channel.close()
 
+    def finish_stdin(self, data: bytes) -> None:
+        try:
+            if data:
+                self._channel.sendall(data)
+            self._channel.shutdown_write()
+        except (OSError, EOFError, paramiko.SSHException):
+            pass  # the command ended without reading it all: its exit status says what it did
+
     @property
     def returncode(self) -> int | None:
         if not self._lines.ended:
@@ -324,11 +332,15 @@ class SSHTransport:
         # -1 with the connection up: killed by a signal (paramiko does not expose exit-signal).
         return CommandResult(argv, status, bytes(stdout), bytes(stderr))
 
-    def stream(self, argv: Sequence[str], *, stdin: bytes | None = None) -> SSHStream:
+    def stream(
+        self, argv: Sequence[str], *, stdin: bytes | None = None, hold_stdin: bool = False
+    ) -> SSHStream:
         argv = tuple(argv)
         channel = self._exec(argv)
+        if hold_stdin:
+            return SSHStream(channel, self._host.name, argv)
         try:
-            if stdin:  # sent behind the exec request: no round trip of its own
+            if stdin:  # sent behind the exec request, once sshd opens the channel's window
                 channel.sendall(stdin)
             channel.shutdown_write()
         except (OSError, EOFError, paramiko.SSHException) as exc:

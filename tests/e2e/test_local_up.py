@@ -95,7 +95,7 @@ def test_up_walks_one_profile_through_each_stage_once(
     from orchestrator import render
     from orchestrator.commands import effective, planning
     from orchestrator.profile import ProfileStore
-    from orchestrator.supervise import Agent
+    from orchestrator.supervise import Agent, PendingStart
 
     calls: Counter[str] = Counter()
 
@@ -110,7 +110,7 @@ def test_up_walks_one_profile_through_each_stage_once(
 
     for owner, attribute in [
         (ProfileStore, "load"), (render, "render"), (render, "resolve_secrets"),
-        (Agent, "status_and_probe"), (planning, "predict"), (Agent, "start_following"),
+        (Agent, "status_and_probe"), (planning, "predict"), (PendingStart, "send"),
         (effective, "diff_effective"), (Agent, "call"), (Agent, "_stream"),
         (Agent, "inspect"), (Agent, "status"), (Agent, "watch"), (Agent, "probe"),
     ]:  # fmt: skip
@@ -121,7 +121,7 @@ def test_up_walks_one_profile_through_each_stage_once(
     assert up.code == ExitCode.OK, up.err
     assert ", 0 drift" in up.out  # the inspection that came with READY was compared
     assert calls == Counter(
-        load=1, render=1, resolve_secrets=1, status_and_probe=1, predict=1, start_following=1,
+        load=1, render=1, resolve_secrets=1, status_and_probe=1, predict=1, send=1,
         diff_effective=1, call=1, _stream=1,
     )  # fmt: skip
 

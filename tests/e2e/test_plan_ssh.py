@@ -5,6 +5,9 @@ SGLang's resolution, and says so). The real-SGLang planning tier is tests/sglang
 from __future__ import annotations
 
 import json
+import time
+
+import psutil
 
 from orchestrator.errors import ExitCode
 from tests.e2e.conftest import Workspace
@@ -44,7 +47,17 @@ def test_up_refuses_what_sglang_would_reject_and_force_launches_it(
     assert "rejects the plan at resolve: ValueError: Speculative decoding" in refused.err
     assert "SGLang set mamba_scheduler_strategy = 'no_buffer' itself (from 'auto'" in refused.err
     assert "--force launches anyway" in refused.err
-    assert not (ssh_workspace.deployment_dir(name) / "runs").exists()
+    # nothing remote changed: the start's command, opened while the plan was checked, was
+    # called off before it looked at anything (the bootstrap's --stdin-first)
+    assert not ssh_workspace.deployment_dir(name).exists()
+    deadline = time.monotonic() + 5.0
+    while waiting := [
+        process for process in psutil.process_iter(["cmdline"])
+        if "--stdin-first" in (process.info["cmdline"] or [])
+        and process.status() != psutil.STATUS_ZOMBIE
+    ]:  # fmt: skip
+        assert time.monotonic() < deadline, waiting  # it ends on the empty stdin
+        time.sleep(0.05)
 
     forced = ssh_workspace.orch("up", name, "--force")
     assert forced.code == ExitCode.CONFIG_ERROR  # and the server dies exactly as predicted
