@@ -422,12 +422,7 @@ class MuxServer:
                 client, _ = listener.accept()
             except TimeoutError:
                 continue
-            if not _same_user(client):
-                client.close()
-                continue
-            with self.lock:
-                self.busy += 1
-            threading.Thread(target=self._client, args=(client,), daemon=True).start()
+            self._admit(client)
 
     def drain(self, listener: socket.socket) -> None:
         """Answer the connections still queued, then wait for every client to finish."""
@@ -438,17 +433,21 @@ class MuxServer:
             except (BlockingIOError, OSError):
                 break
             client.setblocking(True)
-            if not _same_user(client):
-                client.close()
-                continue
-            with self.lock:
-                self.busy += 1
-            threading.Thread(target=self._client, args=(client,), daemon=True).start()
+            self._admit(client)
         while True:
             with self.lock:
                 if self.busy == 0:
                     return
             time.sleep(0.05)
+
+    def _admit(self, client: socket.socket) -> None:
+        """Served on a thread of its own when it runs as this user; else closed unanswered."""
+        if not _same_user(client):
+            client.close()
+            return
+        with self.lock:
+            self.busy += 1
+        threading.Thread(target=self._client, args=(client,), daemon=True).start()
 
     def _client(self, client: socket.socket) -> None:
         try:

@@ -217,16 +217,10 @@ def _no_pwned_marker() -> None:
     Path("/tmp/orch-pwned").unlink(missing_ok=True)
 
 
-def test_up_and_logs_over_ssh_ask_the_host_in_as_few_commands_as_they_can(
-    ssh_workspace: Workspace, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Round trips decide how orch feels on a host 20-150 ms away: ``up`` is two commands on
-    one connection (the status with the probe, the agent carried on its stdin; the start with
-    the follow and the inspection) and ``logs -n`` one, with no file transfer, even on a host
-    that has never seen this orch's agent."""
+def _counted_at_close(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, int]]:
+    """(commands, SFTP operations) of each SSH connection a command made, at its close."""
     from orchestrator.transport.ssh import SSHTransport
 
-    name = ssh_workspace.profile("trips")
     counted: list[tuple[int, int]] = []
     real_close = SSHTransport.close
 
@@ -235,6 +229,18 @@ def test_up_and_logs_over_ssh_ask_the_host_in_as_few_commands_as_they_can(
         real_close(transport)
 
     monkeypatch.setattr(SSHTransport, "close", close)
+    return counted
+
+
+def test_up_and_logs_over_ssh_ask_the_host_in_as_few_commands_as_they_can(
+    ssh_workspace: Workspace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Round trips decide how orch feels on a host 20-150 ms away: ``up`` is two commands on
+    one connection (the status with the probe, the agent carried on its stdin; the start with
+    the follow and the inspection) and ``logs -n`` one, with no file transfer, even on a host
+    that has never seen this orch's agent."""
+    name = ssh_workspace.profile("trips")
+    counted = _counted_at_close(monkeypatch)
     assert not (ssh_workspace.workdir / ".orch").exists()  # a host without the agent
     up = ssh_workspace.orch("up", name, "--no-plan")
     assert up.code == ExitCode.OK, up.err
@@ -254,16 +260,7 @@ def test_up_and_logs_over_ssh_ask_the_host_in_as_few_commands_as_they_can(
 def test_a_command_on_a_host_without_the_agent_carries_it_on_a_second_try(
     ssh_workspace: Workspace, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from orchestrator.transport.ssh import SSHTransport
-
-    counted: list[tuple[int, int]] = []
-    real_close = SSHTransport.close
-
-    def close(transport: SSHTransport) -> None:
-        counted.append((transport.commands_run, transport.file_operations))
-        real_close(transport)
-
-    monkeypatch.setattr(SSHTransport, "close", close)
+    counted = _counted_at_close(monkeypatch)
     name = ssh_workspace.profile("fresh")
     status = ssh_workspace.orch("status", name)
     assert status.code == ExitCode.OK, status.err
