@@ -3,6 +3,8 @@ agent is replaced or refused, never executed (OpenSSH's StrictModes, a content h
 
 from __future__ import annotations
 
+import hashlib
+import marshal
 from pathlib import Path
 
 from orchestrator.errors import ExitCode
@@ -53,4 +55,36 @@ def test_a_symlink_planted_as_the_agent_is_refused(
     name = local_workspace.profile("svc")
     status = local_workspace.orch("status", name)
     assert status.code == ExitCode.PREFLIGHT
+    assert not marker.exists()
+
+
+def _cache(workspace: Workspace) -> Path:
+    (cache,) = (workspace.workdir / ".orch").glob(f"agent-{AGENT_DIGEST}.py.*.code")
+    return cache
+
+
+def test_the_compiled_agent_is_kept_0600_and_a_planted_one_is_never_run(
+    local_workspace: Workspace, tmp_path: Path
+) -> None:
+    """The bootstrap keeps the agent's compiled code beside it (compiling costs ~60 ms of every
+    command); a cache that does not name the checked file's sha256 and its own, or that others
+    could have written, is compiled again, never run."""
+    name = local_workspace.profile("svc")
+    assert local_workspace.orch("status", name).code == ExitCode.OK
+    cache = _cache(local_workspace)
+    assert oct(cache.stat().st_mode & 0o777) == "0o600"
+    kept = cache.read_bytes()
+    assert kept[:64].decode() == hashlib.sha256(AGENT_SOURCE).hexdigest()
+
+    marker = tmp_path / "planted-code-ran"
+    planted = marshal.dumps(compile(f"open({str(marker)!r}, 'w').write('ran')\n", "x", "exec"))
+    cache.write_bytes(kept[:128] + planted)  # a body its header does not name
+    assert local_workspace.orch("status", name).code == ExitCode.OK
+    assert not marker.exists()
+    assert cache.read_bytes() == kept  # compiled again and kept again
+
+    header = kept[:64] + hashlib.sha256(planted).hexdigest().encode()
+    cache.write_bytes(header + planted)  # consistent, but others could have written it
+    cache.chmod(0o666)
+    assert local_workspace.orch("status", name).code == ExitCode.OK
     assert not marker.exists()
