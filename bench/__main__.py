@@ -542,7 +542,8 @@ def large_log(lab: Lab, host: str, sizes_mb: Sequence[int], runs: int) -> Sectio
     return Section(
         "Following a large log",
         "`orch logs PROFILE -n 100` over SSH (a process) on one run's log grown to each size: it "
-        f"reads a window from the end (SFTP ranged read), never the whole file. Median of {runs}.",
+        "asks the agent for the last lines (`tail`: a window from the end, read on the host), "
+        f"never the whole file, in one command. Median of {runs}.",
         rows,
     )
 
