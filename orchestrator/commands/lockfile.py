@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from orchestrator import plan, render
+from orchestrator import render
 from orchestrator.errors import ProfileError
 from orchestrator.profile import LoadedProfile
 
@@ -30,6 +30,8 @@ def read_lock(profiles: Path, name: str) -> dict[str, Any] | None:
 
 
 def write_lock(profiles: Path, name: str, document: dict[str, Any]) -> Path:
+    from orchestrator import plan  # the plan's modules: only where a lock is written or read
+
     target = lock_path(profiles, name)
     target.write_text(plan.lock_text(document), encoding="utf-8")
     return target
@@ -46,6 +48,8 @@ def stale_lock(profiles: Path, loaded: LoadedProfile) -> ProfileError | None:
     except (OSError, ValueError) as exc:
         problems = [f"unreadable: {exc}"]
     else:
+        from orchestrator import plan
+
         digest = render.launch_digest(render.render(profile, loaded.table))
         problems = plan.lock_problems(profile, digest, document, profile.sglang_version)
     if not problems:
