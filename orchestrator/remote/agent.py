@@ -3720,6 +3720,7 @@ def cmd_watch(
     deadline = time.monotonic() + seconds
     said_at = next_check = 0.0
     last_state: bytes | None = None
+    seen_ours = False
 
     def say(document: dict[str, Any]) -> None:
         nonlocal said_at
@@ -3746,6 +3747,17 @@ def cmd_watch(
             with contextlib.suppress(ValueError):
                 loaded = json.loads(raw)
                 state = loaded if isinstance(loaded, dict) else None
+        if state is not None and not seen_ours:
+            # Until the run's own supervisor has written its state, state.json may still be the
+            # previous run's (a start answers once the server is spawned; the file follows):
+            # never said, never an end (an EXITED run before a --replace would read as ours).
+            current = state.get("run_id")
+            ended = (state.get("last_exit") or {}).get("run_id")
+            # run ids grow (NNNN-time): a later one means ours was recorded and moved past
+            if ended == run_id or (isinstance(current, str) and current >= run_id):
+                seen_ours = True
+            else:
+                state = None
         if raw != last_state and state is not None:
             last_state = raw
             if (

@@ -253,3 +253,15 @@ def test_tail_refuses_a_run_id_that_is_a_path_and_says_when_there_is_no_run(
     answer = _tail(deployment)
     assert answer["ok"] is False
     assert answer["reason"] in ("no runs", "not deployed")
+
+
+def test_watch_of_a_new_run_ignores_the_previous_runs_state(deployment: Deployment) -> None:
+    """A start answers once its server is spawned, and state.json follows: until it does, the
+    previous run's EXITED state must not read as the new run's end (orch up --replace)."""
+    deployment.start(CONFIG_LINE + "sys.exit(0)\n", restart={"mode": "no"})
+    old = deployment.wait_for(agent.EXITED)
+    newer = "9999-20991231T000000Z"  # a run id after the recorded one, not written yet
+    assert old["run_id"] < newer
+    said = list(_watch(deployment, newer, seconds=1))
+    assert [e for e in said if "state" in e] == []
+    assert said[-1]["ended"] == "timeout"
