@@ -13,9 +13,9 @@ import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from importlib import resources
 from typing import Any, TypeAlias
 
+from orchestrator import argtable_pack
 from orchestrator.errors import ArgTableError
 
 Version: TypeAlias = tuple[int, ...]
@@ -197,41 +197,52 @@ def known_names(table: ArgTable) -> list[str]:
     return sorted(names)
 
 
-_PACKAGE = "orchestrator.argtables"
+def adding_hint(version: str) -> str:
+    """How a table for ``version`` comes to exist (said wherever one is missing)."""
+    return (
+        f'add it with `make argtables VERSIONS="{version}"` in an orch checkout (it builds the '
+        "table from that release's package), or use an orch that ships it"
+    )
 
 
 @functools.cache
 def available_versions() -> tuple[str, ...]:
     """Versions with a shipped table, oldest first."""
-    found: list[tuple[Version, str]] = []
-    for entry in resources.files(_PACKAGE).iterdir():
-        match = re.fullmatch(r"sglang-(.+)\.json", entry.name)
-        if match and (parsed := parse_version(match.group(1))) is not None:
-            found.append((parsed, match.group(1)))
-    if not found:
+    versions = tuple(v for v in _pack().versions() if parse_version(v) is not None)
+    if not versions:
         raise ArgTableError(
             "no SGLang argument tables found in orchestrator/argtables/",
             "reinstall orch, or regenerate them with `make argtables`",
         )
-    return tuple(text for _, text in sorted(found))
+    return tuple(sorted(versions, key=lambda v: parse_version(v) or ()))
+
+
+def _pack() -> argtable_pack.Pack:
+    try:
+        return argtable_pack.shipped()
+    except argtable_pack.PackError as exc:
+        raise ArgTableError(
+            f"{exc} (orchestrator/argtables/)",
+            "reinstall orch, or regenerate them with `make argtables`",
+        ) from exc
 
 
 @functools.cache
 def load_table(version: str) -> ArgTable:
-    path = resources.files(_PACKAGE) / f"sglang-{version}.json"
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
+    """The table of one release (only its own records are parsed)."""
+    if version not in available_versions():
         raise ArgTableError(
-            f"cannot read the SGLang {version} argument table: {exc}",
-            "regenerate it with `make argtables`",
-        ) from exc
-    if data.get("schema") != 1 or data.get("sglang_version") != version:
-        raise ArgTableError(
-            f"argtables/sglang-{version}.json has schema {data.get('schema')!r} "
-            f"for version {data.get('sglang_version')!r}",
-            "regenerate it with `make argtables`",
+            f"orch has no argument table for SGLang {version}", adding_hint(version)
         )
+    try:
+        data = _pack().document(version)
+    except argtable_pack.PackError as exc:
+        raise ArgTableError(str(exc), "regenerate it with `make argtables`") from exc
+    return table_from_document(data)
+
+
+def table_from_document(data: Mapping[str, Any]) -> ArgTable:
+    """An ArgTable from one release's schema-1 document."""
     options = tuple(
         ArgOption(
             dest=raw["dest"],
@@ -248,7 +259,7 @@ def load_table(version: str) -> ArgTable:
         for raw in data["options"]
         if raw["flags"]  # positional arguments: SGLang's server parser has none
     )
-    return ArgTable(version=version, options=options, fields=data["fields"])
+    return ArgTable(version=str(data["sglang_version"]), options=options, fields=data["fields"])
 
 
 @dataclass(frozen=True)

@@ -279,6 +279,38 @@ def parser() -> argparse.ArgumentParser:
     _local_sglang_arguments(lock)
     lock.set_defaults(command="lock")
 
+    upgrade = commands.add_parser(
+        "upgrade",
+        help="what moving a profile to another SGLang release changes, before a GPU sees it",
+        description="Read the profile against both releases: fields renamed or removed (the "
+        "argument tables), every effective value that changes with SGLang's own provenance on "
+        "each side and the memory budget of each (SGLang's real resolution in a local venv of "
+        "each release, the GPU simulated from gpu.type). A pinned field that would move, or a "
+        "field the release lacks, blocks the upgrade (exit 17). --write renames the keys in "
+        "place, sets `sglang:` and refreshes the lock.",
+    )
+    upgrade.add_argument("profile", metavar="PROFILE")
+    upgrade.add_argument("--to", required=True, metavar="VERSION", help="the SGLang release")
+    upgrade.add_argument(
+        "--from-sglang", metavar="PYTHON",
+        help="a local python with the profile's current SGLang (default: the venv cache, "
+        "~/.cache/orch/sglang-venvs/VERSION, where scripts/build-sglang-venv.sh builds it)",
+    )  # fmt: skip
+    upgrade.add_argument(
+        "--to-sglang", metavar="PYTHON",
+        help="a local python with the target release (same default)",
+    )  # fmt: skip
+    upgrade.add_argument(
+        "--model-config", metavar="FILE", type=Path,
+        help="the model's config.json, when model.path is not on this machine",
+    )  # fmt: skip
+    upgrade.add_argument(
+        "--write", action="store_true", help="apply the edits and refresh the lock"
+    )
+    upgrade.add_argument("--json", action="store_true", help="the stable machine-readable format")
+    upgrade.add_argument("--wide", action="store_true", help="values and provenance whole")
+    upgrade.set_defaults(command="upgrade")
+
     diff = commands.add_parser(
         "diff-effective",
         help="compare the profile with what the server received and what SGLang resolved",
@@ -355,6 +387,8 @@ EXAMPLES: dict[str, str] = {
     "plan": "orch plan qwen36-mtp-b200\n  orch plan qwen36-mtp-b200 --local-sglang "
     "~/.cache/orch/sglang-venvs/0.5.11/bin/python --model-config config.json",
     "lock": "orch lock qwen36-mtp-b200 && git diff profiles/qwen36-mtp-b200.lock.json",
+    "upgrade": "orch upgrade qwen36-mtp-b200 --to 0.5.23 --model-config config.json\n"
+    "  orch upgrade qwen36-mtp-b200 --to 0.5.23 --model-config config.json --write",
     "diff-effective": "orch diff-effective qwen36-mtp-b200\n"
     "  orch diff-effective qwen36-mtp-b200 --json --all\n"
     "  orch diff-effective qwen36-mtp-b200 --url http://127.0.0.1:30000  # kubectl port-forward",

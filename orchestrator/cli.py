@@ -522,6 +522,28 @@ def _cmd_lock(args: argparse.Namespace, output: _Output) -> int:
     return ExitCode.OK
 
 
+def _cmd_upgrade(args: argparse.Namespace, output: _Output) -> int:
+    from orchestrator import show_upgrade
+    from orchestrator.commands import upgrading
+
+    ctx = _context(args, output)
+    request = upgrading.Request(
+        args.profile, args.to, source_python=args.from_sglang, target_python=args.to_sglang,
+        model_config=args.model_config, write=args.write,
+    )  # fmt: skip
+    try:
+        result = upgrading.run(ctx, request)
+    finally:
+        ctx.close()
+    if args.json:
+        output.print(json.dumps(show_upgrade.as_json(result), indent=2, default=str))
+    else:
+        output.print(show_upgrade.text(result, wide=args.wide).rstrip("\n"))
+    if result.refused is not None:
+        return ExitCode.PLAN_REFUSED
+    return ExitCode.UPGRADE if result.blocked else ExitCode.OK
+
+
 def _cmd_diff_effective(args: argparse.Namespace, output: _Output) -> int:
     from orchestrator import show_reports
     from orchestrator.commands import effective
@@ -673,6 +695,7 @@ HANDLERS: dict[str, Callable[[argparse.Namespace, _Output], int]] = {
     "runs": _cmd_runs,
     "plan": _cmd_plan,
     "lock": _cmd_lock,
+    "upgrade": _cmd_upgrade,
     "diff-effective": _cmd_diff_effective,
     "init": _cmd_init,
     "hosts-trust": _cmd_hosts_trust,

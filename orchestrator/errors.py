@@ -32,6 +32,8 @@ class ExitCode(enum.IntEnum):
     NOT_RESOLVED = 14  # diff-effective: the server has not shown its resolved configuration yet
     PLAN_REFUSED = 15  # SGLang rejects the command line, or the memory plan says it fails
     IMPORT = 16  # orch import: the script cannot be read, or holds no SGLang launch to import
+    UPGRADE = 17  # orch upgrade: the profile cannot move as it is (a field the release lacks, a
+    # pinned field that would move); nothing was written
     # The server died; one code per crash class, so scripts can tell them apart.
     CONFIG_ERROR = 20
     CUDA_OOM = 21
@@ -217,6 +219,12 @@ class NotResolved(OrchError):
     """Nothing to compare yet: no readable process and no ``server_args=`` line."""
 
     exit_code = ExitCode.NOT_RESOLVED
+
+
+class UpgradeBlocked(OrchError):
+    """orch upgrade: the profile cannot move to the release as it is; nothing was written."""
+
+    exit_code = ExitCode.UPGRADE
 
 
 class PlanRefused(OrchError):

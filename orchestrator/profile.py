@@ -116,6 +116,10 @@ class ProfileStore:
         self._inventory: dict[str, Host] | None = None
         self._inventory_error: ProfileError | InvalidProfile | None = None
 
+    @property
+    def local_python(self) -> str | None:
+        return self._local_python
+
     def names(self) -> list[str]:
         """The profiles: ``<name>.yaml`` files whose name is a profile name (see :meth:`strays`)."""
         if not self.root.is_dir():
@@ -187,6 +191,13 @@ class ProfileStore:
         """The profile's document with its ``extends`` chain merged in (not validated)."""
         _, merged = self._inherit(name)
         return dict(merged.value)
+
+    def written(self, name: str) -> tuple[dict[KeyPath, Position], dict[str, Path]]:
+        """Where each key of the merged profile is written (file as displayed, line, column),
+        and the file behind each displayed name of its ``extends`` chain: for edits in place."""
+        chain, merged = self._inherit(name)
+        files = {self.display(self.path_of(link)): self.path_of(link) for link in chain}
+        return dict(merged.positions), files
 
     def inventory(self) -> dict[str, Host]:
         """The host inventory: ``hosts.yaml`` entries plus the built-in ``local``."""

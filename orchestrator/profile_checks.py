@@ -119,18 +119,19 @@ class ProfileChecker(DocChecker):
         version = self._sglang_version()
         choice = argtable.table_for(version)
         table = choice.table
-        if version is None and not is_abstract:
+        if version is not None and not choice.exact:
+            # a neighbour's table would check (and render) flags this release may not have
+            self.error(
+                ("sglang",),
+                f"orch has no argument table for SGLang {version} (it knows "
+                f"{argtable.available_versions()[0]} ... {argtable.available_versions()[-1]})",
+                argtable.adding_hint(version),
+            )
+        elif version is None and not is_abstract:
             self.note(
                 Severity.NOTICE, (),
                 f"no `sglang:` version; arguments checked against SGLang {table.version}",
                 "the host's version is detected at launch; pin one for reproducible renders",
-            )  # fmt: skip
-        elif version is not None and not choice.exact:
-            self.note(
-                Severity.WARNING, ("sglang",),
-                f"no argument table for SGLang {version}; checked against {table.version}",
-                f"tables ship for {', '.join(argtable.available_versions())}; "
-                "add one with `make argtables`",
             )  # fmt: skip
 
         has_group = self.get(("group",)) is not MISSING

@@ -42,6 +42,13 @@ def check(
         )
     if profile.sglang_version is None:
         choice = argtable.table_for(version)
+        if not choice.exact:
+            raise PreflightError(
+                f"{host} has SGLang {version}, and orch has no argument table for it: its flags "
+                "cannot be spelled or checked",
+                argtable.adding_hint(version) + "; or point the host's python at a release orch "
+                "knows",
+            )
         if choice.table.version != launch.table.version:
             launch = launch.spelled_for(choice.table, environ)
             yield Step(f"{on}flags spelled for the host's SGLang {version}")

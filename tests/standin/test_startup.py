@@ -12,11 +12,11 @@ from typing import Any
 
 import pytest
 
+from orchestrator import argtable
 from orchestrator.observe import memory_figures
 from tests.standin.conftest import (
     LOG_LINE,
     READY,
-    REPO,
     Launcher,
     Running,
     log_messages,
@@ -37,9 +37,7 @@ SPEC_ARGS = [
 
 
 def _fields(version: str) -> dict[str, Any]:
-    table = json.loads((REPO / "orchestrator" / "argtables" / f"sglang-{version}.json").read_text())
-    fields: dict[str, Any] = table["fields"]
-    return fields
+    return dict(argtable.load_table(version).fields)
 
 
 def _server_args(stderr: str) -> str:

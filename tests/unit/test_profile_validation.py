@@ -219,12 +219,19 @@ def test_validation_unpinned_version_is_checked_against_the_newest_table(
     assert [f.severity for f in loaded.findings] == [Severity.NOTICE]
 
 
-def test_validation_version_without_table_uses_the_nearest_older(profile_dir: ProfileDir) -> None:
-    loaded = _load(profile_dir, "", head='sglang: "0.5.12"\nhost: gpu-1\nmodel: {path: /m}\n')
-    assert loaded.table.version == "0.5.11"
-    assert (
-        "no argument table for SGLang 0.5.12; checked against 0.5.11" in loaded.findings[0].message
+def test_validation_version_without_table_is_an_error_naming_the_command_that_adds_it(
+    profile_dir: ProfileDir,
+) -> None:
+    """Not a neighbour's table in its place: a flag the release renamed or added would be
+    checked, and rendered, wrongly."""
+    errors = _errors(
+        profile_dir, "args:\n  tp_size: 2\n", head='sglang: "0.5.99"\nhost: gpu-1\nmodel: {path: /m}\n'
     )
+    assert errors[0].message.startswith(
+        "profiles/p.yaml:1:1: sglang: orch has no argument table for SGLang 0.5.99 (it knows "
+    )
+    assert errors[0].hint is not None
+    assert 'make argtables VERSIONS="0.5.99"' in errors[0].hint
 
 
 def test_validation_yaml_no_is_restart_mode_no(profile_dir: ProfileDir) -> None:

@@ -1,6 +1,6 @@
 """SGLang's command line, rebuilt from orch's argument table of the imitated release.
 
-The tables (``<repo>/orchestrator/argtables/sglang-<version>.json``, or the directory named by
+The tables (the pack in ``<repo>/orchestrator/argtables/``, or the directory named by
 ``ORCH_STANDIN_ARGTABLES``) list every argparse action of SGLang's ``sglang serve`` parser and every
 ServerArgs field with its default. Building an ``argparse.ArgumentParser(prog="sglang serve")``
 from them gives SGLang's own usage text, errors and exit code 2 for free.
@@ -67,17 +67,29 @@ def tables_dir() -> Path:
 
 
 def load_table(version: str) -> Table:
+    """The release's table from orch's pack (``orchestrator/argtable_pack.py``: every distinct
+    record once, per release the lines it is made of); an unknown release gets the fallback's."""
     directory = tables_dir()
-    path = directory / f"sglang-{version}.json"
-    if not path.is_file():
-        path = directory / f"sglang-{FALLBACK_TABLE_VERSION}.json"
-    document = json.loads(path.read_text(encoding="utf-8"))
+    index = json.loads((directory / "releases.json").read_text(encoding="utf-8"))["releases"]
+    if version not in index:
+        version = FALLBACK_TABLE_VERSION
+    entry = index[version]
+    option_lines = (directory / "options.jsonl").read_text(encoding="utf-8").splitlines()
+    field_lines = (directory / "fields.jsonl").read_text(encoding="utf-8").splitlines()
+    options = tuple(json.loads(option_lines[i]) for i in _lines(entry["options"]))
+    fields = dict(json.loads(field_lines[i]) for i in _lines(entry["fields"]))
     return Table(
-        sglang_version=str(document["sglang_version"]),
-        options=tuple(document["options"]),
-        fields=dict(document["fields"]),
-        path=path,
+        sglang_version=version, options=options, fields=fields, path=directory / "releases.json"
     )
+
+
+def _lines(runs: str) -> list[int]:
+    """``"0-2,7"`` -> [0, 1, 2, 7]"""
+    out: list[int] = []
+    for part in filter(None, runs.split(",")):
+        first, _, last = part.partition("-")
+        out.extend(range(int(first), int(last or first) + 1))
+    return out
 
 
 def field_for(option: dict[str, Any], fields: dict[str, Any]) -> str | None:

@@ -149,7 +149,7 @@ class Launcher:
         table = argtable.load_table(knobs.version_text)
         self.log(
             f"orch SGLang stand-in (NOT SGLang): imitating sglang {knobs.version_text} "
-            f"(argument table {table.path.name}), pid {os.getpid()}"
+            f"(argument table {table.sglang_version}), pid {os.getpid()}"
         )
         args = list(argv)
         if knobs.failing("argparse"):
