@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
 
-.PHONY: setup test test-fast lint type check demo bench argtables skypilot-venv clean
+.PHONY: setup test test-fast lint type check demo bench argtables sglang-release-check skypilot-venv clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -62,12 +62,19 @@ skypilot-venv:
 	$(SKYPILOT_VENV).partial/bin/python -c 'import sky'
 	rm -rf $(SKYPILOT_VENV) && mv $(SKYPILOT_VENV).partial $(SKYPILOT_VENV)
 
-# Regenerate orchestrator/argtables/ from the real sglang packages (slow: builds CPU venvs, cached).
+# SGLang's argument tables, built from each release's real package (scripts/argtables.py: one
+# cached CPU venv of 0.5.23 plus a small overlay per release, ~1 min each the first time), then
+# docs/sglang-versions.md rewritten; fails when argtable.RENAMES misses a rename.
+#   make argtables VERSIONS="0.5.17 0.5.24"     # these releases
+#   make argtables                              # every release orch covers on the registry
 argtables:
-	for v in 0.5.11 0.5.23; do \
-	  scripts/build-sglang-venv.sh $$v && \
-	  $${ORCH_SGLANG_VENV_CACHE:-$$HOME/.cache/orch/sglang-venvs}/$$v/bin/python scripts/gen_sglang_argtable.py --out orchestrator/argtables/ ; \
-	done
+	$(PYTHON) scripts/argtables.py build $(VERSIONS)
+	$(PYTHON) scripts/argtables.py report
+
+# When SGLang publishes a release: build the tables the registry has and orch lacks, report what
+# changed (docs/sglang-versions.md), fail on a rename orch's map misses.
+sglang-release-check:
+	$(PYTHON) scripts/argtables.py release-check
 
 clean:
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache *.egg-info
