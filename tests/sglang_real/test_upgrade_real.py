@@ -100,7 +100,8 @@ def test_the_draft_token_adjustment_is_shown_on_both_sides_and_a_moved_pin_block
     document = json.loads(result.out)
     draft = _moves(document)["speculative_num_draft_tokens"]
     assert draft["requested"] == 8
-    assert draft["adjusted"] and draft["pinned"]
+    assert draft["adjusted"]
+    assert draft["pinned"]
     assert (draft["from"]["value"], draft["to"]["value"]) == (4, 4)
     assert draft["from"]["how"] not in ("", "SGLang's default")
     assert draft["to"]["how"].startswith("_handle_")  # 0.5.23: _handle_eagle_family ...

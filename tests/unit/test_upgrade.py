@@ -82,8 +82,9 @@ def test_upgrade_reports_the_rename_and_the_edits_and_says_why_no_plan_ran(profi
         ("args.mamba_scheduler_strategy", "mamba_radix_cache_strategy"),
         ("pin[0]", "mamba_radix_cache_strategy"),
     ]
-    assert "renamed mamba_scheduler_strategy -> mamba_radix_cache_strategy in SGLang 0.5.14" in (
-        document["respellings"][0]["why"]
+    assert (
+        "renamed mamba_scheduler_strategy -> mamba_radix_cache_strategy in SGLang 0.5.14"
+        in (document["respellings"][0]["why"])
     )
     assert document["effective"] is None
     assert any("scripts/build-sglang-venv.sh 0.5.23" in note for note in document["plan_notes"])
@@ -122,7 +123,8 @@ def test_a_field_the_release_lacks_blocks_the_upgrade_and_nothing_is_written(
 ) -> None:
     path = profiles / "qwen36-mtp-b200.yaml"
     text = path.read_text().replace(
-        "  mem_fraction_static: 0.92\n", "  mem_fraction_static: 0.92\n  enable_nan_detection: true\n"
+        "  mem_fraction_static: 0.92\n",
+        "  mem_fraction_static: 0.92\n  enable_nan_detection: true\n",
     )
     path.write_text(text)
     result = orch(profiles, "upgrade", "qwen36-mtp-b200", "--to", "0.5.23", "--write")
