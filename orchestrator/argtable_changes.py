@@ -21,6 +21,7 @@ from orchestrator.argtable import (
     ArgOption,
     ArgTable,
     Rename,
+    const_of,
     format_version,
     load_table,
     natural_flag,
@@ -43,6 +44,18 @@ class SeenRename:
     new: str
     version: str  # the release that made it
     evidence: str
+
+
+@dataclass(frozen=True)
+class SeenReplacement:
+    """A switch that became a shorthand for one value of another field (0.5.14:
+    ``--disable-piecewise-cuda-graph`` = ``--cuda-graph-backend-prefill=disabled``): not a
+    rename, the value changes meaning."""
+
+    old: str
+    new: str
+    value: object
+    version: str
 
 
 def field_of(option: ArgOption, table: ArgTable) -> str:
@@ -90,10 +103,11 @@ def _type_of(option: ArgOption) -> tuple[object, ...]:
     return (action, option.type, option.nargs)
 
 
-def seen_renames(old: ArgTable, new: ArgTable) -> list[SeenRename]:
-    """Renames between two releases, by the two signs the module docstring names."""
-    old_fields, new_fields = _options_by_field(old), _options_by_field(new)
-    found: dict[str, SeenRename] = {}
+def _moved_flags(old: ArgTable, new: ArgTable) -> list[tuple[str, str, str, ArgOption]]:
+    """(flag, old field, new field, the flag's option in ``new``) for each flag that now stores
+    into another field, the old field gone."""
+    new_fields = _options_by_field(new)
+    moved = []
     for option in new.options:
         target = field_of(option, new)
         for flag in option.flags:
@@ -102,11 +116,36 @@ def seen_renames(old: ArgTable, new: ArgTable) -> list[SeenRename]:
                 continue
             source = field_of(before, old)
             if source != target and source not in new.fields and source not in new_fields:
-                found[source] = SeenRename(
-                    source, target, new.version,
-                    f"{flag} stores into {target} in {new.version}",
-                )  # fmt: skip
-    gone = [f for f in old_fields if f not in new_fields and f not in new.fields and f not in found]
+                moved.append((flag, source, target, option))
+    return moved
+
+
+def seen_replacements(old: ArgTable, new: ArgTable) -> list[SeenReplacement]:
+    """Switches turned into a shorthand for one value of another field."""
+    found = {}
+    for _, source, target, option in _moved_flags(old, new):
+        main = _main_option(_options_by_field(new)[target])
+        value = const_of(option)
+        if option.nargs == 0 and value is not None and main.nargs != 0:
+            found[source] = SeenReplacement(source, target, value, new.version)
+    return sorted(found.values(), key=lambda r: r.old)
+
+
+def seen_renames(old: ArgTable, new: ArgTable) -> list[SeenRename]:
+    """Renames between two releases, by the two signs the module docstring names; a field
+    whose values change meaning (a switch become one value of another field) is not one."""
+    old_fields, new_fields = _options_by_field(old), _options_by_field(new)
+    found: dict[str, SeenRename] = {}
+    replaced = {r.old for r in seen_replacements(old, new)}
+    for flag, source, target, _ in _moved_flags(old, new):
+        if source not in replaced:
+            found[source] = SeenRename(
+                source, target, new.version, f"{flag} stores into {target} in {new.version}"
+            )
+    gone = [
+        f for f in old_fields
+        if f not in new_fields and f not in new.fields and f not in found and f not in replaced
+    ]  # fmt: skip
     born = [f for f in new_fields if f not in old_fields and f not in old.fields]
     for source in gone:
         before = _main_option(old_fields[source])
@@ -129,9 +168,17 @@ def seen_renames(old: ArgTable, new: ArgTable) -> list[SeenRename]:
 def changes(old: ArgTable, new: ArgTable) -> list[Change]:
     """Every difference a user of the command line meets, one per field and kind."""
     renamed = {r.old: r for r in seen_renames(old, new)}
+    replaced = {r.old: r for r in seen_replacements(old, new)}
     renamed_to = {r.new for r in renamed.values()}
     old_fields, new_fields = _options_by_field(old), _options_by_field(new)
     out: list[Change] = []
+    for replacement in replaced.values():
+        out.append(Change(
+            "replaced", replacement.old,
+            f"{natural_flag(replacement.old)} is now "
+            f"{_main_option(new_fields[replacement.new]).flag}={replacement.value} "
+            "(the old switch kept as a deprecated shorthand)",
+        ))  # fmt: skip
     for rename in renamed.values():
         out.append(Change(
             "renamed", rename.old,
@@ -140,7 +187,7 @@ def changes(old: ArgTable, new: ArgTable) -> list[Change]:
                if natural_flag(rename.old) in new.by_flag else ""),
         ))  # fmt: skip
     for name in sorted(set(old_fields) | set(new_fields)):
-        if name in renamed:
+        if name in renamed or name in replaced:
             continue
         before, after = old_fields.get(name), new_fields.get(name)
         if before is None and after is not None:
@@ -259,7 +306,7 @@ def _removed_in(rename: Rename, versions: Sequence[str]) -> tuple[int, ...] | No
     flag = natural_flag(rename.old)
     for version in versions:
         parsed = parse_version(version)
-        if parsed is None or parsed <= rename.renamed_in:
+        if parsed is None or parsed < rename.renamed_in:
             continue
         if flag not in load_table(version).by_flag:
             return parsed
@@ -292,7 +339,8 @@ def release_report(versions: Sequence[str]) -> tuple[str, list[str]]:
         found = changes(previous, table) if previous is not None else []
         count = {kind: sum(1 for c in found if c.kind == kind) for kind in _ORDER}
         lines.append(
-            f"| {version} | {len(table.options)} | {len(table.fields)} | {count['renamed']} | "
+            f"| {version} | {len(table.options)} | {len(table.fields)} | "
+            f"{count['renamed'] + count['replaced']} | "
             f"{count['removed'] + count['alias-removed']} | "
             f"{count['added'] + count['alias-added']} | {count['deprecated']} | "
             f"{count['choices']} | {count['default']} |"
@@ -313,11 +361,12 @@ def release_report(versions: Sequence[str]) -> tuple[str, list[str]]:
 
 
 _ORDER = (
-    "renamed", "removed", "alias-removed", "added", "alias-added", "deprecated", "type",
+    "renamed", "replaced", "removed", "alias-removed", "added", "alias-added", "deprecated", "type",
     "choices", "default",
 )  # fmt: skip
 _TITLES = {
-    "renamed": "renamed", "removed": "removed", "alias-removed": "spelling removed",
+    "renamed": "renamed", "replaced": "replaced", "removed": "removed",
+    "alias-removed": "spelling removed",
     "added": "added", "alias-added": "spelling added", "deprecated": "deprecated",
     "type": "type", "choices": "choices", "default": "default",
 }  # fmt: skip

@@ -78,6 +78,8 @@ class Pack:
         if not isinstance(index, dict) or index.get("schema") != SCHEMA:
             raise PackError(f"releases.json has schema {index.get('schema')!r}, not {SCHEMA}")
         self.releases: dict[str, dict[str, str]] = index["releases"]
+        self._parsed_options: dict[int, dict[str, Any]] = {}  # records shared by releases
+        self._parsed_fields: dict[int, tuple[str, Any]] = {}
 
     def versions(self) -> tuple[str, ...]:
         return tuple(sorted(self.releases, key=_version_order))
@@ -100,15 +102,18 @@ class Pack:
             "fields": fields,
         }
 
-    @functools.cache  # noqa: B019 - one pack per process, records shared by releases
     def _option(self, line: int) -> dict[str, Any]:
-        record: dict[str, Any] = json.loads(self._options[line])
+        record = self._parsed_options.get(line)
+        if record is None:
+            record = self._parsed_options[line] = json.loads(self._options[line])
         return record
 
-    @functools.cache  # noqa: B019
     def _field(self, line: int) -> tuple[str, Any]:
-        name, default = json.loads(self._fields[line])
-        return str(name), default
+        pair = self._parsed_fields.get(line)
+        if pair is None:
+            name, default = json.loads(self._fields[line])
+            pair = self._parsed_fields[line] = (str(name), default)
+        return pair
 
 
 @functools.cache

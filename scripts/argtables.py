@@ -140,8 +140,13 @@ def _run(python: Path, overlay: Path, code: str, *args: str) -> str:
     return done.stdout.strip().splitlines()[-1] if done.stdout.strip() else ""
 
 
+# the base venv's CPU build of these stays: sglang's own pins name CUDA builds
+_GPU_STACK = ("torch", "triton", "sgl", "flashinfer", "nvidia", "cuda", "xformers")
 # import name -> distribution name, where they differ
-_DISTRIBUTIONS = {"zmq": "pyzmq", "PIL": "pillow", "yaml": "pyyaml", "google": "protobuf"}
+_DISTRIBUTIONS = {
+    "zmq": "pyzmq", "PIL": "pillow", "yaml": "pyyaml", "google": "protobuf",
+    "opentelemetry": "opentelemetry-api", "sklearn": "scikit-learn", "cv2": "opencv-python",
+}  # fmt: skip
 
 
 def overlay_for(python: Path, version: str) -> Path:
@@ -172,24 +177,31 @@ def _build_overlay(python: Path, version: str, building: Path, overlay: Path) ->
     common = ("--target", str(building), "-c", str(constraints), "--prefer-binary")
     _pip(python, *common, "--no-deps", f"sglang=={version}", log_file=log_file)
     pins: dict[str, str] = json.loads(_run(python, building, _PINS))
+    # what sglang pins exactly holds for everything installed next (xgrammar, with its own
+    # dependencies, would otherwise bring today's transformers over the pinned one)
+    exact = sorted(
+        spec for name, spec in pins.items()
+        if "==" in spec and "," not in spec and not name.startswith(_GPU_STACK)
+    )  # fmt: skip
+    constraints.write_text("".join(f"{line}\n" for line in [f"torch=={torch_pin}", *exact]))
     if "transformers" in pins:
         # with its own dependencies: an older transformers checks tokenizers/hub versions on import
         _pip(python, *common, pins["transformers"], log_file=log_file)
-    for _ in range(8):
+    for _ in range(16):
         answer = _run(python, building, _PROBE)
         kind, _, detail = answer.partition(" ")
         if kind == "ok":
             if detail != version:
                 raise SystemExit(f"overlay for {version} imports sglang {detail}")
             break
+        if kind != "missing" or detail == "?":
+            raise SystemExit(f"sglang {version}: import sglang.srt.server_args: {answer}")
+        # Without dependencies (with them, xgrammar brings torch and triton again, ~1 GB): a
+        # module sglang pins at its pin, one a dependency of those needs at today's release.
         distribution = _DISTRIBUTIONS.get(detail, re.sub(r"[-_.]+", "-", detail).lower())
-        if kind == "missing" and distribution in pins:
-            requirement = pins[distribution]
-            log(f"  {version}: server_args imports {detail}: installing {requirement}")
-            # with its dependencies: an unpinned fastapi is today's, which needs opentelemetry
-            _pip(python, *common, requirement, log_file=log_file)
-            continue
-        raise SystemExit(f"sglang {version}: import sglang.srt.server_args: {answer}")
+        requirement = pins.get(distribution, distribution)
+        log(f"  {version}: server_args imports {detail}: installing {requirement}")
+        _pip(python, *common, "--no-deps", requirement, log_file=log_file)
     else:
         raise SystemExit(f"sglang {version}: import sglang.srt.server_args keeps failing")
     (building / ".orch-overlay-ok").write_text(version + "\n")

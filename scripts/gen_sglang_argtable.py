@@ -1,11 +1,11 @@
 """Dump SGLang's server CLI argument table as JSON, from the installed sglang.
 
-Run it with the python of a venv that has the SGLang release to describe
-(``scripts/build-sglang-venv.sh VERSION`` builds one)::
+``scripts/argtables.py build VERSION...`` (``make argtables``) runs it for each release under
+the python of a venv where ``import sglang`` is that release, and stores its output in orch's
+pack (``orchestrator/argtables/``, ``orchestrator/argtable_pack.py``). By hand::
 
     scripts/build-sglang-venv.sh 0.5.11
-    ~/.cache/orch/sglang-venvs/0.5.11/bin/python scripts/gen_sglang_argtable.py \
-        --out orchestrator/argtables/
+    ~/.cache/orch/sglang-venvs/0.5.11/bin/python scripts/gen_sglang_argtable.py --out /tmp/t
 
 It writes ``<out>/sglang-<version>.json``.  The parser is built the way
 SGLang's own ``prepare_server_args()`` builds it -- ``argparse.ArgumentParser(

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
-from orchestrator import argtable
-from orchestrator.argtable import BadValue, parse_version
+from orchestrator import argtable, argtable_changes, argtable_pack
+from orchestrator.argtable import ArgOption, ArgTable, BadValue, parse_version
 from orchestrator.errors import ArgTableError
+from tests.conftest import REPO
 
 
 def test_tables_ship_for_the_incident_version_and_a_current_one() -> None:
@@ -124,3 +127,87 @@ def test_a_release_without_a_table_is_not_exact_and_cannot_be_loaded() -> None:
     with pytest.raises(ArgTableError) as caught:
         argtable.load_table("0.5.99")
     assert 'make argtables VERSIONS="0.5.99"' in (caught.value.hint or "")
+
+
+# -- the pack and the release check ---------------------------------------------------------
+
+
+def test_the_shipped_pack_is_exactly_what_the_builder_writes() -> None:
+    """No hand edits: the files are what argtable_pack writes for the releases they hold, and
+    every release reads back whole."""
+    directory = Path(argtable_pack.__file__).parent / "argtables"
+    documents = argtable_pack.read_documents(directory)
+    assert set(documents) == set(argtable.available_versions())
+    for name, text in argtable_pack.pack_files(documents).items():
+        assert (directory / name).read_text(encoding="utf-8") == text, name
+
+
+def test_loading_one_release_parses_only_its_own_records() -> None:
+    pack = argtable_pack.Pack(Path(argtable_pack.__file__).parent / "argtables")
+    document = pack.document("0.5.11")
+    assert len(pack._parsed_options) <= len(document["options"])
+    assert len(pack._options) > 2 * len(document["options"])  # the other releases' stay text
+
+
+def test_runs_keep_order_and_round_trip() -> None:
+    for indices in ([], [0], [0, 1, 2, 7, 9, 10], [5, 3, 4, 1], [2, 2]):
+        assert argtable_pack._indices(argtable_pack._runs(indices)) == indices
+    assert argtable_pack._runs([0, 1, 2, 7, 9, 10]) == "0-2,7,9-10"
+
+
+def _table(version: str, *options: ArgOption, fields: dict[str, object] | None = None) -> ArgTable:
+    return ArgTable(
+        version, options, fields if fields is not None else {o.dest: o.default for o in options}
+    )
+
+
+def _store(dest: str, help: str, *flags: str, type: str = "int", default: object = 1) -> ArgOption:
+    return ArgOption(dest, flags or (argtable.natural_flag(dest),), "store", type, None, None,
+                     None, default, False, help)  # fmt: skip
+
+
+def test_a_rename_is_seen_by_help_text_and_type_or_by_a_flag_that_moved() -> None:
+    old = _table("0.9.0", _store("max_micro_batch_size", "The maximum micro batch size."),
+                 _store("keep", "Stays."))  # fmt: skip
+    new = _table("0.9.1", _store("pp_max_micro_batch_size", "The maximum micro batch size."),
+                 _store("keep", "Stays."))  # fmt: skip
+    [seen] = argtable_changes.seen_renames(old, new)
+    assert (seen.old, seen.new, seen.version) == ("max_micro_batch_size", "pp_max_micro_batch_size",
+                                                  "0.9.1")  # fmt: skip
+    other_type = _table("0.9.1", _store("pp_max_micro_batch_size", "The maximum micro batch size.",
+                                        type="str"), _store("keep", "Stays."))  # fmt: skip
+    assert argtable_changes.seen_renames(old, other_type) == []  # a removal and an addition
+    alias = _store("mamba_radix_cache_strategy", "Deprecated alias.", "--mamba-scheduler-strategy")
+    moved = _table(
+        "0.9.1", _store("mamba_radix_cache_strategy", "New help."), alias, _store("keep", "Stays.")
+    )
+    was = _table("0.9.0", _store("mamba_scheduler_strategy", "Old help."), _store("keep", "Stays."))
+    [seen] = argtable_changes.seen_renames(was, moved)
+    assert (seen.old, seen.new) == ("mamba_scheduler_strategy", "mamba_radix_cache_strategy")
+
+
+def test_the_rename_map_agrees_with_every_shipped_release() -> None:
+    """What `make sglang-release-check` fails on: a rename the tables show that RENAMES misses
+    (orch would render a flag the release no longer has), or a release stated wrongly."""
+    assert argtable_changes.rename_problems(argtable.available_versions()) == []
+
+
+def test_the_release_check_fails_when_the_map_misses_a_rename(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    kept = tuple(r for r in argtable.RENAMES if r.old != "mamba_scheduler_strategy")
+    monkeypatch.setattr(argtable_changes, "RENAMES", kept)
+    problems = argtable_changes.rename_problems(argtable.available_versions())
+    assert problems == [
+        "SGLang 0.5.14 renamed mamba_scheduler_strategy -> mamba_radix_cache_strategy "
+        "(--mamba-scheduler-strategy stores into mamba_radix_cache_strategy in 0.5.14), and "
+        "argtable.RENAMES misses it: add Rename('mamba_scheduler_strategy', "
+        "'mamba_radix_cache_strategy', (0, 5, 14), <removed_in>)"
+    ]
+
+
+def test_docs_sglang_versions_is_the_report_of_the_shipped_tables() -> None:
+    text, _ = argtable_changes.release_report(argtable.available_versions())
+    assert (REPO / "docs" / "sglang-versions.md").read_text(encoding="utf-8") == text, (
+        "run python scripts/argtables.py report"
+    )
