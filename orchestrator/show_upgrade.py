@@ -59,6 +59,11 @@ def text(result: upgrade.Upgrade, *, wide: bool = False) -> str:
                 fromfile=display, tofile=display + " (upgraded)", n=1,
             )  # fmt: skip
             lines += ["  " + line.rstrip("\n") for line in diff]
+        if result.shared:
+            lines.append(
+                f"  also built on these files: {', '.join(result.shared)} (their launches do not "
+                "change: a renamed key is spelled for each profile's own release)"
+            )
     lines += ["", "Effective configuration (SGLang's own resolution of each release):"]
     lines += [f"  {note}" for note in result.plan_notes]
     if result.refused is not None:
@@ -145,6 +150,7 @@ def as_json(result: upgrade.Upgrade) -> dict[str, Any]:
             for f in result.findings
         ],
         "files": sorted(result.files),
+        "shared": list(result.shared),
         "plan_notes": list(result.plan_notes),
         "refused": result.refused,
         "effective": None

@@ -380,6 +380,7 @@ class Upgrade:
     spelling: Spelling
     files: Mapping[str, str] = field(default_factory=dict)  # displayed path -> new text
     originals: Mapping[str, str] = field(default_factory=dict)  # the same files' text before
+    shared: tuple[str, ...] = ()  # other profiles built on an edited file, launches unchanged
     effective: Effective | None = None
     plan_notes: tuple[str, ...] = ()  # why a side was not planned, and where each was
     refused: str | None = None  # SGLang rejects the target's plan

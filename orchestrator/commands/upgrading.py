@@ -17,12 +17,13 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from orchestrator import argtable, plan, upgrade
+from orchestrator import argtable, plan, render, upgrade
 from orchestrator.commands import lockfile, planning
 from orchestrator.commands.context import Context, Launch
 from orchestrator.errors import (
     ArgTableError,
     InvalidProfile,
+    OrchError,
     ProfileError,
     UpgradeBlocked,
     UsageError,
@@ -70,14 +71,14 @@ def run(ctx: Context, request: Request) -> upgrade.Upgrade:
     spelled = upgrade.spelling(
         profile, loaded.table, target, positions, argtable.available_versions()
     )
-    texts, originals = _new_texts(ctx.store, request, spelled, files)
+    texts, originals = _new_texts(ctx.store, request, spelled, files, source_version)
     result = upgrade.Upgrade(
         profile.name, source_version, request.to, spelled, files=texts, originals=originals
     )
     if any(f.severity == upgrade.ERROR for f in spelled.findings):
         return result  # the upgraded profile would not validate: the fields come first
     with tempfile.TemporaryDirectory(prefix="orch-upgrade-") as scratch:
-        moved_store = _scratch_store(ctx.store, Path(scratch), texts, files)
+        moved_store = _scratch_store(ctx.store, Path(scratch), texts)
         try:
             moved_store.load(request.name)
         except InvalidProfile as exc:
@@ -88,17 +89,27 @@ def run(ctx: Context, request: Request) -> upgrade.Upgrade:
                                       if len(exc.errors) > 1 else ""),
                 first.hint,
             ) from exc  # fmt: skip
+        shared, findings = _shared_bases(ctx.store, moved_store, request.name, texts)
+        result = dataclasses.replace(
+            result, shared=shared, spelling=dataclasses.replace(
+                spelled, findings=(*spelled.findings, *findings)
+            ),
+        )  # fmt: skip
         moved_ctx = dataclasses.replace(ctx, store=moved_store)
         before_launch = ctx.launch(request.name, require_secrets=False)
         after_launch = moved_ctx.launch(request.name, require_secrets=False)
         result = _plans(ctx, moved_ctx, request, before_launch, after_launch, result)
     if request.write:
-        result = _write(ctx, request, result, after_launch, files)
+        result = _write(ctx, request, result, after_launch)
     return result
 
 
 def _new_texts(
-    store: ProfileStore, request: Request, spelled: upgrade.Spelling, files: dict[str, Path]
+    store: ProfileStore,
+    request: Request,
+    spelled: upgrade.Spelling,
+    files: dict[str, Path],
+    source_version: str,
 ) -> tuple[dict[str, str], dict[str, str]]:
     """Each file the upgrade changes -> its new text, and its text now (displayed names)."""
     own = store.display(store.path_of(request.name))
@@ -117,20 +128,72 @@ def _new_texts(
         if text != original:
             changed[display] = text
             originals[display] = original
+    for display, path in _inheriting_the_version(store, request.name, own).items():
+        original = path.read_text(encoding="utf-8")
+        # a profile that inherits `sglang:` from this one stays on its release, now said
+        changed[display] = upgrade.set_version_text(original, source_version)
+        originals[display] = original
     return changed, originals
 
 
-def _scratch_store(
-    store: ProfileStore, scratch: Path, texts: dict[str, str], files: dict[str, Path]
-) -> ProfileStore:
+def _inheriting_the_version(store: ProfileStore, name: str, own: str) -> dict[str, Path]:
+    """The other profiles whose `sglang:` is the one written in ``name``'s file."""
+    found: dict[str, Path] = {}
+    for other in store.names():
+        if other == name:
+            continue
+        try:
+            positions, _ = store.written(other)
+        except OrchError:
+            continue
+        where = positions.get(("sglang",))
+        if where is not None and where.source == own:
+            found[store.display(store.path_of(other))] = store.path_of(other)
+    return found
+
+
+def _scratch_store(store: ProfileStore, scratch: Path, texts: dict[str, str]) -> ProfileStore:
     """A copy of the profiles directory with the upgrade applied (lock files left out: the
     target's lock is what this computes)."""
     for path in store.root.iterdir():
         if path.is_file() and (path.suffix in (".yaml", ".yml") or path.name == "known_hosts"):
             shutil.copyfile(path, scratch / path.name)
     for display, text in texts.items():
-        (scratch / files[display].name).write_text(text, encoding="utf-8")
+        (scratch / Path(display).name).write_text(text, encoding="utf-8")
     return ProfileStore(scratch, display_root=scratch, local_python=store.local_python)
+
+
+def _shared_bases(
+    store: ProfileStore, moved: ProfileStore, name: str, texts: dict[str, str]
+) -> tuple[tuple[str, ...], tuple[upgrade.Finding, ...]]:
+    """The other profiles built on a file the upgrade edits: their launches must not change
+    (a renamed key is spelled for each profile's own release, so they do not)."""
+    shared: list[str] = []
+    findings: list[upgrade.Finding] = []
+    for other in store.names():
+        if other == name:
+            continue
+        try:
+            _, files = store.written(other)
+            if not set(files) & set(texts):
+                continue
+            before, after = store.load(other), moved.load(other)
+        except OrchError:
+            continue  # invalid already: validate says so
+        if before.profile.abstract:
+            shared.append(other)
+            continue
+        old = render.launch_digest(*render.render_members(before.profile, before.table))
+        new = render.launch_digest(*render.render_members(after.profile, after.table))
+        if old == new:
+            shared.append(other)
+        else:
+            findings.append(upgrade.Finding(
+                upgrade.ERROR, "extends",
+                f"{other} is built on a file this upgrade edits, and its launch would change",
+                f"upgrade {other} too, or move the renamed key into {name}'s own file",
+            ))  # fmt: skip
+    return tuple(shared), tuple(findings)
 
 
 def _python_for(given: str | None, version: str) -> tuple[str | None, str]:
@@ -188,7 +251,6 @@ def _write(
     request: Request,
     result: upgrade.Upgrade,
     after_launch: Launch,
-    files: dict[str, Path],
 ) -> upgrade.Upgrade:
     if result.blocked:
         return result  # the caller says nothing was written
@@ -203,7 +265,7 @@ def _write(
         )
     written = []
     for display, text in result.files.items():
-        path = files[display]
+        path = ctx.store.root / Path(display).name  # every profile lives in the one directory
         partial = path.with_name(f".{path.name}.orch-upgrade")
         partial.write_text(text, encoding="utf-8")
         shutil.copymode(path, partial)

@@ -99,6 +99,7 @@ def test_upgrade_reports_the_rename_and_the_edits_and_says_why_no_plan_ran(profi
 def test_upgrade_write_changes_only_the_renamed_keys_and_the_version(profiles: Path) -> None:
     path = profiles / "qwen36-mtp-b200.yaml"
     before = path.read_text().splitlines()
+    sibling = orch(profiles, "render", "qwen36-mtp-h200", "--json").out
     result = orch(profiles, "upgrade", "qwen36-mtp-b200", "--to", "0.5.23", "--write")
     assert result.code == ExitCode.OK, result.err
     assert "no lock file: none written" in result.out
@@ -114,7 +115,11 @@ def test_upgrade_write_changes_only_the_renamed_keys_and_the_version(profiles: P
     assert rendered.code == ExitCode.OK, rendered.err
     argv = json.loads(rendered.out)["argv"]
     assert argv[argv.index("--mamba-radix-cache-strategy") + 1] == "extra_buffer"
-    # the sibling that extends it (qwen36-mtp-h200) moved with it and still validates
+    # the profile built on it (qwen36-mtp-h200) inherited `sglang:` from it: it stays on its
+    # release, now written in its own file, and launches exactly what it launched
+    assert 'sglang: "0.5.11"' in (profiles / "qwen36-mtp-h200.yaml").read_text().splitlines()
+    assert orch(profiles, "render", "qwen36-mtp-h200", "--json").out == sibling
+    assert "qwen36-mtp-h200 (their launches do not change" in result.out
     assert orch(profiles, "validate").code == ExitCode.OK
 
 
