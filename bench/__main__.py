@@ -500,12 +500,44 @@ def cli_startup(runs: int) -> Section:
     paramiko_loaded, jinja_loaded = done.stdout.split()
     rows.append(Row("CLI start-up", "paramiko / jinja2 imported by render",
                     f"{paramiko_loaded} / {jinja_loaded}", "False / False"))  # fmt: skip
+    rows += argument_tables(runs)
     return Section(
         "CLI start-up",
         f"Wall time of `python -m orchestrator ...` processes, shipped profiles, with the "
         f"bytecode compiled as an installation has it; median of {runs}.",
         rows,
     )
+
+
+def argument_tables(runs: int) -> list[Row]:
+    """Every release's table ships; a command reads one. What that costs, and the pack's size
+    beside the same tables as separate files (what orch shipped before: one JSON per release)."""
+    from orchestrator import argtable_pack
+
+    directory = REPO / "orchestrator" / "argtables"
+    documents = argtable_pack.read_documents(directory)
+    packed = sum(len(t.encode()) for t in argtable_pack.pack_files(documents).values())
+    separate = sum(
+        len((json.dumps(d, sort_keys=True, indent=1, ensure_ascii=False) + "\n").encode())
+        for d in documents.values()
+    )
+    probe = (
+        "import time\nstarted = time.perf_counter()\nfrom orchestrator import argtable\n"
+        "argtable.load_table('0.5.11')\nprint(time.perf_counter() - started)"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    times = []
+    for _ in range(runs + 1):  # the first writes the bytecode
+        done = subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True,
+                              text=True, check=True, env=env)  # fmt: skip
+        times.append(float(done.stdout))
+    times = times[1:]
+    return [
+        Row("CLI start-up", f"argument tables: {len(documents)} releases, pack on disk",
+            f"{packed / 1e6:.2f} MB", f"{separate / 1e6:.1f} MB as one file each"),
+        Row("CLI start-up", "import argtable + load one release's table", ms(median(times)),
+            "a command reads one release"),
+    ]  # fmt: skip
 
 
 # -- 5. following a large log -------------------------------------------------------------------
