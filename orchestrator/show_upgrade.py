@@ -32,6 +32,12 @@ def _cut(text: str, width: int) -> str:
     return text if len(text) <= width else text[: width - 3] + "..."
 
 
+def _finding(finding: upgrade.Finding, *, located: bool) -> list[str]:
+    where = f"{finding.key_path}: " if located else ""
+    lines = [f"  {finding.severity}: {where}{finding.message}"]
+    return lines + ([f"    hint: {finding.hint}"] if finding.hint else [])
+
+
 def text(result: upgrade.Upgrade, *, wide: bool = False) -> str:
     """The report, with the diff of each file the upgrade changes."""
     lines = [
@@ -47,9 +53,7 @@ def text(result: upgrade.Upgrade, *, wide: bool = False) -> str:
             f"  {edit.key_path}: {edit.old} -> {edit.new}  ({edit.source}:{edit.line}; {edit.why})"
         )
     for finding in spelled.findings:
-        lines.append(f"  {finding.severity}: {finding.key_path}: {finding.message}")
-        if finding.hint:
-            lines.append(f"    hint: {finding.hint}")
+        lines += _finding(finding, located=True)
     if result.files:
         lines += ["", "Profile edits (--write applies them; comments and layout kept):"]
         for display, new in result.files.items():
@@ -102,9 +106,7 @@ def text(result: upgrade.Upgrade, *, wide: bool = False) -> str:
                    if len(effective.gone_fields) > 12 else "")
             )  # fmt: skip
         for finding in effective.findings:
-            lines.append(f"  {finding.severity}: {finding.message}")
-            if finding.hint:
-                lines.append(f"    hint: {finding.hint}")
+            lines += _finding(finding, located=False)
     if result.memory:
         lines += ["", "Memory (the memory plan of each release):"]
         table = [("", f"SGLANG {result.source_version}", f"SGLANG {result.target_version}")]
