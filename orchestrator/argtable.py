@@ -52,13 +52,35 @@ class Rename:
         return text
 
 
-# From docs/sglang-facts.md §1, cross-checked against the generated tables by
-# tests/unit/test_argtable.py.
+# Every rename the argument tables show, from 0.4.10.post2 on (docs/sglang-versions.md): a flag
+# that came to store into another field, or a field removed in the release that another appears
+# with the same help text and type. `make sglang-release-check` and tests/unit/test_argtable.py
+# fail when one is missing or a release is stated wrongly. (Switches that became one value of
+# another field, --disable-piecewise-cuda-graph = --cuda-graph-backend-prefill=disabled, are not
+# renames: the report lists them as replaced.)
 RENAMES: tuple[Rename, ...] = (
+    Rename("max_micro_batch_size", "pp_max_micro_batch_size", (0, 5, 3, 1), (0, 5, 3, 1)),
+    Rename("oltp_traces_endpoint", "otlp_traces_endpoint", (0, 5, 4, 2), (0, 5, 4, 2)),
+    Rename("kt_amx_method", "kt_method", (0, 5, 5, 1), (0, 5, 5, 1)),
+    Rename("kt_amx_weight_path", "kt_weight_path", (0, 5, 5, 1), (0, 5, 5, 1)),
+    Rename("stream_output", "incremental_streaming_output", (0, 5, 10), (0, 5, 20)),
+    Rename("speculative_dflash_draft_window_size", "speculative_draft_window_size",
+           (0, 5, 12), (0, 5, 20)),
+    Rename("enable_nsa_prefill_context_parallel", "enable_dsa_prefill_context_parallel",
+           (0, 5, 13), (0, 5, 20)),
+    Rename("nsa_decode_backend", "dsa_decode_backend", (0, 5, 13), (0, 5, 20)),
+    Rename("nsa_prefill_backend", "dsa_prefill_backend", (0, 5, 13), (0, 5, 20)),
+    Rename("nsa_prefill_cp_mode", "dsa_prefill_cp_mode", (0, 5, 13), (0, 5, 20)),
     Rename("mamba_scheduler_strategy", "mamba_radix_cache_strategy", (0, 5, 14), (0, 5, 20)),
     Rename("cuda_graph_max_bs", "cuda_graph_max_bs_decode", (0, 5, 14), (0, 5, 20)),
     Rename("cuda_graph_bs", "cuda_graph_bs_decode", (0, 5, 14), (0, 5, 20)),
-)
+    Rename("piecewise_cuda_graph_compiler", "cuda_graph_tc_compiler", (0, 5, 14), (0, 5, 20)),
+    Rename("piecewise_cuda_graph_max_tokens", "cuda_graph_max_bs_prefill", (0, 5, 14),
+           (0, 5, 20)),
+    Rename("piecewise_cuda_graph_tokens", "cuda_graph_bs_prefill", (0, 5, 14), (0, 5, 20)),
+    Rename("grpc_http_sidecar_port", "smg_http_sidecar_port", (0, 5, 16), None),
+    Rename("enable_gdn_replayssm_spec", "enable_linear_replayssm_spec", (0, 5, 17), (0, 5, 20)),
+)  # fmt: skip
 
 
 @dataclass(frozen=True)

@@ -31,7 +31,9 @@ def test_table_loads_with_options_and_fields(version: str) -> None:
 @pytest.mark.parametrize("rename", argtable.RENAMES, ids=lambda r: r.old)
 def test_renames_agree_with_the_generated_tables(rename: argtable.Rename) -> None:
     """Every shipped table on either side of a rename shows it: the old name is a real
-    option before, a deprecated alias of the new field while the alias lives, gone after."""
+    option before, a spelling of the new field while the alias lives (SGLang marks most of
+    them deprecated, not all), gone after (the new field may go with it: 0.5.20 removed the DSA
+    context-parallel mode it had renamed in 0.5.13)."""
     for version in argtable.available_versions():
         table = argtable.load_table(version)
         parsed = table.parsed_version
@@ -42,11 +44,9 @@ def test_renames_agree_with_the_generated_tables(rename: argtable.Rename) -> Non
                 assert rename.old in table.by_dest, version
         elif rename.removed_in is None or parsed < rename.removed_in:
             alias = table.by_flag[old_flag]
-            assert alias.deprecated, version
             assert alias.dest == rename.new, version
         else:
             assert old_flag not in table.by_flag, version
-            assert rename.new in table.by_dest, version
 
 
 def _release_before(version: tuple[int, ...]) -> str:

@@ -189,11 +189,11 @@ def test_validation_missing_model_path(profile_dir: ProfileDir) -> None:
 def test_validation_argument_of_another_version_says_where_it_exists(
     profile_dir: ProfileDir,
 ) -> None:
-    error = _one(profile_dir, "args: {cuda_graph_max_bs_prefill: 8}\n")
+    error = _one(profile_dir, "args: {attn_dp_size: 2}\n")  # added in 0.5.22
     assert error.problem == "unknown SGLang 0.5.11 argument"
     assert error.hint is not None
     assert "it exists in SGLang" in error.hint
-    assert "0.5.23" in error.hint
+    assert "0.5.22" in error.hint
 
 
 def test_validation_old_name_on_new_version_warns_with_what_to_write(
