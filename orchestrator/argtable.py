@@ -52,13 +52,15 @@ class Rename:
         return text
 
 
-# Every rename the argument tables show, from 0.4.10.post2 on (docs/sglang-versions.md): a flag
+# Every rename the argument tables show, from 0.4.9.post1 on (docs/sglang-versions.md): a flag
 # that came to store into another field, or a field removed in the release that another appears
 # with the same help text and type. `make sglang-release-check` and tests/unit/test_argtable.py
 # fail when one is missing or a release is stated wrongly. (Switches that became one value of
 # another field, --disable-piecewise-cuda-graph = --cuda-graph-backend-prefill=disabled, are not
 # renames: the report lists them as replaced.)
 RENAMES: tuple[Rename, ...] = (
+    Rename("impl", "model_impl", (0, 4, 9, 3), (0, 4, 9, 3)),
+    Rename("enable_flashinfer_moe", "enable_flashinfer_cutlass_moe", (0, 4, 9, 5), (0, 4, 9, 5)),
     Rename("max_micro_batch_size", "pp_max_micro_batch_size", (0, 5, 3, 1), (0, 5, 3, 1)),
     Rename("oltp_traces_endpoint", "otlp_traces_endpoint", (0, 5, 4, 2), (0, 5, 4, 2)),
     Rename("kt_amx_method", "kt_method", (0, 5, 5, 1), (0, 5, 5, 1)),

@@ -50,8 +50,9 @@ CACHE_ROOT = Path(
 BASE_VERSION = os.environ.get("ORCH_ARGTABLE_BASE", "0.5.23")
 PACK_DIR = REPO / "orchestrator" / "argtables"
 REPORT = REPO / "docs" / "sglang-versions.md"
-# Every 0.5.x release, and the last 0.4.x one (0.5.0 was never published on PyPI).
-OLDEST_COVERED = (0, 4, 10, 2)
+# Every release from 0.4.9.post1 on (0.5.0 was never published on PyPI); older ones on request
+# (0.4.5 ships: a script of the corpus runs its image).
+OLDEST_COVERED = (0, 4, 9, 1)
 
 
 def log(text: str) -> None:
@@ -142,6 +143,8 @@ def _run(python: Path, overlay: Path, code: str, *args: str) -> str:
 
 # the base venv's CPU build of these stays: sglang's own pins name CUDA builds
 _GPU_STACK = ("torch", "triton", "sgl", "flashinfer", "nvidia", "cuda", "xformers")
+# the triton each torch release was built with (PyTorch's pins), for releases older than the base
+_TRITON_FOR_TORCH = {"2.5": "3.1.0", "2.6": "3.2.0", "2.7": "3.3.1", "2.8": "3.4.0", "2.9": "3.5.0"}
 # import name -> distribution name, where they differ
 _DISTRIBUTIONS = {
     "zmq": "pyzmq", "PIL": "pillow", "yaml": "pyyaml", "google": "protobuf",
@@ -187,6 +190,7 @@ def _build_overlay(python: Path, version: str, building: Path, overlay: Path) ->
     if "transformers" in pins:
         # with its own dependencies: an older transformers checks tokenizers/hub versions on import
         _pip(python, *common, pins["transformers"], log_file=log_file)
+    installed: set[str] = set()
     for _ in range(16):
         answer = _run(python, building, _PROBE)
         kind, _, detail = answer.partition(" ")
@@ -194,6 +198,18 @@ def _build_overlay(python: Path, version: str, building: Path, overlay: Path) ->
             if detail != version:
                 raise SystemExit(f"overlay for {version} imports sglang {detail}")
             break
+        if kind == "import-error" and "triton" in detail and "triton" not in installed:
+            # an old release reads triton internals that moved (0.4.5: triton.runtime.cache's
+            # default_cache_dir): the triton of the torch it pins, beside the base's torch
+            triton = _TRITON_FOR_TORCH.get(re.sub(r"^torch==(\d+\.\d+).*", r"\1",
+                                                  pins.get("torch", "")))  # fmt: skip
+            if triton is None:
+                raise SystemExit(f"sglang {version}: {answer} (no triton known for its torch)")
+            log(f"  {version}: server_args needs an older triton: installing triton=={triton}")
+            _pip(python, "--target", str(building), "--no-deps", f"triton=={triton}",
+                 log_file=log_file)  # fmt: skip
+            installed.add("triton")
+            continue
         if kind != "missing" or detail == "?":
             raise SystemExit(f"sglang {version}: import sglang.srt.server_args: {answer}")
         # Without dependencies (with them, xgrammar brings torch and triton again, ~1 GB): a
