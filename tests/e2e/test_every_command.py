@@ -131,6 +131,15 @@ def run_import(space: Workspace, name: str, sshd: SshServer) -> None:
     assert (space.profiles / "imported.yaml").exists()
 
 
+def run_upgrade(space: Workspace, name: str, sshd: SshServer) -> None:
+    """No gpu.type here, so no plans: the spelling, the edit, --write (the plans of both
+    releases run in tests/sglang_real/test_upgrade_real.py)."""
+    done = _orch(space, "upgrade", name, "--to", "0.5.20", "--write")
+    _ok(done, "SGLang 0.5.23 -> 0.5.20", "written:")
+    assert 'sglang: "0.5.20"' in (space.profiles / f"{name}.yaml").read_text()
+    _ok(_orch(space, "validate", name), f"ok  {name}")
+
+
 def run_init(space: Workspace, name: str, sshd: SshServer) -> None:
     _ok(_orch(space, "init", str(space.root / "team")), "wrote")
 
@@ -140,6 +149,7 @@ RUNS: dict[str, Callable[[Workspace, str, SshServer], None]] = {
     "down": run_down, "restart": run_restart, "status": run_status, "logs": run_logs,
     "runs": run_runs, "plan": run_plan, "lock": run_lock, "diff-effective": run_diff_effective,
     "hosts": run_hosts, "init": run_init, "export": run_export, "import": run_import,
+    "upgrade": run_upgrade,
 }  # fmt: skip
 
 
