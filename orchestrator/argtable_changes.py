@@ -123,8 +123,9 @@ def _moved_flags(old: ArgTable, new: ArgTable) -> list[tuple[str, str, str, ArgO
 def seen_replacements(old: ArgTable, new: ArgTable) -> list[SeenReplacement]:
     """Switches turned into a shorthand for one value of another field."""
     found = {}
+    new_fields = _options_by_field(new)
     for _, source, target, option in _moved_flags(old, new):
-        main = _main_option(_options_by_field(new)[target])
+        main = _main_option(new_fields[target])
         value = const_of(option)
         if option.nargs == 0 and value is not None and main.nargs != 0:
             found[source] = SeenReplacement(source, target, value, new.version)

@@ -21,6 +21,7 @@ import re
 from collections.abc import Iterable, Mapping
 from importlib import resources
 from importlib.resources.abc import Traversable
+from pathlib import Path
 from typing import Any
 
 SCHEMA = 2
@@ -161,8 +162,8 @@ def pack_files(tables: Mapping[str, Mapping[str, Any]]) -> dict[str, str]:
     }
 
 
-def write(directory: Any, tables: Mapping[str, Mapping[str, Any]]) -> None:
-    """Write the pack into ``directory`` (a ``pathlib.Path``): each file replaced atomically."""
+def write(directory: Path, tables: Mapping[str, Mapping[str, Any]]) -> None:
+    """Write the pack into ``directory``: each file replaced atomically."""
     for name, text in pack_files(tables).items():
         target = directory / name
         partial = directory / (name + ".partial")

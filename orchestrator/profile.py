@@ -192,12 +192,11 @@ class ProfileStore:
         _, merged = self._inherit(name)
         return dict(merged.value)
 
-    def written(self, name: str) -> tuple[dict[KeyPath, Position], dict[str, Path]]:
+    def written(self, name: str) -> dict[KeyPath, Position]:
         """Where each key of the merged profile is written (file as displayed, line, column),
-        and the file behind each displayed name of its ``extends`` chain: for edits in place."""
-        chain, merged = self._inherit(name)
-        files = {self.display(self.path_of(link)): self.path_of(link) for link in chain}
-        return dict(merged.positions), files
+        across its ``extends`` chain: for edits in place."""
+        _, merged = self._inherit(name)
+        return dict(merged.positions)
 
     def inventory(self) -> dict[str, Host]:
         """The host inventory: ``hosts.yaml`` entries plus the built-in ``local``."""

@@ -25,6 +25,7 @@ from orchestrator import verify
 from orchestrator.argtable import (
     RENAMES,
     ArgTable,
+    load_table,
     natural_flag,
     parse_version,
     spell,
@@ -80,7 +81,6 @@ def spelling(
     """
     respellings: list[Respelling] = []
     findings: list[Finding] = []
-    renamed: dict[str, str] = {}
     for wanted in requested_fields(profile):
         if wanted.key_path.startswith("group."):
             continue  # orch's own fields (dist_init_addr ...): rendered for whatever release
@@ -97,7 +97,6 @@ def spelling(
             continue
         rename = to.rename
         if rename is not None and wanted.name == rename.old and wanted.key_path.startswith("args."):
-            renamed[rename.old] = rename.new
             position = positions.get(("args", rename.old))
             if position is not None:
                 respellings.append(Respelling(
@@ -110,7 +109,7 @@ def spelling(
                 f"{to.flag} is deprecated in SGLang {target.version}: {to.option.help[:160]}",
             ))  # fmt: skip
     for index, name in enumerate(profile.pin):
-        new = renamed.get(name) or _renamed_name(name, target)
+        new = _new_name(name, target.parsed_version)
         position = positions.get(("pin", index))
         if new is not None and position is not None:
             respellings.append(Respelling(
@@ -120,8 +119,8 @@ def spelling(
     return Spelling(tuple(respellings), tuple(findings))
 
 
-def _renamed_name(name: str, target: ArgTable) -> str | None:
-    version = target.parsed_version
+def _new_name(name: str, version: tuple[int, ...]) -> str | None:
+    """The name ``version`` gives a field renamed by then (None: not renamed)."""
     for rename in RENAMES:
         if name == rename.old and version >= rename.renamed_in:
             return rename.new
@@ -141,9 +140,7 @@ def _ambiguity(old: str, target: ArgTable) -> str:
 
 
 def _first_without(name: str, source: ArgTable, versions: Sequence[str], target: ArgTable) -> str:
-    """The first release after ``source`` whose table lacks the field (needs the tables)."""
-    from orchestrator.argtable import load_table
-
+    """The first release after ``source`` whose table lacks the field."""
     low, high = source.parsed_version, target.parsed_version
     for version in versions:
         parsed = parse_version(version)
@@ -233,16 +230,13 @@ class Effective:
     findings: tuple[Finding, ...]
 
 
-def _target_name(name: str, target_version: tuple[int, ...]) -> str:
-    for rename in RENAMES:
-        if name == rename.old and target_version >= rename.renamed_in:
-            return rename.new
-    return name
-
-
 DEFAULT = "SGLang's default"
 # Values SGLang draws at random when the profile leaves them open: a difference is no change.
 _DRAWN = frozenset({"random_seed"})
+
+
+def _renamed_or_same(name: str, version: tuple[int, ...]) -> str:
+    return _new_name(name, version) or name
 
 
 def _side(report: PlanReport, name: str) -> Side:
@@ -265,12 +259,12 @@ def _provenance(steps: Sequence[Provenance]) -> str:
 def effective(before: PlanReport, after: PlanReport, pins: Sequence[str]) -> Effective:
     """Field by field under the target's names (renamed fields compared with each other)."""
     version = parse_version(after.sglang_version or "") or ()
-    old_names = {_target_name(name, version): name for name in before.effective}
-    pinned = {_target_name(name, version) for name in pins}
+    old_names = {_renamed_or_same(name, version): name for name in before.effective}
+    pinned = {_renamed_or_same(name, version) for name in pins}
     moves: list[FieldMove] = []
     new_fields: list[str] = []
     requested = {f.field: f for f in after.fields}
-    requested_before = {_target_name(f.field, version): f for f in before.fields}
+    requested_before = {_renamed_or_same(f.field, version): f for f in before.fields}
     for name in sorted(set(old_names) | set(after.effective)):
         if name.startswith("_") or name in verify.SECRET_FIELDS:
             continue

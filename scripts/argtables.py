@@ -33,6 +33,7 @@ import argparse
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -165,7 +166,7 @@ def overlay_for(python: Path, version: str) -> Path:
     try:
         return _build_overlay(python, version, building, overlay)
     except BaseException:
-        subprocess.run(["rm", "-rf", str(building)], check=False)
+        shutil.rmtree(building, ignore_errors=True)
         raise
 
 
@@ -222,7 +223,7 @@ def _build_overlay(python: Path, version: str, building: Path, overlay: Path) ->
         raise SystemExit(f"sglang {version}: import sglang.srt.server_args keeps failing")
     (building / ".orch-overlay-ok").write_text(version + "\n")
     if overlay.exists():
-        subprocess.run(["rm", "-rf", str(overlay)], check=True)
+        shutil.rmtree(overlay)
     building.rename(overlay)
     return overlay
 

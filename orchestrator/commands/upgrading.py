@@ -21,7 +21,6 @@ from orchestrator import argtable, plan, render, upgrade
 from orchestrator.commands import lockfile, planning
 from orchestrator.commands.context import Context, Launch
 from orchestrator.errors import (
-    ArgTableError,
     InvalidProfile,
     OrchError,
     ProfileError,
@@ -60,18 +59,14 @@ def run(ctx: Context, request: Request) -> upgrade.Upgrade:
         )
     if argtable.parse_version(request.to) is None:
         raise UsageError(f"--to {request.to!r} is not a release (e.g. 0.5.23 or 0.5.10.post1)")
-    if request.to not in argtable.available_versions():
-        raise ArgTableError(
-            f"orch has no argument table for SGLang {request.to}", argtable.adding_hint(request.to)
-        )
     if request.to == source_version:
         raise UsageError(f"{profile.name} already targets SGLang {request.to}")
-    target = argtable.load_table(request.to)
-    positions, files = ctx.store.written(request.name)
+    target = argtable.load_table(request.to)  # no table: the error names the command adding it
     spelled = upgrade.spelling(
-        profile, loaded.table, target, positions, argtable.available_versions()
-    )
-    texts, originals = _new_texts(ctx.store, request, spelled, files, source_version)
+        profile, loaded.table, target, ctx.store.written(request.name),
+        argtable.available_versions(),
+    )  # fmt: skip
+    texts, originals = _new_texts(ctx.store, request, spelled, source_version)
     result = upgrade.Upgrade(
         profile.name, source_version, request.to, spelled, files=texts, originals=originals
     )
@@ -108,7 +103,6 @@ def _new_texts(
     store: ProfileStore,
     request: Request,
     spelled: upgrade.Spelling,
-    files: dict[str, Path],
     source_version: str,
 ) -> tuple[dict[str, str], dict[str, str]]:
     """Each file the upgrade changes -> its new text, and its text now (displayed names)."""
@@ -116,8 +110,7 @@ def _new_texts(
     changed: dict[str, str] = {}
     originals: dict[str, str] = {}
     for display in {edit.source for edit in spelled.respellings} | {own}:
-        path = files[display]
-        original = path.read_text(encoding="utf-8")
+        original = _path(store, display).read_text(encoding="utf-8")
         edits = [edit for edit in spelled.respellings if edit.source == display]
         try:
             text = upgrade.respell_text(original, edits)
@@ -128,27 +121,32 @@ def _new_texts(
         if text != original:
             changed[display] = text
             originals[display] = original
-    for display, path in _inheriting_the_version(store, request.name, own).items():
-        original = path.read_text(encoding="utf-8")
+    for display in _inheriting_the_version(store, request.name, own):
+        original = _path(store, display).read_text(encoding="utf-8")
         # a profile that inherits `sglang:` from this one stays on its release, now said
         changed[display] = upgrade.set_version_text(original, source_version)
         originals[display] = original
     return changed, originals
 
 
-def _inheriting_the_version(store: ProfileStore, name: str, own: str) -> dict[str, Path]:
-    """The other profiles whose `sglang:` is the one written in ``name``'s file."""
-    found: dict[str, Path] = {}
+def _path(store: ProfileStore, display: str) -> Path:
+    """The file behind a displayed name: every profile lives in the one directory."""
+    return store.root / Path(display).name
+
+
+def _inheriting_the_version(store: ProfileStore, name: str, own: str) -> list[str]:
+    """The other profiles (displayed names) whose `sglang:` is the one written in ``name``'s
+    file."""
+    found: list[str] = []
     for other in store.names():
         if other == name:
             continue
         try:
-            positions, _ = store.written(other)
+            where = store.written(other).get(("sglang",))
         except OrchError:
             continue
-        where = positions.get(("sglang",))
         if where is not None and where.source == own:
-            found[store.display(store.path_of(other))] = store.path_of(other)
+            found.append(store.display(store.path_of(other)))
     return found
 
 
@@ -174,8 +172,8 @@ def _shared_bases(
         if other == name:
             continue
         try:
-            _, files = store.written(other)
-            if not set(files) & set(texts):
+            sources = {where.source for where in store.written(other).values()}
+            if not sources & set(texts):
                 continue
             before, after = store.load(other), moved.load(other)
         except OrchError:
@@ -265,7 +263,7 @@ def _write(
         )
     written = []
     for display, text in result.files.items():
-        path = ctx.store.root / Path(display).name  # every profile lives in the one directory
+        path = _path(ctx.store, display)
         partial = path.with_name(f".{path.name}.orch-upgrade")
         partial.write_text(text, encoding="utf-8")
         shutil.copymode(path, partial)
