@@ -12,9 +12,11 @@ import dataclasses
 import hashlib
 import json
 import posixpath
+import re
 import shlex
 import urllib.parse
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 
 from orchestrator import argtable
 from orchestrator.argtable import ArgTable, BadValue
@@ -284,13 +286,16 @@ class Redactor:
 
     A command adds the secrets it reads (``add``); the CLI writes every byte of its output,
     errors included, through one Redactor: one place, so that no command can forget it. Each
-    secret is also looked for as JSON, Python repr and URL encoding would write it, and a secret
-    of several lines line by line; ``RedactingStream`` (cli.py) holds back a tail that could be
-    the start of one, so that a secret split across two writes is still replaced whole."""
+    secret is also looked for as JSON, Python repr, shell quoting and URL encoding would write
+    it, nested up to three deep (SGLang logs its config as a repr, orch's ``--json`` writes that
+    line as JSON), and a secret of several lines line by line; ``RedactingStream`` (cli.py)
+    holds back a tail that could be the start of one, so that a secret split across two writes
+    is still replaced whole."""
 
     def __init__(self, secrets: Mapping[str, str] | None = None) -> None:
         self._secrets: dict[str, str] = {}
-        self._pairs: list[tuple[str, str]] = []
+        self._groups: list[_SecretForms] = []
+        self._starts: dict[str, _Starts] = {}
         self.add(secrets or {})
 
     def add(self, secrets: Mapping[str, str]) -> None:
@@ -298,54 +303,126 @@ class Redactor:
         if fresh.items() <= self._secrets.items():
             return
         self._secrets.update(fresh)
-        pairs: dict[str, str] = {}
+        groups: list[_SecretForms] = []
         for name, value in self._secrets.items():
             mask = f"<redacted: from_env {name}>"
-            for form in _written_forms(value):
-                pairs.setdefault(form, mask)
-        # longest first, so a secret that contains another is replaced whole
-        self._pairs = sorted(pairs.items(), key=lambda pair: -len(pair[0]))
+            groups.append(_SecretForms.of(value, mask))
+            if "\n" in value:
+                groups += [
+                    _SecretForms.of(line, mask)
+                    for line in value.splitlines()
+                    if len(line.strip()) >= MIN_LINE_OF_SECRET
+                ]
+        # a secret that contains another is replaced whole: the longest secret's forms first
+        self._groups = sorted(groups, key=lambda group: -group.size)
+        by_first: dict[str, list[str]] = {}
+        for group in self._groups:
+            for form, _ in group.forms:
+                by_first.setdefault(form[0], []).append(form)
+        self._starts = {first: _Starts.of(forms) for first, forms in by_first.items()}
 
     def __call__(self, text: str) -> str:
-        for value, mask in self._pairs:
-            if value in text:
-                text = text.replace(value, mask)
+        for group in self._groups:
+            if group.anchor is not None and group.anchor not in text:
+                continue  # every form holds the anchor: none of them is in the text
+            for value, mask in group.forms:
+                if value in text:
+                    text = text.replace(value, mask)
         return text
 
     def unsafe_tail(self, text: str) -> int:
         """How many characters at the end of ``text`` (already redacted) could be the start of
         a secret that the next write completes: hold them back until then."""
         longest = 0
-        for value, _ in self._pairs:
-            for size in range(min(len(value) - 1, len(text)), longest, -1):
-                if value.startswith(text[-size:]):
-                    longest = size
+        for first, starts in self._starts.items():
+            # the earliest place in the last (longest form - 1) characters where a form begins
+            at = text.find(first, max(0, len(text) - starts.longest + 1))
+            while at != -1 and len(text) - at > longest:
+                if starts.could_begin(text[at:]):
+                    longest = len(text) - at
                     break
+                at = text.find(first, at + 1)
         return longest
 
 
 MIN_LINE_OF_SECRET = 6  # a line of a multi-line secret shorter than this is too common to mask
+MAX_NESTING = 3  # encodings applied one inside another: a repr, logged as JSON, inside JSON
+MIN_ANCHOR = 4  # a shorter run of plain characters is too common to skip a secret's forms by
 
 
-def _written_forms(value: str) -> list[str]:
-    """``value`` as it may appear in a log: itself, JSON- and repr-escaped (quotes, backslashes,
-    newlines, non-ASCII), URL-encoded, and each long line of a multi-line secret."""
-    escaped = json.dumps(value)[1:-1]
-    forms = [
-        value,
-        escaped,
-        json.dumps(escaped)[1:-1],  # JSON inside JSON (a logged request body)
-        json.dumps(value, ensure_ascii=False)[1:-1],
-        repr(value)[1:-1],
-        value.encode("unicode_escape").decode("ascii"),
-        value.replace("\\", "\\\\").replace('"', '\\"'),
-        value.replace("\\", "\\\\").replace("'", "\\'"),
-        urllib.parse.quote(value, safe=""),
-        urllib.parse.quote_plus(value, safe=""),
-    ]
-    if "\n" in value:
-        forms += [line for line in value.splitlines() if len(line.strip()) >= MIN_LINE_OF_SECRET]
-    return list(dict.fromkeys(form for form in forms if form))
+@dataclass(frozen=True)
+class _SecretForms:
+    """One secret's written forms (longest first), each with its mask, and the longest run of
+    characters that no encoding changes (letters, digits, ``_``, ``-``): every form holds it,
+    so a text without it holds none of them."""
+
+    size: int
+    anchor: str | None
+    forms: tuple[tuple[str, str], ...]
+
+    @classmethod
+    def of(cls, value: str, mask: str) -> _SecretForms:
+        forms = sorted(_written_forms(value), key=len, reverse=True)
+        anchor = max(_PLAIN_RUN.findall(value), key=len, default="")
+        return cls(
+            size=len(value),
+            anchor=anchor if len(anchor) >= MIN_ANCHOR else None,
+            forms=tuple((form, mask) for form in forms),
+        )
+
+
+@dataclass(frozen=True)
+class _Starts:
+    """The forms that begin with one character, for finding a tail that could begin one: their
+    proper prefixes up to SHORT_PREFIX characters in a set (one look-up rules out most tails),
+    the forms themselves for a longer tail."""
+
+    longest: int
+    short: frozenset[str]
+    forms: tuple[str, ...]
+
+    @classmethod
+    def of(cls, forms: list[str]) -> _Starts:
+        short = {
+            form[:size] for form in forms for size in range(1, min(len(form), SHORT_PREFIX + 1))
+        }
+        return cls(max(len(form) for form in forms), frozenset(short), tuple(forms))
+
+    def could_begin(self, tail: str) -> bool:
+        """``tail`` is a proper prefix of one of the forms."""
+        if tail[:SHORT_PREFIX] not in self.short:
+            return False
+        if len(tail) <= SHORT_PREFIX:
+            return True
+        return any(len(form) > len(tail) and form.startswith(tail) for form in self.forms)
+
+
+SHORT_PREFIX = 32
+_PLAIN_RUN = re.compile(r"[A-Za-z0-9_-]+")
+
+# How a value may be written where orch shows it, each applied to the others' results.
+_ENCODINGS: tuple[Callable[[str], str], ...] = (
+    lambda text: json.dumps(text)[1:-1],
+    lambda text: json.dumps(text, ensure_ascii=False)[1:-1],
+    lambda text: repr(text)[1:-1],
+    lambda text: text.encode("unicode_escape").decode("ascii"),
+    lambda text: text.replace("\\", "\\\\").replace('"', '\\"'),  # in "..." for a shell
+    lambda text: text.replace("\\", "\\\\").replace("'", "\\'"),
+    lambda text: urllib.parse.quote(text, safe=""),
+    lambda text: urllib.parse.quote_plus(text, safe=""),
+)
+
+
+def _written_forms(value: str) -> set[str]:
+    """``value`` as it may appear in a log: itself and every nesting of up to MAX_NESTING
+    encodings (JSON, repr, unicode escapes, shell quoting, URL encoding)."""
+    forms = {value}
+    frontier = {value}
+    for _ in range(MAX_NESTING):
+        frontier = {encode(form) for form in frontier for encode in _ENCODINGS} - forms
+        forms |= frontier
+    forms.discard("")
+    return forms
 
 
 def launch_digest(*commands: ServerCommand) -> str:

@@ -44,6 +44,38 @@ def test_every_written_form_of_a_secret_is_replaced(written: str) -> None:
     assert MASK in shown
 
 
+_ENCODINGS = {
+    "json": lambda text: json.dumps(text)[1:-1],
+    "json-unicode": lambda text: json.dumps(text, ensure_ascii=False)[1:-1],
+    "repr": lambda text: repr(text)[1:-1],
+    "url": lambda text: urllib.parse.quote(text, safe=""),
+}
+
+
+@pytest.mark.parametrize("outer", sorted(_ENCODINGS))
+@pytest.mark.parametrize("inner", sorted(_ENCODINGS))
+def test_a_secret_written_through_two_encodings_is_replaced(inner: str, outer: str) -> None:
+    # SGLang logs its config as a Python repr; orch's --json then writes that line as JSON:
+    # a secret with both " and \ came out of plan/status/runs --json in clear (issue 26)
+    written = _ENCODINGS[outer](_ENCODINGS[inner](SECRET))
+    shown = Redactor({"HF_TOKEN": SECRET})(f'{{"line": "server_args=ServerArgs(t={written})"}}')
+    assert written not in shown
+    assert MASK in shown
+
+
+def test_a_secret_written_through_three_encodings_is_replaced() -> None:
+    written = json.dumps(json.dumps(repr(SECRET)))
+    shown = Redactor({"HF_TOKEN": SECRET})(written)
+    assert MASK in shown, shown
+
+
+def test_a_secret_inside_another_is_replaced_whole_in_every_form() -> None:
+    outer, inner = "pre-" + SECRET + "-post", SECRET
+    shown = Redactor({"A": inner, "B": outer})(json.dumps(repr(outer)))
+    assert "pre-" not in shown
+    assert "<redacted: from_env B>" in shown
+
+
 def test_each_line_of_a_multi_line_secret_is_replaced() -> None:
     key = "-----BEGIN KEY-----\nMIIEvQIBADANBgkqhkiG9w0BAQEF\n-----END KEY-----"
     shown = Redactor({"SSL_KEY": key})("line one\nMIIEvQIBADANBgkqhkiG9w0BAQEF\nline three")
