@@ -4,10 +4,15 @@ SGLang's resolution, and says so). The real-SGLang planning tier is tests/sglang
 
 from __future__ import annotations
 
+import contextlib
 import json
+import subprocess
+import sys
+from collections.abc import Iterator
 import time
 
 import psutil
+import pytest
 
 from orchestrator.errors import ExitCode
 from tests.e2e.conftest import Workspace
@@ -33,8 +38,38 @@ def test_plan_on_the_host_predicts_the_override_with_provenance(ssh_workspace: W
     assert list((ssh_workspace.workdir / ".orch").glob(".plan-*")) == []
 
 
+def _waiting_starts(space: Workspace) -> list[psutil.Process]:
+    """This test's start commands still waiting for their spec (the bootstrap's
+    --stdin-first), told apart from any other orch on the machine (a `make demo` left running)
+    by the workspace's deployment directory in their command line."""
+    found = []
+    for process in psutil.process_iter(["cmdline"]):
+        cmdline = process.info["cmdline"] or []
+        if "--stdin-first" not in cmdline or not any(str(space.workdir) in a for a in cmdline):
+            continue
+        with contextlib.suppress(psutil.Error):
+            if process.status() != psutil.STATUS_ZOMBIE:
+                found.append(process)
+    return found
+
+
+@pytest.fixture
+def another_orch_waiting() -> Iterator[None]:
+    """A start command of another orch on this machine (a `make demo` beside the tests), still
+    waiting on its stdin: the tests must look only at what they started."""
+    decoy = subprocess.Popen(
+        [sys.executable, "-c", "import sys; sys.stdin.read()", "--stdin-first", "--dir", "/x"],
+        stdin=subprocess.PIPE,
+    )
+    with decoy:
+        try:
+            yield
+        finally:
+            decoy.kill()
+
+
 def test_up_refuses_what_sglang_would_reject_and_force_launches_it(
-    ssh_workspace: Workspace,
+    ssh_workspace: Workspace, another_orch_waiting: None
 ) -> None:
     # SGLang 0.5.11 with spec decoding and no mamba strategy: the incident
     name = ssh_workspace.profile(
@@ -51,11 +86,7 @@ def test_up_refuses_what_sglang_would_reject_and_force_launches_it(
     # called off before it looked at anything (the bootstrap's --stdin-first)
     assert not ssh_workspace.deployment_dir(name).exists()
     deadline = time.monotonic() + 5.0
-    while waiting := [
-        process for process in psutil.process_iter(["cmdline"])
-        if "--stdin-first" in (process.info["cmdline"] or [])
-        and process.status() != psutil.STATUS_ZOMBIE
-    ]:  # fmt: skip
+    while waiting := _waiting_starts(ssh_workspace):
         assert time.monotonic() < deadline, waiting  # it ends on the empty stdin
         time.sleep(0.05)
 
