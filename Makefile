@@ -34,12 +34,11 @@ type: $(STAMP)
 
 check: lint type test
 
-DEMO_MODEL := /tmp/orch-demo/models/Qwen3.6-27B
-
+# The demo's profile names orch's SGLang stand-in and its model directory with {from_orch: ...}:
+# nothing to prepare, here or from an installed orch (`orch init DIR` writes the same profile).
 demo: $(STAMP)
 	$(BIN)/orch validate
 	$(BIN)/orch render demo
-	mkdir -p $(DEMO_MODEL) && cp standin/models/Qwen3.6-27B/config.json standin/models/Qwen3.6-27B/model.safetensors.index.json $(DEMO_MODEL)/
 	@# The same launch already running is followed, not restarted. A different demo (another
 	@# checkout's, someone else's) is never stopped: orch refuses and says how to stop it.
 	$(BIN)/orch up demo

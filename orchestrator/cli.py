@@ -602,10 +602,10 @@ def _cmd_init(args: argparse.Namespace, output: _Output) -> int:
     done = init(args.directory)
     for path in done.written:
         output.print(f"wrote {path}")
+    output.print(f"git: {done.git}")
     output.print(
-        f"next: edit {done.root / 'profiles'}, then `orch --profiles {done.root / 'profiles'} "
-        "validate`; commit it, and `git config core.hooksPath .githooks` (or `pre-commit "
-        "install`) so that every commit is validated"
+        f"next: cd {done.root} && orch validate && orch up demo (this machine, orch's SGLang "
+        "stand-in); edit profiles/ for your hosts and models, then commit"
     )
     return ExitCode.OK
 

@@ -17,6 +17,7 @@ from typing import Any
 
 from orchestrator import argtable, gpus
 from orchestrator.argtable import ArgTable
+from orchestrator.bundled import BUNDLED, bundled_path
 from orchestrator.doccheck import MISSING, DocChecker, kind
 from orchestrator.model import (
     DEFAULT_CONTROL_OFFSET,
@@ -141,7 +142,10 @@ class ProfileChecker(DocChecker):
                 ("host",), "a group names its hosts in `group.nodes` (rank 0 first)",
                 "remove `host:`; rank 0's host is group.nodes[0].host",
             )  # fmt: skip
-        model_path = self.text(("model", "path"))
+        if isinstance(self.get(("model", "path")), dict):
+            model_path = self._from_orch(("model", "path"), host)
+        else:
+            model_path = self.text(("model", "path"))
         if model_path is None and not is_abstract and self.get(("model", "path")) is MISSING:
             self.error(("model",), "missing `model.path`", "the model directory on the host")
         model = ModelSpec(
@@ -154,7 +158,7 @@ class ProfileChecker(DocChecker):
         bind = self.text(("bind",))
         if bind is not None and (not bind or any(c.isspace() for c in bind)):
             self.error(("bind",), f"expected an address such as 0.0.0.0, got {bind!r}")
-        env = self._env(("env",), gpu)
+        env = self._env(("env",), gpu, host)
         args = self._args()
         group = self._group(inventory, port if port is not None else Profile.port)
         restart = self._restart()
@@ -300,7 +304,7 @@ class ProfileChecker(DocChecker):
             draft_model_path=self.text(("spec_decode", "draft_model_path")),
         )
 
-    def _env(self, at: KeyPath, gpu: GpuSpec) -> dict[str, EnvValue]:
+    def _env(self, at: KeyPath, gpu: GpuSpec, host: Host | None = None) -> dict[str, EnvValue]:
         raw = self.mapping(at) or {}
         env: dict[str, EnvValue] = {}
         if gpu.devices and at == ("env",):
@@ -314,6 +318,11 @@ class ProfileChecker(DocChecker):
                 continue
             if name == "CUDA_VISIBLE_DEVICES" and gpu.devices:
                 self.error(path, "set twice: also derived from gpu.devices", "keep gpu.devices")
+                continue
+            if isinstance(value, dict) and "from_orch" in value:
+                bundled = self._from_orch(path, host)
+                if bundled is not None:
+                    env[name] = bundled
                 continue
             secret = self._secret(path, value)
             if secret is not None:
@@ -472,6 +481,28 @@ class ProfileChecker(DocChecker):
                 f"the control port {group.control_port} is the rendezvous port",
                 "orch's supervisors and torch's TCPStore need a port each",
             )
+
+    def _from_orch(self, path: KeyPath, host: Host | None) -> str | None:
+        """``{from_orch: NAME}``: a path in this installation of orch (orchestrator/bundled.py),
+        for a server on this machine only."""
+        value = self.get(path)
+        if not isinstance(value, dict):
+            return None
+        name = value.get("from_orch")
+        if set(value) != {"from_orch"} or name not in BUNDLED:
+            self.error(
+                path, f"expected {{from_orch: NAME}} with NAME one of {', '.join(BUNDLED)}",
+                "standin: the directory of orch's SGLang stand-in (for PYTHONPATH); "
+                "standin-model: its model directory",
+            )  # fmt: skip
+            return None
+        if host is None or host.name != LOCAL_HOST:
+            self.error(
+                path, f"{{from_orch: {name}}} is a path on this machine: only for host: local",
+                "give the path on the host instead",
+            )  # fmt: skip
+            return None
+        return bundled_path(str(name))
 
     def _secret(self, path: KeyPath, value: Any) -> SecretRef | None:
         """``{from_env: NAME}``: a value read from the local environment at launch."""

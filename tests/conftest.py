@@ -3,6 +3,7 @@ OpenSSH sshd on 127.0.0.1 (tests/ssh/sshd.py) for every test that goes over SSH.
 
 from __future__ import annotations
 
+import re
 import shutil
 import textwrap
 from collections.abc import Callable
@@ -11,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator.bundled import bundled_path
 from orchestrator.profile import ProfileStore
 from tests.ssh.sshd import sshd, sshd_config  # one real sshd for the whole session
 
@@ -29,6 +31,23 @@ EXAMPLES = (
     "qwen36-mtp-rtxpro6000-tp4",
     "qwen35-397b-2x8-h200",  # a launch group of two nodes
 )
+
+
+# Where this installation of orch keeps what a profile names with {from_orch: NAME} (the demo's
+# stand-in): machine-specific, so golden files hold it as <orch>.
+ORCH_PACKAGE = str(Path(bundled_path("standin")).parent)
+
+
+def portable(text: str) -> str:
+    """``text`` with this installation's package directory written as ``<orch>``, and the launch
+    digest of a launch that names it (it differs per installation) as ``<digest>``."""
+    if ORCH_PACKAGE not in text:
+        return text
+    text = _DIGEST.sub(lambda found: found.group(1) + "<digest>", text)
+    return text.replace(ORCH_PACKAGE, "<orch>")
+
+
+_DIGEST = re.compile(r"(launch digest |launch-digest: |launch_digest: )[0-9a-f]{12}\b")
 
 
 def copy_examples(target: Path) -> Path:

@@ -124,7 +124,9 @@ def up(
     states = parallel(lambda node: node.agent.status(), nodes)
     for node, state in zip(nodes, states, strict=True):
         if state.deployed:
-            ownership.check(node.profile, state, ctx.origin(), "up", take_over=take_over)
+            note = ownership.check(node.profile, state, ctx.origin(), "up", take_over=take_over)
+            if note is not None:
+                yield Step(f"rank {node.rank}: {note}")
     running = [(node, state) for node, state in zip(nodes, states, strict=True) if _holds(state)]
     if running:
         everyone_same = len(running) == len(nodes) and all(

@@ -1,10 +1,16 @@
 """``orch init``: a team's own profiles repository, ready for git: ``profiles/`` with a host
-inventory, an example profile that validates, a ``known_hosts`` for pinned host keys, and a
-pre-commit hook that runs ``orch validate --strict`` before every commit. Never overwrites."""
+inventory, an example profile that validates, the demo (this machine, orch's SGLang stand-in),
+a ``known_hosts`` for pinned host keys, and a pre-commit hook that runs ``orch validate
+--strict`` before every commit. A directory outside any git repository becomes one (``git
+init``) with the hook switched on. Never overwrites."""
 
 from __future__ import annotations
 
 import os
+import shlex
+import shutil
+import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -41,22 +47,35 @@ KNOWN_HOSTS = """\
 """
 
 PRE_COMMIT_CONFIG = """\
-# https://pre-commit.com: `pre-commit install` once per clone; or use .githooks/pre-commit.
+# https://pre-commit.com: `pre-commit install` once per clone; or `git config core.hooksPath
+# .githooks`. Both run the same script, which finds orch on PATH or where `orch init` ran.
 repos:
   - repo: local
     hooks:
       - id: orch-validate
         name: orch validate --strict
-        entry: orch --profiles profiles validate --strict
-        language: system
+        entry: .githooks/pre-commit
+        language: script
         pass_filenames: false
         files: ^profiles/
 """
 
+# The hook finds orch on PATH first (each teammate's own), else the interpreter that ran
+# `orch init` (a venv or pipx install not on PATH), else says how to get one: a commit is never
+# validated by nothing without a word.
 GIT_HOOK = """\
 #!/bin/sh
-# Refuse a commit whose profiles orch finds invalid (`git config core.hooksPath .githooks`).
-exec orch --profiles profiles validate --strict
+# Refuse a commit whose profiles orch finds invalid (written by orch init).
+cd "$(dirname "$0")/.." || exit 1  # the directory orch init wrote: profiles/ is there
+if command -v orch >/dev/null 2>&1; then
+    exec orch --profiles profiles validate --strict
+fi
+if [ -x {python} ]; then
+    exec {python} -m orchestrator --profiles profiles validate --strict
+fi
+echo "orch is not on PATH (and {python} is gone): install it (pipx install orch) or" \\
+    "activate its venv to validate profiles/ before a commit; git commit --no-verify skips this" >&2
+exit 1
 """
 
 
@@ -64,31 +83,62 @@ exec orch --profiles profiles validate --strict
 class Scaffolded:
     root: Path
     written: tuple[Path, ...]
+    git: str  # what was done about git: "initialised", "inside an existing repository", ...
 
 
-FILES: tuple[tuple[str, str, int], ...] = (
-    ("profiles/hosts.yaml", HOSTS, 0o644),
-    ("profiles/example.yaml", EXAMPLE, 0o644),
-    ("profiles/known_hosts", KNOWN_HOSTS, 0o644),
-    (".pre-commit-config.yaml", PRE_COMMIT_CONFIG, 0o644),
-    (".githooks/pre-commit", GIT_HOOK, 0o755),
-)
+def _files() -> tuple[tuple[str, str, int], ...]:
+    from orchestrator.arguments import bundled_profiles
+
+    demo = (bundled_profiles() / "demo.yaml").read_text(encoding="utf-8")
+    hook = GIT_HOOK.format(python=shlex.quote(sys.executable))
+    return (
+        ("profiles/hosts.yaml", HOSTS, 0o644),
+        ("profiles/example.yaml", EXAMPLE, 0o644),
+        ("profiles/demo.yaml", demo, 0o644),
+        ("profiles/known_hosts", KNOWN_HOSTS, 0o644),
+        (".pre-commit-config.yaml", PRE_COMMIT_CONFIG, 0o644),
+        (".githooks/pre-commit", hook, 0o755),
+    )
 
 
 def init(root: Path) -> Scaffolded:
     """Write the scaffold under ``root``; refuses when any of its files already exists."""
-    existing = [name for name, _, _ in FILES if (root / name).exists()]
+    files = _files()
+    existing = [name for name, _, _ in files if (root / name).exists()]
     if existing:
         raise ProfileError(
             f"{root}: {', '.join(existing)} already exist{'s' if len(existing) == 1 else ''}",
             "orch init never overwrites: pick an empty directory, or remove those files",
         )
     written = []
-    for name, text, mode in FILES:
+    for name, text, mode in files:
         target = root / name
         target.parent.mkdir(parents=True, exist_ok=True)
-        descriptor = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
+        descriptor = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode)
         with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
             handle.write(text)
         written.append(target)
-    return Scaffolded(root, tuple(written))
+    return Scaffolded(root, tuple(written), _git_init(root))
+
+
+def _git_init(root: Path) -> str:
+    """Make ``root`` a git repository with the hook on, unless it is inside one already (then
+    the hook is that repository's business: say how to switch it on)."""
+    git = shutil.which("git")
+    if git is None:
+        return "git not found: run `git init` and `git config core.hooksPath .githooks` there"
+    inside = subprocess.run(
+        [git, "-C", str(root), "rev-parse", "--is-inside-work-tree"],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    if inside.returncode == 0 and inside.stdout.strip() == "true":
+        return (
+            "inside an existing git repository: switch the hook on with "
+            "`git config core.hooksPath .githooks` (or `pre-commit install`)"
+        )
+    for argv in ([git, "init", "-q", str(root)],
+                 [git, "-C", str(root), "config", "core.hooksPath", ".githooks"]):  # fmt: skip
+        done = subprocess.run(argv, capture_output=True, text=True, check=False)
+        if done.returncode != 0:
+            return f"git init failed ({done.stderr.strip() or done.returncode}): run it yourself"
+    return "a new git repository, its pre-commit hook on (core.hooksPath .githooks)"

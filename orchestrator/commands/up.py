@@ -81,7 +81,9 @@ def _up(
     )
     replacing: RunState | None = None  # stopped only once the new launch passed its checks
     if current.deployed:
-        ownership.check(profile, current, ctx.origin(), "up", take_over=take_over)
+        note = ownership.check(profile, current, ctx.origin(), "up", take_over=take_over)
+        if note is not None:
+            yield Step(note)
     if current.unsupervised:
         if current.launch_digest == launch.digest:
             pending.cancel()  # nothing new starts here

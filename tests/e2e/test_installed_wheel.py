@@ -12,11 +12,8 @@ import sys
 from pathlib import Path
 
 import pytest
-import yaml
 
 from tests.conftest import REPO
-
-STANDIN = REPO / "standin"
 
 
 def _run(argv: list[str], cwd: Path, env: dict[str, str], timeout: float = 600) -> str:
@@ -38,6 +35,9 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
         ignore=shutil.ignore_patterns(".venv", ".git", "*.egg-info", "build", "__pycache__",
                                       ".mypy_cache", ".pytest_cache", ".ruff_cache"),
     )  # fmt: skip
+    # a user's own profile beside the examples (the README's `orch import launch.sh` writes one
+    # there): never shipped
+    (source / "profiles" / "users-own-import.yaml").write_text("extends: demo\n")
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
     _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(root / "dist"),
           str(source)], root, env)  # fmt: skip
@@ -60,31 +60,46 @@ def test_the_installed_wheel_renders_the_bundled_demo_from_an_empty_directory(
     assert "qwen36-mtp-b200" in listing
 
 
-def test_the_installed_wheel_runs_up_and_down_of_the_bundled_demo(
-    installed: Path, tmp_path: Path
-) -> None:
-    demo = yaml.safe_load((REPO / "profiles" / "demo.yaml").read_text())
+def _free_port() -> int:
     with socket.socket() as probe:
-        try:
-            probe.bind((demo["bind"], demo["port"]))
-        except OSError:
-            pytest.skip(f"port {demo['port']} is taken (a demo already runs on this machine)")
-    model = Path(demo["model"]["path"])
-    model.mkdir(parents=True, exist_ok=True)
-    shutil.copy(STANDIN / "models" / "Qwen3.6-27B" / "config.json", model / "config.json")
-    # orch's SGLang stand-in (NOT SGLang) importable as `sglang` in that venv, as make setup does
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+def test_the_installed_wheel_runs_the_demo_orch_init_writes(installed: Path, tmp_path: Path) -> None:
+    # as a pipx user would: no checkout, no stand-in wired into the venv by hand; the demo
+    # profile names orch's bundled SGLang stand-in ({from_orch: standin}). Its port is moved
+    # to a free one: a `make demo` may run beside the tests.
+    env = {**os.environ, "HOME": str(tmp_path)}  # the workdir ~/.local/state/orch is its own
+    env.pop("ORCH_PROFILES", None)
+    env.pop("PYTHONPATH", None)
     site = subprocess.run(
         [str(installed / "python"), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
         capture_output=True, text=True, check=True,
     ).stdout.strip()  # fmt: skip
-    Path(site, "orch-sglang-standin.pth").write_text(f"{STANDIN}\n")
-    env = {**os.environ, "HOME": str(tmp_path)}  # the workdir ~/.local/state/orch is its own
-    env.pop("ORCH_PROFILES", None)
+    assert not list(Path(site).glob("*standin*.pth"))  # nothing but the wheel puts it there
+    team = tmp_path / "team"
+    _run([str(installed / "orch"), "init", str(team)], tmp_path, env)
+    demo = team / "profiles" / "demo.yaml"
+    demo.write_text(demo.read_text().replace("port: 30777", f"port: {_free_port()}"))
+    orch = [str(installed / "orch"), "--profiles", str(team / "profiles")]
+    rendered = _run([*orch, "render", "demo"], team, env)
+    assert f"{site}/orchestrator/standin" in rendered
     try:
-        up = _run([str(installed / "orch"), "up", "demo"], tmp_path, env)
+        up = _run([*orch, "up", "demo"], team, env)
         assert "READY" in up
-        status = _run([str(installed / "orch"), "status", "demo"], tmp_path, env)
+        assert "NOT SGLang" in up  # the stand-in says what it is
+        status = _run([*orch, "status", "demo"], team, env)
         assert "READY" in status
     finally:
-        down = _run([str(installed / "orch"), "down", "demo"], tmp_path, env)
+        down = _run([*orch, "down", "demo"], team, env)
     assert "EXITED" in down
+
+
+def test_an_untracked_profile_in_the_checkout_does_not_ship(installed: Path, tmp_path: Path) -> None:
+    env = {**os.environ, "HOME": str(tmp_path)}
+    env.pop("ORCH_PROFILES", None)
+    listing = _run([str(installed / "orch"), "profiles"], tmp_path, env)
+    assert "demo" in listing
+    assert "users-own-import" not in listing

@@ -46,3 +46,27 @@ def test_a_deployment_from_another_repository_is_not_ours(local_workspace: Works
         assert row["profiles_dir"] == str(other.profiles.resolve())
     finally:
         other.orch("down", theirs)
+
+
+def test_a_stopped_deployment_of_another_repository_is_no_ones(
+    local_workspace: Workspace,
+) -> None:
+    # another checkout's `make demo`, stopped: this checkout's (or an installed orch's) demo
+    # starts in its place; the other's runs stay in the deployment's history
+    mine = local_workspace.profile("svc")
+    assert local_workspace.orch("up", mine).code == ExitCode.OK
+    assert local_workspace.orch("down", mine).code == ExitCode.OK
+    other = _other_repository(local_workspace)
+    theirs = other.profile("svc", served_model_name="someone-else")
+    try:
+        up = other.orch("up", theirs)
+        assert up.code == ExitCode.OK, up.err
+        assert "was last launched from another profiles repository" in up.out + up.err
+        assert "nothing of it runs (EXITED)" in up.out + up.err
+        (row,) = other.orch("status", theirs, "--json").json()
+        assert row["profiles_dir"] == str(other.profiles.resolve())
+        runs = other.orch("runs", theirs, "--json")
+        assert runs.code == ExitCode.OK, runs.err
+        assert len(runs.json()["runs"]) == 2  # the other repository's run is kept
+    finally:
+        other.orch("down", theirs)

@@ -8,8 +8,8 @@ import contextlib
 import json
 import subprocess
 import sys
-from collections.abc import Iterator
 import time
+from collections.abc import Iterator
 
 import psutil
 import pytest

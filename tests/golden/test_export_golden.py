@@ -15,7 +15,7 @@ from orchestrator import export
 from orchestrator.errors import RenderError
 from orchestrator.model import EXPORT_ENGINES
 from orchestrator.profile import ProfileStore
-from tests.conftest import EXAMPLES, REPO, SHIPPED_PROFILES
+from tests.conftest import EXAMPLES, REPO, SHIPPED_PROFILES, portable
 
 GOLDEN = Path(__file__).resolve().parent / "export"
 _SHIPPED = ProfileStore(SHIPPED_PROFILES, display_root=REPO)  # sources as profiles/x.yaml
@@ -32,7 +32,7 @@ def test_golden_export(request: pytest.FixtureRequest, profile: str, engine: str
     loaded = _SHIPPED.load(profile)
     provenance = export.Provenance(f"profiles/{profile}.yaml", None)
     try:
-        text = export.export(loaded.profile, loaded.table, engine, provenance).text
+        text = portable(export.export(loaded.profile, loaded.table, engine, provenance).text)
     except RenderError as exc:  # an engine that cannot run the profile: its refusal is golden
         text = f"# refused: {exc.message}\n# hint: {exc.hint}\n"
     path = GOLDEN / f"{profile}.{engine}.yaml"

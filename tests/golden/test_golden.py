@@ -13,7 +13,7 @@ import pytest
 
 from orchestrator import render
 from orchestrator.profile import ProfileStore
-from tests.conftest import EXAMPLES, SHIPPED_PROFILES, copy_examples
+from tests.conftest import EXAMPLES, SHIPPED_PROFILES, copy_examples, portable
 
 GOLDEN = Path(__file__).resolve().parent
 # (golden name, profile, SGLang version override or None)
@@ -32,7 +32,7 @@ def _render(tmp_path: Path, profile: str, version: str | None) -> str:
     commands = render.render_members(loaded.profile, loaded.table)
     if loaded.profile.group is not None:
         return render.group_json(loaded.profile, loaded.table) + "\n"
-    return render.command_json(commands[0]) + "\n"
+    return portable(render.command_json(commands[0])) + "\n"
 
 
 @pytest.mark.parametrize(("golden", "profile", "version"), CASES, ids=[c[0] for c in CASES])

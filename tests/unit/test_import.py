@@ -24,7 +24,7 @@ from orchestrator.script_check import check_scripts
 from orchestrator.script_import import ScriptFile
 from orchestrator.shellscript import Position, literal, parse_script
 from tests.argparse_oracle import UNCERTAIN_ACTIONS, OracleError, parse
-from tests.conftest import REPO, SHIPPED_PROFILES, copy_examples
+from tests.conftest import EXAMPLES, REPO, SHIPPED_PROFILES, copy_examples
 
 CORPUS = REPO / "tests" / "fixtures" / "launchscripts"
 
@@ -328,12 +328,29 @@ def _values(document: dict[str, Any]) -> dict[str, Any]:
 
 
 def _shipped() -> list[str]:
+    """The shipped examples a server is launched from (never a user's own file in profiles/:
+    `orch import launch.sh` writes one there)."""
     return sorted(
-        p.stem
-        for p in SHIPPED_PROFILES.glob("*.yaml")
-        if p.stem != "hosts"
-        and not (yaml.safe_load(p.read_text()) or {}).get("abstract")  # a base: not launched
+        name
+        for name in EXAMPLES
+        if not (yaml.safe_load((SHIPPED_PROFILES / f"{name}.yaml").read_text()) or {}).get(
+            "abstract"
+        )  # a base: not launched
     )
+
+
+def _bundled(document: Any) -> Any:
+    """``document`` with each ``{from_orch: NAME}`` as the path it names (the script holds the
+    path: it runs on this machine)."""
+    from orchestrator.bundled import bundled_path
+
+    if isinstance(document, dict):
+        if set(document) == {"from_orch"}:
+            return bundled_path(document["from_orch"])
+        return {key: _bundled(value) for key, value in document.items()}
+    if isinstance(document, list):
+        return [_bundled(value) for value in document]
+    return document
 
 
 @pytest.mark.parametrize("name", _shipped())
@@ -361,7 +378,7 @@ def test_a_shipped_profile_comes_back_from_its_launch_script(name: str, profiles
     )  # fmt: skip
     assert code == ExitCode.OK, err
     back = yaml.safe_load((profiles / "back.yaml").read_text())
-    original, imported = _values(merged), _values(back)
+    original, imported = _values(_bundled(merged)), _values(back)
     # what the script carries only as a reference: secrets (from_env) come back as references
     assert imported == original
     if nodes:

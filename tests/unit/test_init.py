@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -45,11 +46,53 @@ def test_init_never_overwrites(tmp_path: Path) -> None:
     assert not (tmp_path / "profiles" / "example.yaml").exists()
 
 
+def test_init_makes_a_git_repository_with_the_hook_on(tmp_path: Path) -> None:
+    root = tmp_path / "team"
+    code, shown = _orch("init", str(root))
+    assert code == ExitCode.OK
+    assert "a new git repository" in shown
+    assert _git(root, "rev-parse", "--is-inside-work-tree").stdout.strip() == "true"
+    assert _git(root, "config", "core.hooksPath").stdout.strip() == ".githooks"
+
+
+def test_init_inside_a_repository_leaves_git_alone(tmp_path: Path) -> None:
+    assert _git(tmp_path, "init", "-q").returncode == 0
+    code, shown = _orch("init", str(tmp_path / "profiles-here"))
+    assert code == ExitCode.OK
+    assert "inside an existing git repository" in shown
+    assert not (tmp_path / "profiles-here" / ".git").exists()
+
+
+def test_init_writes_the_demo_that_validates(tmp_path: Path) -> None:
+    root = tmp_path / "team"
+    assert _orch("init", str(root))[0] == ExitCode.OK
+    code, shown = _orch("--profiles", str(root / "profiles"), "render", "demo")
+    assert code == ExitCode.OK, shown
+    assert "standin" in shown  # orch's SGLang stand-in, from this installation
+
+
+def test_the_hook_validates_without_orch_on_path(tmp_path: Path) -> None:
+    # the interpreter that ran `orch init` is used when no `orch` is on PATH (a venv not
+    # activated, a pipx install elsewhere)
+    root = tmp_path / "team"
+    assert _orch("init", str(root))[0] == ExitCode.OK
+    bare = {**os.environ, "PATH": "/usr/bin:/bin"}
+    assert shutil.which("orch", path=bare["PATH"]) is None
+    subprocess.run(["git", "add", "-A"], cwd=root, env=bare, check=True)
+    (root / "profiles" / "broken.yaml").write_text("host: gpu-1\nmodel: {path: /m}\nport: nope\n")
+    subprocess.run(["git", "add", "-A"], cwd=root, env=bare, check=True)
+    bad = subprocess.run(
+        ["git", "-c", "user.name=t", "-c", "user.email=t@example.net", "commit", "-q", "-m", "x"],
+        cwd=root, env=bare, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert bad.returncode != 0
+    assert "broken.yaml" in bad.stderr + bad.stdout
+    assert "not on PATH" not in bad.stderr
+
+
 def test_the_hook_refuses_a_commit_of_an_invalid_profile(tmp_path: Path) -> None:
     root = tmp_path / "team"
     assert _orch("init", str(root))[0] == ExitCode.OK
-    assert _git(root, "init", "-q").returncode == 0
-    assert _git(root, "config", "core.hooksPath", ".githooks").returncode == 0
     _git(root, "add", "-A")
     good = _git(root, "commit", "-q", "-m", "profiles")
     assert good.returncode == 0, good.stderr

@@ -62,8 +62,17 @@ def tables_dir() -> Path:
     override = os.environ.get("ORCH_STANDIN_ARGTABLES")
     if override:
         return Path(override)
-    # standin/sglang/_standin/argtable.py -> <repo>/orchestrator/argtables
-    return Path(__file__).resolve().parents[3] / "orchestrator" / "argtables"
+    # <repo>/standin/sglang/_standin/argtable.py -> <repo>/orchestrator/argtables; in an
+    # installed orch (package data) <site>/orchestrator/standin/sglang/_standin/argtable.py ->
+    # <site>/orchestrator/argtables
+    here = Path(__file__).parents[3]
+    for candidate in (
+        here / "argtables",
+        Path(__file__).resolve().parents[3] / "orchestrator" / "argtables",
+    ):
+        if (candidate / "releases.json").is_file():
+            return candidate
+    return candidate
 
 
 def load_table(version: str) -> Table:
