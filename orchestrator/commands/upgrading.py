@@ -220,6 +220,10 @@ def _plans(
     if before_launch.profile.gpu.type is None:
         notes.append("no gpu.type: the plans simulate the profile's GPU, so none ran")
         return dataclasses.replace(result, plan_notes=tuple(notes))
+    elsewhere = _model_config_elsewhere(before_launch, request)
+    if elsewhere is not None:  # upgrade plans here and never reaches a host
+        notes.append(elsewhere)
+        return dataclasses.replace(result, plan_notes=tuple(notes))
     before = after = None
     if source_python is not None:
         before = planning.predict(
@@ -242,6 +246,23 @@ def _plans(
     if before is not None and after is not None and before.error is None:
         effective = upgrade.effective(before, after, after_launch.profile.pin)
     return dataclasses.replace(result, effective=effective, memory=memory, target_plan=after)
+
+
+def _model_config_elsewhere(launch: Launch, request: Request) -> str | None:
+    """Why the plans cannot run here: SGLang reads the model's config.json while it resolves,
+    and the profile's model directory is on its host (not this machine), with no
+    --model-config given. None when there is one to read (or a Hub id, which SGLang asks)."""
+    profile = launch.profile
+    path = profile.model.path
+    if request.model_config is not None or Path(path).expanduser().is_dir():
+        return None
+    if not path.startswith(("/", "~", ".")):
+        return None
+    return (
+        f"the model's config.json is on {profile.host.name} ({path}), not here: give "
+        "--model-config FILE (e.g. standin/models/Qwen3.6-27B/config.json) to plan both "
+        "releases; the spelling above needs neither"
+    )
 
 
 def _write(

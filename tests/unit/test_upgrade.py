@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -178,3 +179,21 @@ def test_a_profile_spelled_with_the_new_name_keeps_it_on_an_older_release(profil
     assert document["respellings"] == []
     assert document["findings"] == []
     assert [Path(f).name for f in document["files"]] == ["qwen36-mtp-rtxpro6000-tp4.yaml"]
+
+
+def test_upgrade_without_a_model_config_reports_the_spelling_and_reaches_no_host(
+    profiles: Path,
+) -> None:
+    # SGLang venvs of both releases are at hand, the model's directory is on the profile's host
+    # (which resolves nowhere here): the spelling report, and a note saying what would plan
+    hosts = profiles / "hosts.yaml"
+    hosts.write_text(hosts.read_text().replace("b200-1.example.net", "b200-1.orch-test.invalid"))
+    python = sys.executable  # never run: the plans stop before starting either
+    result = orch(
+        profiles, "upgrade", "qwen36-mtp-b200", "--to", "0.5.23",
+        "--from-sglang", python, "--to-sglang", python, "--json",
+    )  # fmt: skip
+    assert result.code == ExitCode.OK, result.err
+    document = json.loads(result.out)
+    assert document["respellings"]
+    assert any("--model-config FILE" in note for note in document["plan_notes"])
