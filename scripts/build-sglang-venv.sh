@@ -132,8 +132,10 @@ command -v "$BASE_PYTHON" >/dev/null 2>&1 || die "base python '$BASE_PYTHON' not
 
 TMP="$(mktemp -d "$(dirname "$DEST")/.$(basename "$DEST").build.XXXXXX")"
 chmod 755 "$TMP"
+PIP_PID=""
 cleanup() {
     local rc=$?
+    [[ -z "$PIP_PID" ]] || kill "$PIP_PID" 2>/dev/null || true  # a pip still running (stopped)
     if [[ -n "${TMP:-}" && -d "$TMP" ]]; then
         if [[ $rc -ne 0 && "${ORCH_SGLANG_KEEP_FAILED:-0}" == 1 ]]; then
             log "kept the failed build for inspection: $TMP"
@@ -161,18 +163,37 @@ read -r -a PIP_EXTRA <<<"${ORCH_PIP_ARGS:-}"
 # pip's output goes to DEST/.orch-build.log (it is noisy: sglang's full
 # dependency set is deliberately left unmet); its tail is shown on failure.
 BUILD_LOG="$TMP/.orch-build.log"
-pip_install() {
+# pip with its output in the build log and a progress line every HEARTBEAT_S seconds while it
+# runs (a torch download takes minutes: `make test` must not sit silent that long).
+HEARTBEAT_S="${ORCH_BUILD_HEARTBEAT_S:-20}"
+pip_quietly() {
     printf '\n$ pip install %s\n' "$*" >>"$BUILD_LOG"
-    if ! "$PY" -m pip install --disable-pip-version-check --no-input \
-        -c "$CONSTRAINTS" "${PIP_EXTRA[@]}" "$@" >>"$BUILD_LOG" 2>&1; then
+    "$PY" -m pip install --disable-pip-version-check --no-input \
+        -c "$CONSTRAINTS" "${PIP_EXTRA[@]}" "$@" >>"$BUILD_LOG" 2>&1 &
+    PIP_PID=$!
+    local began=$SECONDS next=$((SECONDS + HEARTBEAT_S)) rc=0
+    while kill -0 "$PIP_PID" 2>/dev/null; do
+        sleep 1
+        if ((SECONDS >= next)) && kill -0 "$PIP_PID" 2>/dev/null; then
+            local last
+            last="$(grep -v '^WARNING: Location' "$BUILD_LOG" | tail -n 1 | cut -c1-100)"
+            log "  ... pip still running ($((SECONDS - began)) s): $last"
+            next=$((SECONDS + HEARTBEAT_S))
+        fi
+    done
+    wait "$PIP_PID" || rc=$?
+    PIP_PID=""
+    return "$rc"
+}
+pip_install() {
+    if ! pip_quietly "$@"; then
         grep -v '^WARNING: Location' "$BUILD_LOG" | tail -n 40 >&2
         die "pip install $* failed (full log above, last 40 lines)"
     fi
 }
 
 log "step 1/5: $TORCH_SPEC $TRITON_SPEC"
-if ! "$PY" -m pip install --disable-pip-version-check --no-input -c "$CONSTRAINTS" \
-    "${PIP_EXTRA[@]}" --only-binary=:all: "$TORCH_SPEC" "$TRITON_SPEC" >>"$BUILD_LOG" 2>&1; then
+if ! pip_quietly --only-binary=:all: "$TORCH_SPEC" "$TRITON_SPEC"; then
     [[ -z "${ORCH_TORCH_SPEC:-}" ]] || die "pip install $TORCH_SPEC failed (see $BUILD_LOG)"
     # No local CPU wheel on this machine (the +cpu builds are not on PyPI): take the
     # registry's torch of the same release. On x86_64 that is a CUDA build: about 3 GB to
