@@ -21,11 +21,11 @@ BUILD = REPO / "scripts" / "build-sglang-venv.sh"
 
 
 class _SlowIndex(http.server.BaseHTTPRequestHandler):
-    def do_GET(self) -> None:  # noqa: N802 - http.server's name
+    def do_GET(self) -> None:
         time.sleep(4)  # longer than a few heartbeats
         self.send_error(404)
 
-    def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - its signature
+    def log_message(self, format: str, *args: object) -> None:
         return
 
 
