@@ -222,6 +222,10 @@ _ANSI_ESCAPES = {
 _DOUBLE_QUOTE_ESCAPES = frozenset('$`"\\\n')
 
 
+_IFS = " \t\n"
+_IFS_RE = re.compile(f"[{_IFS}]+")
+
+
 class _Fields:
     """Words under construction: unquoted expansions split into several (bash's field splitting)."""
 
@@ -233,18 +237,19 @@ class _Fields:
         self.fields[-1].append(part)
 
     def add_split(self, value: str) -> None:
-        pieces = value.split()
+        # bash's default IFS: space, tab, newline (str.split() would also split at \r)
+        pieces = [piece for piece in _IFS_RE.split(value) if piece]
         if not pieces:
             if value and self.fields[-1]:
                 self.fields.append([])
             return
-        if value[:1].isspace() and self.fields[-1]:
+        if value[:1] in _IFS and self.fields[-1]:
             self.fields.append([])
         for index, piece in enumerate(pieces):
             if index:
                 self.fields.append([])
             self.fields[-1].append(piece)
-        if value[-1:].isspace():
+        if value[-1:] in _IFS and value:
             self.fields.append([])
 
     def words(self, position: Position, source: str) -> list[Word]:
@@ -273,7 +278,7 @@ class _Walker:
         self.given = frozenset(given)
         self.keep_continuations = False  # a heredoc body keeps its line breaks for positions
         self.positionals: tuple[Word, ...] | None = None  # None: the script's own, unknown
-        self.tree = _parser().parse(self.source)
+        self.tree = _parser().parse(_as_bash_reads(self.source))
 
     def script(self) -> Script:
         return Script(
@@ -1133,6 +1138,29 @@ def _unglue(children: list[Any]) -> tuple[list[Any], dict[int, tuple[Any, ...]]]
                 continue
         out.append(child)
     return out, glued
+
+
+# Bytes that stand in, for the parser only, for what tree-sitter-bash reads differently from bash.
+_STAND_INS = tuple(bytes([b]) for b in (*range(1, 9), *range(14, 32)))
+_ESCAPED_BLANK_RE = re.compile(rb"(?<!\\)((?:\\\\)*\\)[ \t]")
+
+
+def _as_bash_reads(source: bytes) -> bytes:
+    """The text the parser is given: ``source`` with a carriage return, and a blank after a
+    backslash, replaced by a byte of the same length that it reads as part of a word.
+
+    tree-sitter-bash reads ``\\r`` as a blank and drops a backslash-escaped blank that starts a
+    word; bash reads both as characters of the word (``--port 30000\\r`` passes ``30000\\r``,
+    ``\\<space>`` at the end of a line passes ``' '`` and ends the command: the broken
+    continuation of a CRLF file, or of a stray blank after the backslash). Every position and
+    every slice of the real text stay as they are: only the parser sees the stand-in."""
+    if b"\r" not in source and not _ESCAPED_BLANK_RE.search(source):
+        return source
+    stand_in = next((b for b in _STAND_INS if b not in source), None)
+    if stand_in is None:  # every control byte used: a binary file, not a launch script
+        return source
+    text = source.replace(b"\r", stand_in)
+    return _ESCAPED_BLANK_RE.sub(lambda m: m.group(1) + stand_in, text)
 
 
 def _descendants(node: Any, kind: str | None = None) -> Iterator[Any]:
