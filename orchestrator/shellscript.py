@@ -109,6 +109,12 @@ class Redirect:
 
 
 @dataclass(frozen=True)
+class ContinuationBreak:
+    position: Position  # the backslash
+    escaped: str  # " ", "\t" or "\r" (a CRLF file): what bash passes as the last argument
+
+
+@dataclass(frozen=True)
 class Command:
     """One simple command as bash would run it."""
 
@@ -121,6 +127,9 @@ class Command:
     position: Position
     source: str  # as written
     next_commands: tuple[str, ...] = ()  # the names of the commands that follow (readiness loops)
+    # where a backslash at the end of the line escapes a blank or a carriage return instead of
+    # the newline: the command ends there (the lines that follow are commands of their own)
+    broken: ContinuationBreak | None = None
 
     @property
     def name(self) -> str | None:
@@ -479,15 +488,23 @@ class _Walker:
         redirects = tuple(
             self.redirect(child) for child in node.children if child.type.endswith("redirect")
         )
+        after = tuple(
+            word
+            for child in node.children
+            if child.type.endswith("redirect")
+            for word in self.redirect_arguments(child)
+        )
         if body is not None and body.type == "command":
-            self.command(body, redirects, background, following)
+            self.command(body, redirects, background, following, statement=node, after=after)
         elif body is not None and body.type in ("list", "pipeline") and redirects:
             # tree-sitter-bash hangs `a && b > log` on the list; bash binds it to b
             *first, last = list(body.children)
             for child in first:
                 self.walk(child)
             if last.type == "command":
-                self.command(last, redirects, background, following)
+                self.command(
+                    last, redirects, background, following, statement=node, after=after
+                )
             else:
                 self.walk(last, background, following)
         elif body is not None:
@@ -590,6 +607,8 @@ class _Walker:
         redirects: tuple[Redirect, ...],
         background: bool,
         following: tuple[str, ...],
+        statement: Any = None,
+        after: tuple[Word, ...] = (),
     ) -> None:
         prefix: list[tuple[str, Word]] = []
         words: list[Word] = []
@@ -616,10 +635,12 @@ class _Walker:
                 )
             elif child.type.endswith("redirect"):
                 extra.append(self.redirect(child))
+                words.extend(self.redirect_arguments(child))
             elif field == "argument" or (child.is_named and child.type not in ("comment",)):
                 if child.type == "herestring_redirect":
                     continue
                 words.extend(self.expand(child))
+        words.extend(after)
         if not words and prefix:  # `A=$x:$Y/lib` read by tree-sitter as a command `Y/lib`
             for name, value in prefix:
                 self.variables[name] = Variable(value, self.is_exported(name), value.position)
@@ -637,6 +658,7 @@ class _Walker:
             position=self.at(node),
             source=self.text(node),
             next_commands=following,
+            broken=self.continuation_break(statement if statement is not None else node),
         )
         program = command.name
         if program in self.functions and self.depth <= MAX_DEPTH:
@@ -645,6 +667,18 @@ class _Walker:
         if program in (".", "source"):
             return  # another file: not followed (its variables stay unknown)
         self.commands.append(command)
+
+    def continuation_break(self, node: Any) -> ContinuationBreak | None:
+        """A statement that ends in a backslash escaping a blank or a carriage return, with
+        nothing but blanks (or a comment) after it on the line: bash ends the command there."""
+        match = _BROKEN_END_RE.search(self.source[node.start_byte : node.end_byte])
+        if match is None or not _LINE_END_RE.match(self.source, node.end_byte):
+            return None
+        offset = node.start_byte + match.start(1)
+        line_start = self.source.rfind(b"\n", 0, offset) + 1
+        row = self.source.count(b"\n", 0, offset)
+        column = len(self.source[line_start:offset].decode("utf-8", "surrogateescape"))
+        return ContinuationBreak(self.origin.shifted(row, column), match.group(2).decode())
 
     def redirect(self, node: Any) -> Redirect:
         position = self.at(node)
@@ -661,6 +695,16 @@ class _Walker:
             expanded = self.expand(target_node)
             target = expanded[0] if expanded else None
         return Redirect(operator, descriptor, target, None, position)
+
+    def redirect_arguments(self, node: Any) -> list[Word]:
+        """Words after a redirection's target: arguments of the command to bash (``cmd > log
+        --tp 2``), which tree-sitter-bash hangs on the redirection as more targets."""
+        if node.type != "file_redirect":
+            return []
+        pieces = [c for c in node.named_children if c.type in _WORD_PIECES]
+        descriptor = node.child_by_field_name("descriptor")
+        pieces = [c for c in pieces if descriptor is None or c.id != descriptor.id]
+        return [word for piece in pieces[1:] for word in self.expand(piece)]
 
     def heredoc(self, node: Any) -> Heredoc:
         start = next((c for c in node.children if c.type == "heredoc_start"), None)
@@ -1142,6 +1186,8 @@ def _unglue(children: list[Any]) -> tuple[list[Any], dict[int, tuple[Any, ...]]]
 
 # Bytes that stand in, for the parser only, for what tree-sitter-bash reads differently from bash.
 _STAND_INS = tuple(bytes([b]) for b in (*range(1, 9), *range(14, 32)))
+_BROKEN_END_RE = re.compile(rb"(?<!\\)(?:\\\\)*(\\)([ \t\r])$")
+_LINE_END_RE = re.compile(rb"[ \t]*(?:#[^\n]*)?(?:\n|$)")
 _ESCAPED_BLANK_RE = re.compile(rb"(?<!\\)((?:\\\\)*\\)[ \t]")
 
 

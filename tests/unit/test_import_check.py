@@ -13,15 +13,23 @@ from orchestrator.shellscript import parse_script
 # -- what bash runs: each command's words ----------------------------------------------------------
 
 # Every command is "not found" (PATH is empty) and bash hands it to this handler, which prints its
-# words NUL-separated, one record per command.
-_RECORDER = "command_not_found_handle() { printf '%s\\0' \"$@\"; printf '\\036'; return 0; }\n"
+# words NUL-separated, one record per command, on descriptor 3 (the command's own output may be
+# redirected).
+_RECORDER = (
+    "exec 3>&1\n"
+    "command_not_found_handle() { printf '%s\\0' \"$@\" >&3; printf '\\036' >&3; return 0; }\n"
+)
 
 
 def _bash_runs(script: str, tmp_path: Path) -> list[list[str]]:
     path = tmp_path / "s.sh"
     path.write_bytes((_RECORDER + script).encode())
     result = subprocess.run(
-        ["/bin/bash", str(path)], capture_output=True, check=False, env={"PATH": str(tmp_path / "no")}
+        ["/bin/bash", str(path)],
+        capture_output=True,
+        check=False,
+        cwd=tmp_path,
+        env={"PATH": str(tmp_path / "no")},
     )
     records = result.stdout.decode().split("\x1e")[:-1]
     return [record.split("\0")[:-1] for record in records]
@@ -47,6 +55,10 @@ def _orch_reads(script: str) -> list[list[str | None]]:
         "A=1\r\nrun-server --tp \"$A\" x\r\n",
         "A=\"--tp 2\"\r\nrun-server $A\r\n",  # field splitting splits at IFS blanks, not at \r
         "run-server 'quoted \\ ' \"double \\ \" \\ \n",
+        # words after a redirection's target are arguments (tree-sitter-bash reads them as
+        # more targets)
+        "run-server --model-path /m > log --tp 2\n",
+        "run-server a > log 2>&1 \\ \n  --tp 2\n",
     ],
 )
 def test_broken_lines_are_read_as_bash_runs_them(script: str, tmp_path: Path) -> None:
