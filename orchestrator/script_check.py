@@ -27,6 +27,7 @@ from typing import Any
 from orchestrator import argtable
 from orchestrator.argtable import RENAMES, ArgTable, format_version
 from orchestrator.launches import Launch, ParsedArguments, find_launches, parse_arguments
+from orchestrator.script_breaks import LostLines, file_breaks, launch_breaks
 from orchestrator.script_import import ScriptFile, read_scripts
 from orchestrator.shellscript import (
     Command,
@@ -38,6 +39,7 @@ from orchestrator.shellscript import (
     parse_nested,
 )
 
+_LOUDEST = frozenset({"broken-continuation", "crlf-line-endings"})
 _ARGUMENT_FIXES = {
     "unknown-flag": "remove it, or fix its spelling; a profile is checked against the version's "
     "table before anything runs (`orch validate`)",
@@ -54,7 +56,8 @@ _KILLERS = frozenset({"pkill", "killall"})
 _SERVER_PATTERN = re.compile(r"sglang|launch_server|python", re.I)
 _READINESS_PROGRAMS = frozenset({"grep", "curl", "wget", "tail", "cat"})
 _ERRORS = frozenset({
-    "heredoc-expands-locally", "rendezvous-mismatch", "unknown-flag", "removed-flag",
+    "broken-continuation", "crlf-line-endings", "heredoc-expands-locally", "rendezvous-mismatch",
+    "unknown-flag", "removed-flag",
     "ambiguous-abbreviation", "bad-choice", "bad-value", "invalid-json", "missing-value",
     "unexpected-value",
 })  # fmt: skip
@@ -72,8 +75,10 @@ class ScriptProblem:
     def severity(self) -> str:
         return "error" if self.code in _ERRORS else "warning"
 
-    def sort_key(self) -> tuple[str, int, int, str]:
-        return (self.file, self.position.line, self.position.column, self.code)
+    def sort_key(self) -> tuple[int, str, int, int, str]:
+        # flags bash never passes come first: the incident's own class, the loudest
+        loud = 0 if self.code in _LOUDEST else 1
+        return (loud, self.file, self.position.line, self.position.column, self.code)
 
 
 @dataclass(frozen=True)
@@ -119,8 +124,16 @@ def check_scripts(
         for script, _ in item.found.scripts:
             for command in script.commands:
                 problems.extend(_command_problems(file, command, table))
+        lost = file_breaks(item.found)
+        problems.extend(_breaks(file, item.file.text, item.found.launches, lost))
+        strays = {(file, b.command.words[-1].position) for b in lost if b.command.words}
         for launch in item.found.launches:
-            problems.extend(_launch_problems(file, launch, table))
+            problems.extend(
+                p
+                for p in _launch_problems(file, launch, table)
+                # the stray argument of a broken line is said once, as the break
+                if not (p.code == "unexpected-value" and (file, p.position) in strays)
+            )
     problems.extend(_rendezvous(launches))
     for item in scanned:
         if not item.found.launches:
@@ -214,6 +227,42 @@ def _version_problems(table: ArgTable, launch: Launch) -> bool:
     return any(p.code in _VERSION_CODES for p in parsed.problems) or bool(
         _renamed("", parsed, table)
     )
+
+
+# -- lines bash never passes ----------------------------------------------------------------------
+
+
+def _breaks(
+    file: str, text: str, launches: Sequence[Launch], lost: Sequence[LostLines]
+) -> list[ScriptProblem]:
+    problems = []
+    for item in lost:
+        ends_a_launch = any(launch_breaks(launch, [item]) for launch in launches)
+        what = "the server" if ends_a_launch else f"`{item.command.name or 'the command'}`"
+        problems.append(ScriptProblem(
+            file, item.position, "broken-continuation", item.said(what),
+            f"{item.fix()}; a profile holds the argument list itself: no continuation lines",
+        ))  # fmt: skip
+    crlf = text.find("\r\n")
+    if crlf >= 0 and not any(item.crlf for item in lost):
+        line = text.count("\n", 0, crlf) + 1
+        column = crlf - (text.rfind("\n", 0, crlf) + 1) + 1
+        example = next(
+            (
+                f": {word.text!r} is what the server gets at line {word.position.line}"
+                for launch in launches
+                for word in launch.arguments
+                if (word.text or "").endswith("\r")
+            ),
+            "",
+        )
+        problems.append(ScriptProblem(
+            file, Position(line, column), "crlf-line-endings",
+            "the file has CRLF line endings: bash reads the carriage return at the end of "
+            f"each line as part of the line's last word{example}",
+            "convert the file to LF line endings (`dos2unix FILE`, or save it with LF)",
+        ))  # fmt: skip
+    return problems
 
 
 # -- launches -----------------------------------------------------------------------------------

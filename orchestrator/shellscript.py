@@ -502,9 +502,7 @@ class _Walker:
             for child in first:
                 self.walk(child)
             if last.type == "command":
-                self.command(
-                    last, redirects, background, following, statement=node, after=after
-                )
+                self.command(last, redirects, background, following, statement=node, after=after)
             else:
                 self.walk(last, background, following)
         elif body is not None:

@@ -3,12 +3,25 @@ how they look (a backslash before a blank or a carriage return: issue 25)."""
 
 from __future__ import annotations
 
+import io
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
+import yaml
 
+from orchestrator.cli import main
+from orchestrator.script_check import check_scripts
+from orchestrator.script_import import ScriptFile
 from orchestrator.shellscript import parse_script
+
+
+def _run(argv: list[str]) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    code = main(argv, out=out, err=err)
+    return code, out.getvalue(), err.getvalue()
+
 
 # -- what bash runs: each command's words ----------------------------------------------------------
 
@@ -52,8 +65,8 @@ def _orch_reads(script: str) -> list[list[str | None]]:
         # before it escapes the \r instead of the newline
         "run-server \\\r\n  --model-path /m \\\r\n  --tp 2 \\\r\n  --port 30000\r\nafter done\r\n",
         "run-server --model-path /m --port 30000\r\n",
-        "A=1\r\nrun-server --tp \"$A\" x\r\n",
-        "A=\"--tp 2\"\r\nrun-server $A\r\n",  # field splitting splits at IFS blanks, not at \r
+        'A=1\r\nrun-server --tp "$A" x\r\n',
+        'A="--tp 2"\r\nrun-server $A\r\n',  # field splitting splits at IFS blanks, not at \r
         "run-server 'quoted \\ ' \"double \\ \" \\ \n",
         # words after a redirection's target are arguments (tree-sitter-bash reads them as
         # more targets)
@@ -63,3 +76,68 @@ def _orch_reads(script: str) -> list[list[str | None]]:
 )
 def test_broken_lines_are_read_as_bash_runs_them(script: str, tmp_path: Path) -> None:
     assert _orch_reads(script) == _bash_runs(script, tmp_path)
+
+
+# -- broken continuations: the loudest finding ---------------------------------------------------
+
+_BROKEN = (
+    "pkill -f sglang.launch_server\n"
+    "python -m sglang.launch_server --model-path /m \\ \n"
+    "  --tp 2 \\\n"
+    "  --port 30000 > server.log 2>&1 &\n"
+)
+
+
+def _findings(script: str, sglang: str | None = "0.5.23") -> list[Any]:
+    return list(check_scripts([ScriptFile("s.sh", script)], sglang=sglang, given={}).problems)
+
+
+def test_a_blank_after_a_backslash_is_the_first_finding_and_names_every_lost_flag() -> None:
+    findings = _findings(_BROKEN)
+    first = findings[0]
+    assert (first.code, first.severity) == ("broken-continuation", "error")
+    assert (first.position.line, first.position.column) == (2, 48)
+    assert "--tp" in first.message
+    assert "--port" in first.message
+    assert "lines 3-4" in first.message
+    assert "blank after the backslash" in first.fix
+    # the stray argument is said once, as the break
+    assert not [f for f in findings if f.code == "unexpected-value"]
+
+
+def test_a_crlf_script_says_so_and_how_to_fix_it() -> None:
+    script = (
+        "python -m sglang.launch_server \\\r\n"
+        "  --model-path /m \\\r\n  --tp 2 \\\r\n  --port 30000\r\n"
+    )
+    findings = _findings(script)
+    first = findings[0]
+    assert (first.code, first.severity) == ("broken-continuation", "error")
+    assert (first.position.line, first.position.column) == (1, 32)
+    assert "CRLF" in first.message
+    assert "lines 2-4" in first.message
+    assert len([f for f in findings if f.code == "broken-continuation"]) == 1  # one chain
+    for flag in ("--model-path", "--tp", "--port"):
+        assert flag in first.message
+    assert "dos2unix" in first.fix
+
+
+def test_a_crlf_script_without_continuations_is_still_an_error() -> None:
+    findings = _findings("python -m sglang.launch_server --model-path /m --port 30000\r\n")
+    assert [(f.code, f.severity) for f in findings][:1] == [("crlf-line-endings", "error")]
+    assert "'/m'" not in findings[0].message  # the value SGLang gets is shown with its \r
+    assert "dos2unix" in findings[0].fix
+
+
+def test_import_does_not_record_lost_flags_and_says_so(tmp_path: Path) -> None:
+    script = tmp_path / "broken.sh"
+    script.write_text(_BROKEN)
+    code, out, err = _run(["import", str(script), "-o", "-"])
+    assert code == 0, err
+    document = yaml.safe_load(out)
+    assert "tp_size" not in document.get("args", {})
+    assert "port" not in document
+    lost = next(line for line in err.splitlines() if "lost:" in line)
+    assert "never gets --tp, --port" in lost
+    assert err.splitlines()[1].lstrip().startswith("lost:")  # the first thing said
+    assert "# LOST" in out
