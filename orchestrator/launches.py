@@ -887,17 +887,20 @@ def first_version_accepting(
     words: Sequence[Word], versions: Sequence[str]
 ) -> tuple[str, ParsedArguments]:
     """The newest table under which the arguments have no unknown or removed flag (else the
-    one with the fewest problems)."""
-    best: tuple[int, str, ParsedArguments] | None = None
+    one with the fewest problems); of those, one that has each flag as written rather than
+    as the abbreviation of another (``--nsa-decode`` is 0.5.3's flag, 0.5.4+ abbreviate
+    ``--nsa-decode-backend`` with it)."""
+    best: tuple[tuple[int, int], str, ParsedArguments] | None = None
     for version in reversed(versions):
         parsed = parse_arguments(argtable.load_table(version), words)
         # a renamed flag is not a reason to go back: a profile names the field, and orch
         # spells it for each version
         bad = sum(p.code in ("unknown-flag", "ambiguous-abbreviation") for p in parsed.problems)
-        if bad == 0:
+        score = (bad, sum(o.abbreviated for o in parsed.occurrences))
+        if score == (0, 0):
             return version, parsed
-        if best is None or bad < best[0]:
-            best = (bad, version, parsed)
+        if best is None or score < best[0]:
+            best = (score, version, parsed)
     if best is None:  # no versions: the caller passes at least one
         raise ValueError("no SGLang version to try")
     return best[1], best[2]

@@ -25,8 +25,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from orchestrator import argtable
-from orchestrator.argtable import RENAMES, ArgTable, format_version
-from orchestrator.launches import Launch, ParsedArguments, find_launches, parse_arguments
+from orchestrator.argtable import RENAMES, ArgOption, ArgTable, format_version
+from orchestrator.launches import (
+    Launch,
+    Occurrence,
+    ParsedArguments,
+    find_launches,
+    match_flag,
+    parse_arguments,
+)
 from orchestrator.script_breaks import LostLines, file_breaks, launch_breaks
 from orchestrator.script_import import ScriptFile, read_scripts
 from orchestrator.shellscript import (
@@ -57,7 +64,7 @@ _SERVER_PATTERN = re.compile(r"sglang|launch_server|python", re.I)
 _READINESS_PROGRAMS = frozenset({"grep", "curl", "wget", "tail", "cat"})
 _ERRORS = frozenset({
     "broken-continuation", "crlf-line-endings", "heredoc-expands-locally", "rendezvous-mismatch",
-    "unknown-flag", "removed-flag",
+    "unknown-flag", "removed-flag", "prefix-reads-another-flag",
     "ambiguous-abbreviation", "bad-choice", "bad-value", "invalid-json", "missing-value",
     "unexpected-value",
 })  # fmt: skip
@@ -205,28 +212,44 @@ def _target(launches: Sequence[tuple[object, Launch]], sglang: str | None) -> tu
         if (version := launch.sglang_from_image) is not None:
             choice = argtable.table_for(version)
             return choice.table, f"SGLang {version}, from the image {launch.container.image}"  # type: ignore[union-attr]
+    # the newest release that takes every flag as written: one that takes a flag only as an
+    # abbreviation of another (--nsa-decode on 0.5.4+) does not, while an older release that
+    # has the flag itself does (a flag no release has, --tp, counts the same in each)
     versions = argtable.available_versions()
+    best: tuple[tuple[int, int], str] | None = None
     for version in reversed(versions):
         table = argtable.load_table(version)
-        if not any(_version_problems(table, launch) for _, launch in launches):
-            if version == versions[-1]:
-                break
-            return table, (
-                f"SGLang {version}, the newest orch knows that accepts every flag as written "
-                "(--sglang to choose)"
-            )
+        score = _fit(table, [launch for _, launch in launches])
+        if best is None or score < best[0]:
+            best = (score, version)
+        if score == (0, 0):
+            break
     newest = versions[-1]
-    return argtable.load_table(newest), (
-        f"SGLang {newest}, the newest orch knows (--sglang to choose)"
+    if best is None or best[1] == newest or best[0][0]:
+        return argtable.load_table(newest), (
+            f"SGLang {newest}, the newest orch knows (--sglang to choose)"
+        )
+    (_, abbreviations), version = best
+    accepted = (
+        "every flag as written"
+        if not abbreviations
+        else f"every flag ({abbreviations} only as an abbreviation)"
+    )
+    return argtable.load_table(version), (
+        f"SGLang {version}, the newest orch knows that accepts {accepted} (--sglang to choose)"
     )
 
 
-def _version_problems(table: ArgTable, launch: Launch) -> bool:
-    """Does this version reject or deprecate a flag of the launch?"""
-    parsed = parse_arguments(table, launch.arguments)
-    return any(p.code in _VERSION_CODES for p in parsed.problems) or bool(
-        _renamed("", parsed, table)
-    )
+def _fit(table: ArgTable, launches: Sequence[Launch]) -> tuple[int, int]:
+    """How well a release takes the launches' flags: (flags it rejects or deprecates, flags it
+    takes only as an abbreviation)."""
+    rejected = abbreviated = 0
+    for launch in launches:
+        parsed = parse_arguments(table, launch.arguments)
+        rejected += sum(p.code in _VERSION_CODES for p in parsed.problems)
+        rejected += len(_renamed("", parsed, table))
+        abbreviated += sum(o.abbreviated for o in parsed.occurrences)
+    return rejected, abbreviated
 
 
 # -- lines bash never passes ----------------------------------------------------------------------
@@ -275,6 +298,11 @@ def _launch_problems(file: str, launch: Launch, table: ArgTable) -> list[ScriptP
         for p in parsed.problems
     ]
     problems.extend(_renamed(file, parsed, table))
+    problems.extend(
+        _abbreviation(file, occurrence, table)
+        for occurrence in parsed.occurrences
+        if occurrence.abbreviated
+    )
     for command in (*launch.outer, launch.command):
         for redirect in command.redirects:
             target = redirect.target.shown() if redirect.target is not None else ""
@@ -330,6 +358,69 @@ def _renamed(file: str, parsed: ParsedArguments, table: ArgTable) -> list[Script
                     "is spelled for each version by orch",
                 ))  # fmt: skip
     return out
+
+
+def _abbreviation(file: str, occurrence: Occurrence, table: ArgTable) -> ScriptProblem:
+    """A unique prefix argparse takes for a flag: a warning naming the flag (the next release
+    that adds a flag with that prefix makes it ambiguous, an error), or an error when another
+    release reads the same word as a different option (an old flag a newer one swallows)."""
+    written, option = occurrence.written, occurrence.option
+    full = next((f for f in option.flags if f.startswith(written)), option.flag)
+    other: tuple[str, str, bool] | None = None  # (release, its flag, exactly that flag)
+    ambiguous: list[str] = []
+    for version in reversed(argtable.available_versions()):
+        if version == table.version:
+            continue
+        options, abbreviated = match_flag(argtable.load_table(version), written)
+        if len(options) > 1:
+            ambiguous.append(version)
+        elif options and other is None and not _same_setting(options[0], option):
+            other = (version, options[0].flags[0], not abbreviated)
+    if other is not None:
+        version, flag, exact = other
+        was = f"its own flag {flag}" if exact else f"read as {flag}"
+        return ScriptProblem(
+            file, occurrence.position, "prefix-reads-another-flag",
+            f"{written} is read by SGLang {table.version} as {full} (argparse takes a unique "
+            f"prefix), a different option from the one it names in SGLang {version} ({was})",
+            f"write the flag you mean in full ({full}, if that is it); a profile names each "
+            f"field in full (args.{option.dest}) and orch spells it for the release",
+        )  # fmt: skip
+    also = f" (it already is in SGLang {_releases(ambiguous)})" if ambiguous else ""
+    return ScriptProblem(
+        file, occurrence.position, "abbreviation",
+        f"{written} is argparse's abbreviation of {full}: a release that adds another flag "
+        f"starting with {written} makes it ambiguous, an error{also}",
+        f"write {full}; a profile names the field in full (args.{option.dest})",
+    )  # fmt: skip
+
+
+def _field(dest: str) -> str:
+    """A field by its newest name (renames followed)."""
+    for rename in RENAMES:
+        if rename.old == dest:
+            return _field(rename.new)
+    return dest
+
+
+def _same_setting(a: ArgOption, b: ArgOption) -> bool:
+    """Two releases' options for one setting: they share a flag (``--tp-size`` stored into
+    ``tensor_parallel_size``, later ``tp_size``), RENAMES says so, or one field's name extends
+    the other's (0.5.4's ``nsa_decode`` -> ``nsa_decode_backend``, which the tables show only
+    as one field giving way to the other)."""
+    if set(a.flags) & set(b.flags):
+        return True
+    for x, y in ((a.dest, b.dest), (_field(a.dest), _field(b.dest))):
+        if x == y or x.startswith(y + "_") or y.startswith(x + "_"):
+            return True
+    return False
+
+
+def _releases(versions: Sequence[str]) -> str:
+    ordered = sorted(versions, key=lambda v: argtable.parse_version(v) or ())
+    if len(ordered) <= 2:
+        return " and ".join(ordered)
+    return f"{ordered[0]} to {ordered[-1]}, {len(ordered)} releases"
 
 
 def _fix(code: str, fix: str | None) -> str:

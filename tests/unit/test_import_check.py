@@ -141,3 +141,69 @@ def test_import_does_not_record_lost_flags_and_says_so(tmp_path: Path) -> None:
     assert "never gets --tp, --port" in lost
     assert err.splitlines()[1].lstrip().startswith("lost:")  # the first thing said
     assert "# LOST" in out
+
+
+# -- abbreviations -----------------------------------------------------------------------------------
+
+
+def _launch(arguments: str, sglang: str | None = "0.5.23") -> list[Any]:
+    return _findings(f"python -m sglang.launch_server --model-path /m {arguments}\n", sglang)
+
+
+@pytest.mark.parametrize(
+    ("written", "full"),
+    [
+        ("--tp 2", "--tp-size"),
+        ("--mem-frac 0.8", "--mem-fraction-static"),
+        ("--disable-radix", "--disable-radix-cache"),
+        ("--dp 2", "--dp-size"),
+        ("--trust-remote", "--trust-remote-code"),
+    ],
+)
+def test_an_abbreviation_is_a_warning_naming_the_full_flag(written: str, full: str) -> None:
+    findings = [f for f in _launch(written) if f.code == "abbreviation"]
+    assert len(findings) == 1, findings
+    assert findings[0].severity == "warning"
+    assert f"abbreviation of {full}" in findings[0].message
+    assert full in findings[0].fix
+    assert (findings[0].position.line, findings[0].position.column) == (1, 48)
+
+
+def test_an_old_flag_read_as_another_by_prefix_is_an_error_naming_both() -> None:
+    findings = [f for f in _launch("--enable-flashinfer") if f.code == "prefix-reads-another-flag"]
+    assert len(findings) == 1, findings
+    message = findings[0].message
+    assert findings[0].severity == "error"
+    assert "--enable-flashinfer-allreduce-fusion" in message  # what 0.5.23 reads
+    assert "--enable-flashinfer-mla" in message  # what it read before
+    assert not [f for f in _launch("--enable-flashinfer") if f.code == "abbreviation"]
+
+
+def test_a_renamed_flag_still_read_by_its_prefix_is_only_an_abbreviation() -> None:
+    """--nsa-decode was the flag until 0.5.3.post3; 0.5.4 renamed it --nsa-decode-backend,
+    which the old spelling still abbreviates: the same setting, not another one."""
+    codes = [f.code for f in _launch("--nsa-decode fa3", sglang="0.5.10")]
+    assert "abbreviation" in codes
+    assert "prefix-reads-another-flag" not in codes
+
+
+def test_the_release_guesser_does_not_take_an_abbreviation_as_the_flag_written() -> None:
+    """--nsa-decode is written as 0.5.3.post3 spells it; 0.5.4 to 0.5.19 accept it only as an
+    abbreviation of --nsa-decode-backend."""
+    script = "python -m sglang.launch_server --model-path /m --nsa-decode fa3\n"
+    report = check_scripts([ScriptFile("s.sh", script)], sglang=None, given={})
+    assert report.targets[0][1] == "0.5.3.post3"
+    assert report.problems == ()
+    report = check_scripts(
+        [ScriptFile("s.sh", script.replace("\n", " --tp 2\n"))], sglang=None, given={}
+    )
+    assert report.targets[0][1] == "0.5.3.post3"
+    assert "abbreviation" in report.targets[0][2]  # --tp: not said to be accepted as written
+
+
+def test_import_pins_the_release_that_has_the_flag_as_written(tmp_path: Path) -> None:
+    script = tmp_path / "old.sh"
+    script.write_text("python -m sglang.launch_server --model-path /m --nsa-decode fa3 --tp 2\n")
+    code, out, err = _run(["import", str(script), "-o", "-"])
+    assert code == 0, err
+    assert yaml.safe_load(out)["sglang"] == "0.5.3.post3"
