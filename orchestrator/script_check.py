@@ -35,7 +35,7 @@ from orchestrator.launches import (
     parse_arguments,
 )
 from orchestrator.script_breaks import LostLines, file_breaks, launch_breaks
-from orchestrator.script_import import ScriptFile, read_scripts
+from orchestrator.script_import import ScriptFile, is_secret, read_scripts
 from orchestrator.shellscript import (
     Command,
     Heredoc,
@@ -63,7 +63,8 @@ _KILLERS = frozenset({"pkill", "killall"})
 _SERVER_PATTERN = re.compile(r"sglang|launch_server|python", re.I)
 _READINESS_PROGRAMS = frozenset({"grep", "curl", "wget", "tail", "cat"})
 _ERRORS = frozenset({
-    "broken-continuation", "crlf-line-endings", "heredoc-expands-locally", "rendezvous-mismatch",
+    "broken-continuation", "crlf-line-endings", "placeholder", "heredoc-expands-locally",
+    "rendezvous-mismatch",
     "unknown-flag", "removed-flag", "prefix-reads-another-flag",
     "ambiguous-abbreviation", "bad-choice", "bad-value", "invalid-json", "missing-value",
     "unexpected-value",
@@ -77,6 +78,7 @@ class ScriptProblem:
     code: str
     message: str
     fix: str
+    span: tuple[Position, int] | None = None  # where the finding's text is, and its length
 
     @property
     def severity(self) -> str:
@@ -131,6 +133,9 @@ def check_scripts(
         for script, _ in item.found.scripts:
             for command in script.commands:
                 problems.extend(_command_problems(file, command, table))
+        placeholders = _placeholders(file, item.file.text, item.found.launches)
+        problems.extend(placeholders)
+        spans = [p.span for p in placeholders if p.span is not None]
         lost = file_breaks(item.found)
         problems.extend(_breaks(file, item.file.text, item.found.launches, lost))
         strays = {(file, b.command.words[-1].position) for b in lost if b.command.words}
@@ -138,8 +143,10 @@ def check_scripts(
             problems.extend(
                 p
                 for p in _launch_problems(file, launch, table)
-                # the stray argument of a broken line is said once, as the break
+                # the stray argument of a broken line is said once, as the break; the
+                # redirections of a placeholder (<host>:<port>), as the placeholder
                 if not (p.code == "unexpected-value" and (file, p.position) in strays)
+                and not (p.code == "log-truncated" and _inside(p.position, spans))
             )
     problems.extend(_rendezvous(launches))
     for item in scanned:
@@ -286,6 +293,111 @@ def _breaks(
             "convert the file to LF line endings (`dos2unix FILE`, or save it with LF)",
         ))  # fmt: skip
     return problems
+
+
+# -- placeholders -------------------------------------------------------------------------------
+
+# What a template or a README leaves for the reader to fill in: `<path>`, `<host>:<port>`,
+# `YOUR_MODEL_PATH`, `API_KEY_HERE`, `/path/to/model`.
+_PLACEHOLDER_RE = re.compile(
+    r"<[A-Za-z_][^\s<>|&;()'\"`$]*>|\bYOUR_[A-Z0-9_]+\b|\b[A-Z][A-Z0-9_]*_HERE\b|/path/to/"
+)
+# `<word>` outside quotes: bash reads `<` and `>` as redirections
+_ANGLE_WORD_RE = re.compile(r"(?<![<\w$])<[A-Za-z_][^\s<>|&;()'\"`$]*>[^\s|&;()]*")
+
+
+def _placeholders(file: str, text: str, launches: Sequence[Launch]) -> list[ScriptProblem]:
+    problems: list[ScriptProblem] = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        for match in _ANGLE_WORD_RE.finditer(line):
+            before = line[: match.start()]
+            if before.lstrip().startswith("#") or _quoted_at(before):
+                continue
+            problems.append(ScriptProblem(
+                file, Position(number, match.start() + 1), "placeholder",
+                f"{match.group()} is a placeholder left in: bash reads its < and > as "
+                "redirections (from a file, into a file), not as an argument, and the command "
+                "fails or writes a file named after the next word",
+                "put the real value in its place; a profile keeps an unknown value as a "
+                "placeholder that `orch validate` refuses until `orch import --set` gives it",
+                (Position(number, match.start() + 1), len(match.group())),
+            ))  # fmt: skip
+    spans = [p.span for p in problems if p.span is not None]
+    seen: set[tuple[Position, str]] = set()
+    for launch in launches:
+        for label, word in _launch_values(launch):
+            shown = _shown(word)
+            for match in _PLACEHOLDER_RE.finditer(shown):
+                position, where = _written_at(word, match.group(), launch)
+                if _inside(position, spans) or (position, match.group()) in seen:
+                    continue
+                seen.add((position, match.group()))
+                problems.append(ScriptProblem(
+                    file, position, "placeholder",
+                    f"{label} gets {shown!r}: {match.group()} is a placeholder left in{where}",
+                    "put the real value in its place; a profile keeps an unknown value as a "
+                    "placeholder that `orch validate` refuses until `orch import --set` gives it",
+                ))  # fmt: skip
+    return problems
+
+
+def _launch_values(launch: Launch) -> list[tuple[str, Word]]:
+    """Every value the launch passes: its arguments (labelled by their flag), its
+    environment, and where its output goes."""
+    out: list[tuple[str, Word]] = []
+    flag = "the server"
+    for word in launch.arguments:
+        text = word.text or word.shown()
+        if text.startswith("-"):
+            flag = text.split("=", 1)[0]
+            if "=" in text:
+                out.append((flag, word))
+        else:
+            out.append((flag, word))
+    for name, entry in launch.environment.items():
+        if entry.value is not None and not is_secret(name, entry.value.text):
+            out.append((name, entry.value))
+    for command in (launch.command, *launch.outer):
+        for redirect in command.redirects:
+            if redirect.target is not None and redirect.heredoc is None:
+                out.append((f"the output ({redirect.operator})", redirect.target))
+    return out
+
+
+def _written_at(word: Word, placeholder: str, launch: Launch) -> tuple[Position, str]:
+    """Where the placeholder is written: in the word itself, or in the variable it came from."""
+    if placeholder in word.source:
+        return word.position, ""
+    for name, variable in launch.command.variables.items():
+        value = variable.value
+        if value is not None and variable.position is not None and placeholder in _shown(value):
+            return variable.position, f" (set in {name} at line {variable.position.line})"
+    return word.position, ""
+
+
+def _quoted_at(before: str) -> bool:
+    """Is the text after ``before`` inside quotes on its line? (Quotes opened on an earlier
+    line are not followed.)"""
+    single = double = False
+    index = 0
+    while index < len(before):
+        char = before[index]
+        if char == "\\" and not single:
+            index += 2
+            continue
+        if char == "'" and not double:
+            single = not single
+        elif char == '"' and not single:
+            double = not double
+        index += 1
+    return single or double
+
+
+def _inside(position: Position, spans: Sequence[tuple[Position, int]]) -> bool:
+    return any(
+        position.line == start.line and start.column <= position.column < start.column + length
+        for start, length in spans
+    )
 
 
 # -- launches -----------------------------------------------------------------------------------

@@ -207,3 +207,54 @@ def test_import_pins_the_release_that_has_the_flag_as_written(tmp_path: Path) ->
     code, out, err = _run(["import", str(script), "-o", "-"])
     assert code == 0, err
     assert yaml.safe_load(out)["sglang"] == "0.5.3.post3"
+
+
+# -- placeholders ------------------------------------------------------------------------------------
+
+
+def test_an_angle_bracket_placeholder_is_said_as_one_not_as_redirections() -> None:
+    findings = _launch("--dist-init-addr <host>:<port>")
+    placeholders = [f for f in findings if f.code == "placeholder"]
+    assert [(f.position.line, f.position.column) for f in placeholders] == [(1, 65)]
+    assert "<host>:<port>" in placeholders[0].message
+    assert "redirection" in placeholders[0].message
+    assert placeholders[0].severity == "error"
+    assert not [f for f in findings if f.code == "log-truncated"]
+
+
+def test_a_placeholder_before_a_continuation_takes_the_next_flag_as_its_file() -> None:
+    script = "python -m sglang.launch_server --model-path <path/to/model> \\\n  --tp 2\n"
+    findings = _findings(script)
+    assert [f.code for f in findings if f.code in ("placeholder", "log-truncated")] == [
+        "placeholder"
+    ]
+    assert "<path/to/model>" in findings[0].message
+
+
+@pytest.mark.parametrize(
+    ("script", "shown", "line"),
+    [
+        ("MODEL=YOUR_MODEL_PATH\npython -m sglang.launch_server --model-path $MODEL\n",
+         "YOUR_MODEL_PATH", 1),
+        ('M="/workspace/models/<change-your-model-here>"\n'
+         'python -m sglang.launch_server --model-path "$M"\n', "<change-your-model-here>", 1),
+        ("python -m sglang.launch_server --model-path /path/to/your/model\n", "/path/to/", 1),
+        ('L="/w/<your>-engine/server.log"\n'
+         'python -m sglang.launch_server --model-path /m > "$L" 2>&1\n', "<your>", 1),
+    ],
+)  # fmt: skip
+def test_a_placeholder_value_is_found_where_it_is_written(
+    script: str, shown: str, line: int
+) -> None:
+    placeholders = [f for f in _findings(script) if f.code == "placeholder"]
+    assert len(placeholders) == 1, placeholders
+    assert shown in placeholders[0].message
+    assert placeholders[0].position.line == line
+
+
+def test_a_usage_message_is_no_placeholder() -> None:
+    script = (
+        'echo "usage: $0 <model-path>"\n'
+        "python -m sglang.launch_server --model-path /models/x --served-model-name your-model\n"
+    )
+    assert not [f for f in _findings(script) if f.code == "placeholder"]
