@@ -128,10 +128,11 @@ class Launch:
 
 @dataclass(frozen=True)
 class OtherLaunch:
-    """A program import sees but does not import (the SGLang router, a Python script)."""
+    """A program import sees but does not import (the SGLang router, a Python script, vLLM)."""
 
     what: str
     position: Position
+    arguments: tuple[Word, ...] = ()  # a vLLM server's (``--check`` reads them for SGLang's)
 
 
 @dataclass(frozen=True)
@@ -256,6 +257,8 @@ class _Finder:
                 Launch(words[0], Launcher.SERVE, tuple(words[2:]), environment, command, outer,
                        remote, container, tuple(wrappers), env_cleared)
             )  # fmt: skip
+        elif base == "vllm" and len(words) > 1 and words[1].text == "serve":
+            self.others.append(OtherLaunch("vllm serve", words[0].position, tuple(words[2:])))
         elif base in ("ssh",) and depth < 8:
             self.ssh(command, words, outer, container, depth)
         elif base in ("docker", "podman", "nvidia-docker") and depth < 8:
@@ -286,6 +289,11 @@ class _Finder:
                     )  # fmt: skip
                 elif module.startswith(("sglang", "sglang_router")):
                     self.others.append(OtherLaunch(f"python -m {module}", words[0].position))
+                elif module.startswith("vllm"):
+                    self.others.append(
+                        OtherLaunch(f"python -m {module}", words[0].position,
+                                    tuple(words[index + 2 :]))
+                    )  # fmt: skip
                 return
             if text in ("-X", "-W"):
                 index += 2

@@ -29,6 +29,7 @@ from orchestrator.argtable import RENAMES, ArgOption, ArgTable, format_version
 from orchestrator.launches import (
     Launch,
     Occurrence,
+    OtherLaunch,
     ParsedArguments,
     find_launches,
     match_flag,
@@ -64,7 +65,7 @@ _SERVER_PATTERN = re.compile(r"sglang|launch_server|python", re.I)
 _READINESS_PROGRAMS = frozenset({"grep", "curl", "wget", "tail", "cat"})
 _ERRORS = frozenset({
     "broken-continuation", "crlf-line-endings", "placeholder", "heredoc-expands-locally",
-    "rendezvous-mismatch",
+    "rendezvous-mismatch", "wrong-entry-module",
     "unknown-flag", "removed-flag", "prefix-reads-another-flag",
     "ambiguous-abbreviation", "bad-choice", "bad-value", "invalid-json", "missing-value",
     "unexpected-value",
@@ -150,10 +151,13 @@ def check_scripts(
             )
     problems.extend(_rendezvous(launches))
     for item in scanned:
+        problems.extend(_vllm_given_sglang_flags(item.file.display, item.found.others))
         if not item.found.launches:
             others = sorted({o.what for o in item.found.others})
+            where = min((o.position for o in item.found.others), default=Position(1, 1),
+                        key=lambda p: (p.line, p.column))  # fmt: skip
             problems.append(ScriptProblem(
-                item.file.display, Position(1, 1), "no-launch",
+                item.file.display, where, "no-launch",
                 "no SGLang server launch found"
                 + (f"; it starts {', '.join(others)}" if others else ""),
                 "nothing was checked: a launch in a file this script runs, sources or evals "
@@ -295,6 +299,81 @@ def _breaks(
     return problems
 
 
+# -- the wrong server ---------------------------------------------------------------------------
+
+# vLLM's server flags that SGLang has no option for, with SGLang's nearest spelling (vLLM's
+# engine arguments: https://docs.vllm.ai/en/latest/models/engine_args.html). A launch of
+# sglang.launch_server given these was written for vLLM.
+_VLLM_FLAGS: dict[str, str | None] = {
+    "--gpu-memory-utilization": "--mem-fraction-static",
+    "--max-model-len": "--context-length",
+    "--max-num-seqs": "--max-running-requests",
+    "--max-num-batched-tokens": "--max-prefill-tokens",
+    "--enforce-eager": "--disable-cuda-graph",
+    "--seed": "--random-seed",
+    "--block-size": "--page-size",
+    "--enable-prefix-caching": None,  # SGLang's radix cache is on unless disabled
+    "--swap-space": None,
+    "--disable-log-requests": None,
+    "--distributed-executor-backend": None,
+    "--max-seq-len-to-capture": None,
+    "--guided-decoding-backend": "--grammar-backend",
+    "--enable-auto-tool-choice": None,
+    "--limit-mm-per-prompt": None,
+    "--uvicorn-log-level": None,
+    "--num-scheduler-steps": None,
+    "--enable-chunked-prefill": "--chunked-prefill-size",
+    "--enable-expert-parallel": "--ep-size",
+}
+# SGLang's server flags that vLLM has no option for: a vLLM server given these was written for
+# SGLang.
+_SGLANG_FLAGS = frozenset({
+    "--model-path", "--tp-size", "--dp-size", "--ep-size", "--mem-fraction-static",
+    "--context-length", "--chunked-prefill-size", "--max-running-requests", "--max-total-tokens",
+    "--disable-radix-cache", "--cuda-graph-max-bs", "--schedule-policy", "--random-seed",
+    "--speculative-algorithm", "--enable-dp-attention", "--dist-init-addr", "--tokenizer-path",
+    "--enable-torch-compile", "--disable-cuda-graph", "--disable-overlap-schedule",
+    "--grammar-backend", "--log-level-http", "--enable-mixed-chunk",
+})  # fmt: skip
+
+
+def _sglang_given_vllm_flags(
+    file: str, launch: Launch, parsed: ParsedArguments
+) -> list[ScriptProblem]:
+    vllm = [p.flag for p in parsed.problems if p.code == "unknown-flag" and p.flag in _VLLM_FLAGS]
+    if not vllm:
+        return []
+    spelled = [f"{flag} -> {_VLLM_FLAGS[flag]}" for flag in vllm if _VLLM_FLAGS[flag]]
+    return [ScriptProblem(
+        file, launch.position, "wrong-entry-module",
+        f"SGLang's server is given vLLM's flags ({', '.join(f for f in vllm if f)}): the "
+        "script was written for vLLM, and SGLang refuses them",
+        "run vLLM (`vllm serve`), or give SGLang its own flags"
+        + (f": {', '.join(spelled)}" if spelled else ""),
+    )]  # fmt: skip
+
+
+def _vllm_given_sglang_flags(file: str, others: Sequence[OtherLaunch]) -> list[ScriptProblem]:
+    problems = []
+    for other in others:
+        if "vllm" not in other.what:
+            continue
+        flags = list(dict.fromkeys(
+            (w.text or "").split("=", 1)[0]
+            for w in other.arguments
+            if (w.text or "").split("=", 1)[0] in _SGLANG_FLAGS
+        ))  # fmt: skip
+        if flags:
+            problems.append(ScriptProblem(
+                file, other.position, "wrong-entry-module",
+                f"{other.what} is vLLM's server, given SGLang's flags ({', '.join(flags)}): "
+                "vLLM refuses them",
+                "start SGLang's server: `python -m sglang.launch_server` with these flags "
+                "(or give vLLM its own)",
+            ))  # fmt: skip
+    return problems
+
+
 # -- placeholders -------------------------------------------------------------------------------
 
 # What a template or a README leaves for the reader to fill in: `<path>`, `<host>:<port>`,
@@ -410,6 +489,7 @@ def _launch_problems(file: str, launch: Launch, table: ArgTable) -> list[ScriptP
         for p in parsed.problems
     ]
     problems.extend(_renamed(file, parsed, table))
+    problems.extend(_sglang_given_vllm_flags(file, launch, parsed))
     problems.extend(
         _abbreviation(file, occurrence, table)
         for occurrence in parsed.occurrences

@@ -258,3 +258,38 @@ def test_a_usage_message_is_no_placeholder() -> None:
         "python -m sglang.launch_server --model-path /models/x --served-model-name your-model\n"
     )
     assert not [f for f in _findings(script) if f.code == "placeholder"]
+
+
+# -- the wrong server ------------------------------------------------------------------------------
+
+
+def test_vllm_given_sglang_flags_is_an_error_at_its_line() -> None:
+    script = (
+        "export CUDA_VISIBLE_DEVICES=0\n"
+        "nohup python -m vllm.entrypoints.openai.api_server --model-path /m \\\n"
+        "  --mem-fraction-static 0.8 --port 8000 > log 2>&1 &\n"
+    )
+    findings = _findings(script)
+    wrong = [f for f in findings if f.code == "wrong-entry-module"]
+    assert len(wrong) == 1, findings
+    assert (wrong[0].position.line, wrong[0].severity) == (2, "error")
+    assert "--model-path" in wrong[0].message
+    assert "--mem-fraction-static" in wrong[0].message
+    assert "sglang.launch_server" in wrong[0].fix
+    no_launch = [f for f in findings if f.code == "no-launch"]
+    assert [f.position.line for f in no_launch] == [2]  # where the other server starts
+
+
+def test_sglang_given_vllm_flags_is_an_error_with_sglangs_spelling() -> None:
+    findings = _launch("--gpu-memory-utilization 0.9 --max-model-len 8192")
+    wrong = [f for f in findings if f.code == "wrong-entry-module"]
+    assert len(wrong) == 1, findings
+    assert wrong[0].position.line == 1
+    assert "--gpu-memory-utilization" in wrong[0].message
+    assert "--mem-fraction-static" in wrong[0].fix
+    assert "--context-length" in wrong[0].fix
+
+
+def test_a_plain_vllm_script_is_only_not_a_launch() -> None:
+    script = "vllm serve /m --gpu-memory-utilization 0.9 --tensor-parallel-size 2\n"
+    assert [f.code for f in _findings(script)] == ["no-launch"]
