@@ -61,7 +61,7 @@ _ARGUMENT_FIXES = {
     "removed-flag": "a profile states the field once and orch spells it for each version",
 }
 _KILLERS = frozenset({"pkill", "killall"})
-_SERVER_PATTERN = re.compile(r"sglang|launch_server|python", re.I)
+_SERVER_PATTERN = re.compile(r"sglang|launch_server|python|multiprocessing", re.I)
 _READINESS_PROGRAMS = frozenset({"grep", "curl", "wget", "tail", "cat"})
 _ERRORS = frozenset({
     "broken-continuation", "crlf-line-endings", "placeholder", "heredoc-expands-locally",
@@ -132,8 +132,9 @@ def check_scripts(
                 "fix the syntax: what follows was read as well as it could be",
             ))  # fmt: skip
         for script, _ in item.found.scripts:
-            for command in script.commands:
+            for index, command in enumerate(script.commands):
                 problems.extend(_command_problems(file, command, table))
+                problems.extend(_kill(file, command, script.commands[:index]))
         placeholders = _placeholders(file, item.file.text, item.found.launches)
         problems.extend(placeholders)
         spans = [p.span for p in placeholders if p.span is not None]
@@ -509,7 +510,29 @@ def _launch_problems(file: str, launch: Launch, table: ArgTable) -> list[ScriptP
                     f"`>> {target}` keeps it; orch keeps a log per run and never overwrites one "
                     "(`orch logs PROFILE`, `orch logs PROFILE --run N`)",
                 ))  # fmt: skip
-    if launch.remote is not None and any(w == "nohup" for w, _ in launch.wrappers):
+    nohup = next((at for w, at in launch.wrappers if w == "nohup"), None)
+    wrappers = {w for w, _ in launch.wrappers}
+    if nohup is not None and not launch.command.background and "exec" not in wrappers:
+        where = f"over SSH on {launch.remote.host}" if launch.remote is not None else "here"
+        problems.append(ScriptProblem(
+            file, nohup, "nohup-without-background",
+            f"nohup without a trailing &: the server runs in the foreground {where}, and the "
+            "script (or the SSH session) waits on it until it exits; nohup only ignores the "
+            "hangup",
+            "end the line with `&` if the script is to go on; `orch up PROFILE` starts the "
+            "server under orch's agent and returns when it is ready",
+        ))  # fmt: skip
+    teed = [c for c in (launch.command, *launch.outer) if "tee" in c.piped_to]
+    if nohup is not None and launch.remote is not None and teed:
+        problems.append(ScriptProblem(
+            file, teed[0].position, "nohup-tee-over-ssh",
+            f"nohup ... | tee over SSH to {launch.remote.host}: nohup keeps the server alive "
+            "when the session ends, not the tee it writes to; tee dies with the session and "
+            "the server's output (the log) goes into a closed pipe from then on",
+            "redirect to a file on the host instead (`> server.log 2>&1 &`); orch's agent "
+            "keeps the log per run (`orch logs PROFILE -f`)",
+        ))  # fmt: skip
+    if launch.remote is not None and nohup is not None:
         redirected = any(
             r.operator in (">", ">>", "&>", "&>>") and (r.descriptor in (None, "1"))
             for command in (launch.command, *launch.outer[1:])
@@ -632,16 +655,6 @@ def _command_problems(file: str, command: Command, table: ArgTable) -> list[Scri
         for redirect in command.redirects:
             if redirect.heredoc is not None and not redirect.heredoc.quoted:
                 problems.extend(_heredoc(file, command, redirect.heredoc, table))
-    if name in _KILLERS or (name == "kill" and _kills_by_pattern(command)):
-        pattern = " ".join(w.shown() for w in command.words[1:])
-        if _SERVER_PATTERN.search(pattern) or name == "killall":
-            problems.append(ScriptProblem(
-                file, command.position, "pkill-broad",
-                f"{command.name} {pattern} kills every matching process on the box: other "
-                "users' servers, and the other ranks of a group, too",
-                "`orch down PROFILE` stops only this profile's server, checked by pid and "
-                "start time",
-            ))  # fmt: skip
     if name == "sleep" and command.words[1:2]:
         seconds = command.words[1].text or ""
         number = re.match(r"\d+", seconds)
@@ -662,12 +675,44 @@ def _command_problems(file: str, command: Command, table: ArgTable) -> list[Scri
     return problems
 
 
-def _kills_by_pattern(command: Command) -> bool:
-    return any(
-        isinstance(part, Unresolved) and "pgrep" in part.name and _SERVER_PATTERN.search(part.name)
-        for word in command.words
-        for part in word.parts
-    )
+def _kill(file: str, command: Command, before: Sequence[Command]) -> list[ScriptProblem]:
+    """A kill that picks its processes by a name: ``pkill -f sglang``, ``killall python``,
+    ``kill $(pgrep ...)``, ``kill $(ps aux | grep ... | awk ...)``, ``ps | grep ... | xargs
+    kill``, ``kill $(nvidia-smi ...)`` (every process on the GPUs)."""
+    name = posixpath.basename(command.name or "")
+    shown = " ".join(w.shown() for w in command.words)
+    broad = False
+    if name in _KILLERS:
+        broad = name == "killall" or bool(_SERVER_PATTERN.search(shown))
+    elif name == "kill":
+        broad = any(
+            isinstance(part, Unresolved) and part.kind == "command" and _picks_by_name(part.name)
+            for word in command.words
+            for part in word.parts
+        )
+    elif name == "xargs" and any(posixpath.basename(w.text or "") == "kill" for w in command.words):
+        # the pipeline that feeds it: the commands before it on its line
+        feeding = [c for c in before if c.position.line == command.position.line]
+        picked = [c for c in feeding if _picks_by_name(" ".join(w.shown() for w in c.words))]
+        if picked:
+            broad = True
+            shown = " | ".join([" ".join(w.shown() for w in c.words) for c in feeding] + [shown])
+    if not broad:
+        return []
+    return [ScriptProblem(
+        file, command.position, "pkill-broad",
+        f"{shown} kills every matching process on the box: other users' servers, and the "
+        "other ranks of a group, too",
+        "`orch down PROFILE` stops only this profile's server, checked by pid and start time",
+    )]  # fmt: skip
+
+
+def _picks_by_name(text: str) -> bool:
+    """Text that lists processes by a name that matches servers (``pgrep -f sglang``, ``ps aux
+    | grep launch_server``) or every process on the GPUs (``nvidia-smi``)."""
+    words = set(re.findall(r"[\w.-]+", text))
+    lists = bool(words & {"pgrep", "pidof", "grep"})
+    return (lists and bool(_SERVER_PATTERN.search(text))) or "nvidia-smi" in words
 
 
 # -- the incident -------------------------------------------------------------------------------

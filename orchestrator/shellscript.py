@@ -130,6 +130,7 @@ class Command:
     # where a backslash at the end of the line escapes a blank or a carriage return instead of
     # the newline: the command ends there (the lines that follow are commands of their own)
     broken: ContinuationBreak | None = None
+    piped_to: tuple[str, ...] = ()  # the programs its output goes to (`| tee log`)
 
     @property
     def name(self) -> str | None:
@@ -287,6 +288,7 @@ class _Walker:
         self.given = frozenset(given)
         self.keep_continuations = False  # a heredoc body keeps its line breaks for positions
         self.positionals: tuple[Word, ...] | None = None  # None: the script's own, unknown
+        self.piped_to: tuple[str, ...] = ()  # the programs the pipeline being walked feeds
         self.tree = _parser().parse(_as_bash_reads(self.source))
 
     def script(self) -> Script:
@@ -367,10 +369,31 @@ class _Walker:
             self.case_statement(node)
         elif kind == "list":
             self.and_or(node, background, following)
-        elif kind in ("pipeline", "subshell", "compound_statement", "program", "do_group",
+        elif kind == "pipeline":
+            self.pipeline(node, background)
+        elif kind in ("subshell", "compound_statement", "program", "do_group",
                       "while_statement", "negated_command"):  # fmt: skip
             self.walk_children(node)
         # test_command, c_style_for_statement bodies, arithmetic: nothing launches there
+
+    def pipeline(self, node: Any, background: bool) -> None:
+        """``a | b | c &``: every command of it runs in the background with it, and each
+        knows the programs its output goes to (``nohup server | tee log``)."""
+        children = list(node.children)
+        stages = [c for c in children if c.is_named and c.type != "comment"]
+        for index, child in enumerate(children):
+            if not child.is_named or child.type == "comment":
+                continue
+            following = [n for c in children[index + 1 : index + 4] for n in self.first_words(c)]
+            later = stages[stages.index(child) + 1 :]
+            saved, self.piped_to = (
+                self.piped_to,
+                tuple(name for stage in later for name in self.first_words(stage)[:1]),
+            )
+            try:
+                self.walk(child, background, tuple(following))
+            finally:
+                self.piped_to = saved
 
     # conditions: not evaluated. Every arm is walked (a launch in any of them is found), each
     # from the same variables; what the arms leave different is not guessed (Choice).
@@ -657,6 +680,7 @@ class _Walker:
             source=self.text(node),
             next_commands=following,
             broken=self.continuation_break(statement if statement is not None else node),
+            piped_to=self.piped_to,
         )
         program = command.name
         if program in self.functions and self.depth <= MAX_DEPTH:

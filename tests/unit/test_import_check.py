@@ -293,3 +293,72 @@ def test_sglang_given_vllm_flags_is_an_error_with_sglangs_spelling() -> None:
 def test_a_plain_vllm_script_is_only_not_a_launch() -> None:
     script = "vllm serve /m --gpu-memory-utilization 0.9 --tensor-parallel-size 2\n"
     assert [f.code for f in _findings(script)] == ["no-launch"]
+
+
+# -- kills -------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "ps aux | grep sglang | grep -v grep | awk '{print $2}' | xargs kill -9",
+        "ps -ef | grep launch_server | awk '{print $2}' | xargs -r kill",
+        "pgrep -f sglang.launch_server | xargs kill -9",
+        "kill -9 $(ps aux | grep 'sglang.launch_server' | grep -v 'grep' | awk '{print $2}')",
+        "kill $(pgrep -f sglang)",
+        "kill -9 $(nvidia-smi | sed -n '/Processes:/,$p' | grep '   [0-9]' | awk '{print $5}')",
+        "pkill -9 python",
+        "killall python3",
+    ],
+)
+def test_every_kill_by_pattern_is_found(line: str) -> None:
+    findings = _findings(f"{line}\npython -m sglang.launch_server --model-path /m\n")
+    kills = [f for f in findings if f.code == "pkill-broad"]
+    assert [(f.position.line, f.severity) for f in kills] == [(1, "warning")], findings
+    assert "orch down" in kills[0].fix
+
+
+def test_a_kill_of_a_remembered_pid_is_not_broad() -> None:
+    script = "kill $SERVER_PID\nkill -9 $(cat server.pid)\npython -m sglang.launch_server --model-path /m\n"
+    assert not [f for f in _findings(script) if f.code == "pkill-broad"]
+
+
+# -- nohup ---------------------------------------------------------------------------------------------
+
+
+def test_nohup_without_background_blocks_the_script() -> None:
+    script = "nohup python -m sglang.launch_server --model-path /m > server.log 2>&1\nsleep 30\n"
+    found = [f for f in _findings(script) if f.code == "nohup-without-background"]
+    assert [(f.position.line, f.severity) for f in found] == [(1, "warning")]
+    assert "&" in found[0].message
+
+
+@pytest.mark.parametrize(
+    "script",
+    [
+        "nohup python -m sglang.launch_server --model-path /m > server.log 2>&1 &\n",
+        "nohup python -m sglang.launch_server --model-path /m 2>&1 | tee server.log &\n",
+        "exec nohup python -m sglang.launch_server --model-path /m\n",
+        "python -m sglang.launch_server --model-path /m\n",
+    ],
+)
+def test_nohup_in_the_background_or_exec_is_fine(script: str) -> None:
+    assert not [f for f in _findings(script) if f.code == "nohup-without-background"]
+
+
+@pytest.mark.parametrize(
+    "script",
+    [
+        'ssh h "nohup python -m sglang.launch_server --model-path /m 2>&1 | tee server.log &"\n',
+        "ssh h nohup python -m sglang.launch_server --model-path /m | tee server.log &\n",
+    ],
+)
+def test_nohup_piped_to_tee_over_ssh_loses_the_log_with_the_session(script: str) -> None:
+    found = [f for f in _findings(script) if f.code == "nohup-tee-over-ssh"]
+    assert [(f.position.line, f.severity) for f in found] == [(1, "warning")], _findings(script)
+    assert "tee" in found[0].message
+
+
+def test_nohup_piped_to_tee_locally_is_not_an_ssh_problem() -> None:
+    script = "nohup python -m sglang.launch_server --model-path /m 2>&1 | tee server.log &\n"
+    assert not [f for f in _findings(script) if f.code == "nohup-tee-over-ssh"]
