@@ -775,11 +775,12 @@ def parse_arguments(table: ArgTable, words: Sequence[Word]) -> ParsedArguments:
         problems.extend(_check_values(table, occurrence))
         earlier = [o for o in occurrences if o.option.dest == option.dest]
         if earlier and option.action not in ("append", "count"):
+            before = earlier[-1]
             problems.append(ArgProblem(
                 "duplicate-flag",
-                f"{written} is given twice (also at line {earlier[-1].position.line}):"
-                " argparse keeps the last, "
-                f"{_shown_values(occurrence)}",
+                f"{option.flag} is given twice: argparse keeps the last, so SGLang gets "
+                f"{_shown_values(occurrence)}, not {_shown_values(before)} "
+                f"(line {before.position.line})",
                 word.position, "remove one of them", option.flags[0],
             ))  # fmt: skip
         occurrences.append(occurrence)

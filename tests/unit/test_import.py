@@ -392,7 +392,7 @@ def test_findings_inside_a_multi_line_ssh_string_are_located_where_written() -> 
     report = check_scripts([ScriptFile("s.sh", script)], sglang="0.5.23", given={})
     duplicate = next(p for p in report.problems if p.code == "duplicate-flag")
     assert (duplicate.position.line, duplicate.position.column) == (4, 12)
-    assert "also at line 4" in duplicate.message
+    assert "not --tp 2 (line 4)" in duplicate.message
 
 
 def test_scripts_checked_together_keep_their_own_versions_and_servers() -> None:

@@ -362,3 +362,14 @@ def test_nohup_piped_to_tee_over_ssh_loses_the_log_with_the_session(script: str)
 def test_nohup_piped_to_tee_locally_is_not_an_ssh_problem() -> None:
     script = "nohup python -m sglang.launch_server --model-path /m 2>&1 | tee server.log &\n"
     assert not [f for f in _findings(script) if f.code == "nohup-tee-over-ssh"]
+
+
+# -- duplicates ----------------------------------------------------------------------------------------
+
+
+def test_a_flag_given_twice_says_which_value_sglang_gets() -> None:
+    script = "python -m sglang.launch_server --model-path /m --tp 2 \\\n  --tp-size 4\n"
+    found = [f for f in _findings(script) if f.code == "duplicate-flag"]
+    assert [(f.position.line, f.severity) for f in found] == [(2, "warning")]
+    assert "SGLang gets --tp-size 4" in found[0].message
+    assert "not --tp 2 (line 1)" in found[0].message
