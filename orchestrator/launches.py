@@ -776,11 +776,16 @@ def parse_arguments(table: ArgTable, words: Sequence[Word]) -> ParsedArguments:
         earlier = [o for o in occurrences if o.option.dest == option.dest]
         if earlier and option.action not in ("append", "count"):
             before = earlier[-1]
+            same = [v.shown() for v in before.values] == [v.shown() for v in values]
             problems.append(ArgProblem(
                 "duplicate-flag",
-                f"{option.flag} is given twice: argparse keeps the last, so SGLang gets "
-                f"{_shown_values(occurrence)}, not {_shown_values(before)} "
-                f"(line {before.position.line})",
+                f"{option.flag} is given twice: "
+                + (
+                    f"{_shown_values(occurrence)} here and at line {before.position.line}"
+                    if same
+                    else f"argparse keeps the last, so SGLang gets {_shown_values(occurrence)}, "
+                    f"not {_shown_values(before)} (line {before.position.line})"
+                ),
                 word.position, "remove one of them", option.flags[0],
             ))  # fmt: skip
         occurrences.append(occurrence)

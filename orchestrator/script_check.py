@@ -61,7 +61,6 @@ _ARGUMENT_FIXES = {
     "removed-flag": "a profile states the field once and orch spells it for each version",
 }
 _KILLERS = frozenset({"pkill", "killall"})
-_SERVER_PATTERN = re.compile(r"sglang|launch_server|python|multiprocessing", re.I)
 _READINESS_PROGRAMS = frozenset({"grep", "curl", "wget", "tail", "cat"})
 _ERRORS = frozenset({
     "broken-continuation", "crlf-line-endings", "placeholder", "heredoc-expands-locally",
@@ -683,7 +682,7 @@ def _kill(file: str, command: Command, before: Sequence[Command]) -> list[Script
     shown = " ".join(w.shown() for w in command.words)
     broad = False
     if name in _KILLERS:
-        broad = name == "killall" or bool(_SERVER_PATTERN.search(shown))
+        broad = True
     elif name == "kill":
         broad = any(
             isinstance(part, Unresolved) and part.kind == "command" and _picks_by_name(part.name)
@@ -708,11 +707,9 @@ def _kill(file: str, command: Command, before: Sequence[Command]) -> list[Script
 
 
 def _picks_by_name(text: str) -> bool:
-    """Text that lists processes by a name that matches servers (``pgrep -f sglang``, ``ps aux
-    | grep launch_server``) or every process on the GPUs (``nvidia-smi``)."""
-    words = set(re.findall(r"[\w.-]+", text))
-    lists = bool(words & {"pgrep", "pidof", "grep"})
-    return (lists and bool(_SERVER_PATTERN.search(text))) or "nvidia-smi" in words
+    """Text that lists processes by a name (``pgrep -f sglang``, ``ps aux | grep
+    launch_server``: every user's), or every process on the GPUs (``nvidia-smi``)."""
+    return bool(set(re.findall(r"[\w.-]+", text)) & {"pgrep", "pidof", "grep", "nvidia-smi"})
 
 
 # -- the incident -------------------------------------------------------------------------------

@@ -309,6 +309,8 @@ def test_a_plain_vllm_script_is_only_not_a_launch() -> None:
         "kill -9 $(nvidia-smi | sed -n '/Processes:/,$p' | grep '   [0-9]' | awk '{print $5}')",
         "pkill -9 python",
         "killall python3",
+        "pkill -9 ray",  # any name: every matching process of every user
+        "ps -ef | grep my_server | awk '{print $2}' | xargs kill",
     ],
 )
 def test_every_kill_by_pattern_is_found(line: str) -> None:
