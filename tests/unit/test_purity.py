@@ -31,6 +31,7 @@ CORE = [
     "orchestrator.script_import",
     "orchestrator.script_check",
     "orchestrator.script_breaks",
+    "orchestrator.script_pitfalls",
 ]
 FORBIDDEN_IN_CORE = {"paramiko", "psutil", "subprocess", "socket", "jinja2", "pynvml"}
 
