@@ -628,6 +628,7 @@ class ParsedArguments:
         return tuple(o for o in self.occurrences if o.option.dest == dest)
 
 
+_SECRET_DEST_RE = re.compile(r"key|token|secret|password|credential", re.I)
 _NEGATIVE_NUMBER_RE = re.compile(r"^-\d+$|^-\d*\.\d+$")
 _JSON_TYPES = ("callable:loads", "callable:json_list_type")
 
@@ -777,15 +778,21 @@ def parse_arguments(table: ArgTable, words: Sequence[Word]) -> ParsedArguments:
         if earlier and option.action not in ("append", "count"):
             before = earlier[-1]
             same = [v.shown() for v in before.values] == [v.shown() for v in values]
+            if _SECRET_DEST_RE.search(option.dest):  # a credential's values are never shown
+                said = (
+                    f"argparse keeps the last (line {occurrence.position.line}), not the one "
+                    f"at line {before.position.line}; their values are not shown"
+                )
+            elif same:
+                said = f"{_shown_values(occurrence)} here and at line {before.position.line}"
+            else:
+                said = (
+                    f"argparse keeps the last, so SGLang gets {_shown_values(occurrence)}, "
+                    f"not {_shown_values(before)} (line {before.position.line})"
+                )
             problems.append(ArgProblem(
                 "duplicate-flag",
-                f"{option.flag} is given twice: "
-                + (
-                    f"{_shown_values(occurrence)} here and at line {before.position.line}"
-                    if same
-                    else f"argparse keeps the last, so SGLang gets {_shown_values(occurrence)}, "
-                    f"not {_shown_values(before)} (line {before.position.line})"
-                ),
+                f"{option.flag} is given twice: {said}",
                 word.position, "remove one of them", option.flags[0],
             ))  # fmt: skip
         occurrences.append(occurrence)

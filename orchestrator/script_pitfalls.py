@@ -194,42 +194,44 @@ def placeholders(file: str, text: str, launches: Sequence[Launch]) -> list[Scrip
     spans = [p.span for p in problems if p.span is not None]
     seen: set[tuple[Position, str]] = set()
     for launch in launches:
-        for label, word in _launch_values(launch):
+        for label, word, secret in _launch_values(launch):
             shown = _shown(word)
             for match in _PLACEHOLDER_RE.finditer(shown):
                 position, where = _written_at(word, match.group(), launch)
                 if inside(position, spans) or (position, match.group()) in seen:
                     continue
                 seen.add((position, match.group()))
+                gets = f"{label} gets a value" if secret else f"{label} gets {shown!r}"
                 problems.append(ScriptProblem(
                     file, position, "placeholder",
-                    f"{label} gets {shown!r}: {match.group()} is a placeholder left in{where}",
+                    f"{gets}: {match.group()} is a placeholder left in{where}",
                     "put the real value in its place; a profile keeps an unknown value as a "
                     "placeholder that `orch validate` refuses until `orch import --set` gives it",
                 ))  # fmt: skip
     return problems
 
 
-def _launch_values(launch: Launch) -> list[tuple[str, Word]]:
+def _launch_values(launch: Launch) -> list[tuple[str, Word, bool]]:
     """Every value the launch passes: its arguments (labelled by their flag), its
-    environment, and where its output goes."""
-    out: list[tuple[str, Word]] = []
+    environment, and where its output goes; and whether it is a credential (its value is
+    never shown, only the placeholder in it)."""
+    out: list[tuple[str, Word, bool]] = []
     flag = "the server"
     for word in launch.arguments:
         text = word.text or word.shown()
         if text.startswith("-"):
             flag = text.split("=", 1)[0]
             if "=" in text:
-                out.append((flag, word))
+                out.append((flag, word, is_secret(flag.lstrip("-").replace("-", "_"), None)))
         else:
-            out.append((flag, word))
+            out.append((flag, word, is_secret(flag.lstrip("-").replace("-", "_"), None)))
     for name, entry in launch.environment.items():
-        if entry.value is not None and not is_secret(name, entry.value.text):
-            out.append((name, entry.value))
+        if entry.value is not None:
+            out.append((name, entry.value, is_secret(name, None)))
     for command in (launch.command, *launch.outer):
         for redirect in command.redirects:
             if redirect.target is not None and redirect.heredoc is None:
-                out.append((f"the output ({redirect.operator})", redirect.target))
+                out.append((f"the output ({redirect.operator})", redirect.target, False))
     return out
 
 

@@ -375,3 +375,21 @@ def test_a_flag_given_twice_says_which_value_sglang_gets() -> None:
     assert [(f.position.line, f.severity) for f in found] == [(2, "warning")]
     assert "SGLang gets --tp-size 4" in found[0].message
     assert "not --tp 2 (line 1)" in found[0].message
+
+
+def test_a_secret_given_twice_is_said_without_its_values() -> None:
+    found = [
+        f
+        for f in _launch("--api-key sk-first0123456789 --api-key sk-second0123456789")
+        if f.code == "duplicate-flag"
+    ]
+    assert len(found) == 1
+    assert "sk-" not in found[0].message
+    assert "not shown" in found[0].message
+
+
+def test_a_placeholder_in_a_secret_shows_only_the_placeholder() -> None:
+    found = [f for f in _launch("--api-key 'sk-live0123<your-suffix>'") if f.code == "placeholder"]
+    assert len(found) == 1, found
+    assert "<your-suffix>" in found[0].message
+    assert "sk-live0123" not in found[0].message
