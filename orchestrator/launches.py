@@ -128,10 +128,11 @@ class Launch:
 
 @dataclass(frozen=True)
 class OtherLaunch:
-    """A program import sees but does not import (the SGLang router, a Python script)."""
+    """A program import sees but does not import (the SGLang router, a Python script, vLLM)."""
 
     what: str
     position: Position
+    arguments: tuple[Word, ...] = ()  # a vLLM server's (``--check`` reads them for SGLang's)
 
 
 @dataclass(frozen=True)
@@ -256,6 +257,8 @@ class _Finder:
                 Launch(words[0], Launcher.SERVE, tuple(words[2:]), environment, command, outer,
                        remote, container, tuple(wrappers), env_cleared)
             )  # fmt: skip
+        elif base == "vllm" and len(words) > 1 and words[1].text == "serve":
+            self.others.append(OtherLaunch("vllm serve", words[0].position, tuple(words[2:])))
         elif base in ("ssh",) and depth < 8:
             self.ssh(command, words, outer, container, depth)
         elif base in ("docker", "podman", "nvidia-docker") and depth < 8:
@@ -286,6 +289,11 @@ class _Finder:
                     )  # fmt: skip
                 elif module.startswith(("sglang", "sglang_router")):
                     self.others.append(OtherLaunch(f"python -m {module}", words[0].position))
+                elif module.startswith("vllm"):
+                    self.others.append(
+                        OtherLaunch(f"python -m {module}", words[0].position,
+                                    tuple(words[index + 2 :]))
+                    )  # fmt: skip
                 return
             if text in ("-X", "-W"):
                 index += 2
@@ -620,6 +628,7 @@ class ParsedArguments:
         return tuple(o for o in self.occurrences if o.option.dest == dest)
 
 
+_SECRET_DEST_RE = re.compile(r"key|token|secret|password|credential", re.I)
 _NEGATIVE_NUMBER_RE = re.compile(r"^-\d+$|^-\d*\.\d+$")
 _JSON_TYPES = ("callable:loads", "callable:json_list_type")
 
@@ -767,11 +776,23 @@ def parse_arguments(table: ArgTable, words: Sequence[Word]) -> ParsedArguments:
         problems.extend(_check_values(table, occurrence))
         earlier = [o for o in occurrences if o.option.dest == option.dest]
         if earlier and option.action not in ("append", "count"):
+            before = earlier[-1]
+            same = [v.shown() for v in before.values] == [v.shown() for v in values]
+            if _SECRET_DEST_RE.search(option.dest):  # a credential's values are never shown
+                said = (
+                    f"argparse keeps the last (line {occurrence.position.line}), not the one "
+                    f"at line {before.position.line}; their values are not shown"
+                )
+            elif same:
+                said = f"{_shown_values(occurrence)} here and at line {before.position.line}"
+            else:
+                said = (
+                    f"argparse keeps the last, so SGLang gets {_shown_values(occurrence)}, "
+                    f"not {_shown_values(before)} (line {before.position.line})"
+                )
             problems.append(ArgProblem(
                 "duplicate-flag",
-                f"{written} is given twice (also at line {earlier[-1].position.line}):"
-                " argparse keeps the last, "
-                f"{_shown_values(occurrence)}",
+                f"{option.flag} is given twice: {said}",
                 word.position, "remove one of them", option.flags[0],
             ))  # fmt: skip
         occurrences.append(occurrence)
@@ -887,17 +908,20 @@ def first_version_accepting(
     words: Sequence[Word], versions: Sequence[str]
 ) -> tuple[str, ParsedArguments]:
     """The newest table under which the arguments have no unknown or removed flag (else the
-    one with the fewest problems)."""
-    best: tuple[int, str, ParsedArguments] | None = None
+    one with the fewest problems); of those, one that has each flag as written rather than
+    as the abbreviation of another (``--nsa-decode`` is 0.5.3's flag, 0.5.4+ abbreviate
+    ``--nsa-decode-backend`` with it)."""
+    best: tuple[tuple[int, int], str, ParsedArguments] | None = None
     for version in reversed(versions):
         parsed = parse_arguments(argtable.load_table(version), words)
         # a renamed flag is not a reason to go back: a profile names the field, and orch
         # spells it for each version
         bad = sum(p.code in ("unknown-flag", "ambiguous-abbreviation") for p in parsed.problems)
-        if bad == 0:
+        score = (bad, sum(o.abbreviated for o in parsed.occurrences))
+        if score == (0, 0):
             return version, parsed
-        if best is None or bad < best[0]:
-            best = (bad, version, parsed)
+        if best is None or score < best[0]:
+            best = (score, version, parsed)
     if best is None:  # no versions: the caller passes at least one
         raise ValueError("no SGLang version to try")
     return best[1], best[2]

@@ -10,8 +10,10 @@ Each finding is located (file:line:column) and says the fix in orch's terms:
 - the arguments, read with the target version's table: unknown, renamed or removed flags,
   ambiguous abbreviations, values outside the choices, flags given twice, JSON that the shell's
   quoting left invalid, a flag missing its value;
-- ``log-truncated`` (``> log``), ``nohup-without-redirect`` over SSH, ``sleep-readiness``
-  (``sleep N`` then grep/curl), ``pkill-broad`` (``pkill -f sglang`` kills every server on the box).
+- ``log-truncated`` (``> log``), ``nohup-without-redirect`` over SSH, nohup without ``&`` or
+  piped to ``tee`` over SSH, ``sleep-readiness`` (``sleep N`` then grep/curl);
+- ``script_pitfalls``: the lines bash never passes (first: the incident's own class),
+  placeholders, the wrong server, abbreviations read with every release's table, kills by a name.
 
 Pure: no I/O.
 """
@@ -25,9 +27,17 @@ from dataclasses import dataclass
 from typing import Any
 
 from orchestrator import argtable
+from orchestrator import script_pitfalls as pitfalls
 from orchestrator.argtable import RENAMES, ArgTable, format_version
-from orchestrator.launches import Launch, ParsedArguments, find_launches, parse_arguments
+from orchestrator.launches import (
+    Launch,
+    ParsedArguments,
+    find_launches,
+    parse_arguments,
+)
+from orchestrator.script_breaks import file_breaks
 from orchestrator.script_import import ScriptFile, read_scripts
+from orchestrator.script_pitfalls import ScriptProblem
 from orchestrator.shellscript import (
     Command,
     Heredoc,
@@ -50,30 +60,7 @@ _ARGUMENT_FIXES = {
     "unresolved-arguments": "or give it in the script",
     "removed-flag": "a profile states the field once and orch spells it for each version",
 }
-_KILLERS = frozenset({"pkill", "killall"})
-_SERVER_PATTERN = re.compile(r"sglang|launch_server|python", re.I)
 _READINESS_PROGRAMS = frozenset({"grep", "curl", "wget", "tail", "cat"})
-_ERRORS = frozenset({
-    "heredoc-expands-locally", "rendezvous-mismatch", "unknown-flag", "removed-flag",
-    "ambiguous-abbreviation", "bad-choice", "bad-value", "invalid-json", "missing-value",
-    "unexpected-value",
-})  # fmt: skip
-
-
-@dataclass(frozen=True)
-class ScriptProblem:
-    file: str
-    position: Position
-    code: str
-    message: str
-    fix: str
-
-    @property
-    def severity(self) -> str:
-        return "error" if self.code in _ERRORS else "warning"
-
-    def sort_key(self) -> tuple[str, int, int, str]:
-        return (self.file, self.position.line, self.position.column, self.code)
 
 
 @dataclass(frozen=True)
@@ -117,16 +104,33 @@ def check_scripts(
                 "fix the syntax: what follows was read as well as it could be",
             ))  # fmt: skip
         for script, _ in item.found.scripts:
-            for command in script.commands:
+            for index, command in enumerate(script.commands):
                 problems.extend(_command_problems(file, command, table))
+                problems.extend(pitfalls.kill(file, command, script.commands[:index]))
+        placeholders = pitfalls.placeholders(file, item.file.text, item.found.launches)
+        problems.extend(placeholders)
+        spans = [p.span for p in placeholders if p.span is not None]
+        lost = file_breaks(item.found)
+        problems.extend(pitfalls.broken_lines(file, item.file.text, item.found.launches, lost))
+        strays = {(file, b.command.words[-1].position) for b in lost if b.command.words}
         for launch in item.found.launches:
-            problems.extend(_launch_problems(file, launch, table))
+            problems.extend(
+                p
+                for p in _launch_problems(file, launch, table)
+                # the stray argument of a broken line is said once, as the break; the
+                # redirections of a placeholder (<host>:<port>), as the placeholder
+                if not (p.code == "unexpected-value" and (file, p.position) in strays)
+                and not (p.code == "log-truncated" and pitfalls.inside(p.position, spans))
+            )
     problems.extend(_rendezvous(launches))
     for item in scanned:
+        problems.extend(pitfalls.vllm_given_sglang_flags(item.file.display, item.found.others))
         if not item.found.launches:
             others = sorted({o.what for o in item.found.others})
+            where = min((o.position for o in item.found.others), default=Position(1, 1),
+                        key=lambda p: (p.line, p.column))  # fmt: skip
             problems.append(ScriptProblem(
-                item.file.display, Position(1, 1), "no-launch",
+                item.file.display, where, "no-launch",
                 "no SGLang server launch found"
                 + (f"; it starts {', '.join(others)}" if others else ""),
                 "nothing was checked: a launch in a file this script runs, sources or evals "
@@ -192,28 +196,44 @@ def _target(launches: Sequence[tuple[object, Launch]], sglang: str | None) -> tu
         if (version := launch.sglang_from_image) is not None:
             choice = argtable.table_for(version)
             return choice.table, f"SGLang {version}, from the image {launch.container.image}"  # type: ignore[union-attr]
+    # the newest release that takes every flag as written: one that takes a flag only as an
+    # abbreviation of another (--nsa-decode on 0.5.4+) does not, while an older release that
+    # has the flag itself does (a flag no release has, --tp, counts the same in each)
     versions = argtable.available_versions()
+    best: tuple[tuple[int, int], str] | None = None
     for version in reversed(versions):
         table = argtable.load_table(version)
-        if not any(_version_problems(table, launch) for _, launch in launches):
-            if version == versions[-1]:
-                break
-            return table, (
-                f"SGLang {version}, the newest orch knows that accepts every flag as written "
-                "(--sglang to choose)"
-            )
+        score = _fit(table, [launch for _, launch in launches])
+        if best is None or score < best[0]:
+            best = (score, version)
+        if score == (0, 0):
+            break
     newest = versions[-1]
-    return argtable.load_table(newest), (
-        f"SGLang {newest}, the newest orch knows (--sglang to choose)"
+    if best is None or best[1] == newest or best[0][0]:
+        return argtable.load_table(newest), (
+            f"SGLang {newest}, the newest orch knows (--sglang to choose)"
+        )
+    (_, abbreviations), version = best
+    accepted = (
+        "every flag as written"
+        if not abbreviations
+        else f"every flag ({abbreviations} only as an abbreviation)"
+    )
+    return argtable.load_table(version), (
+        f"SGLang {version}, the newest orch knows that accepts {accepted} (--sglang to choose)"
     )
 
 
-def _version_problems(table: ArgTable, launch: Launch) -> bool:
-    """Does this version reject or deprecate a flag of the launch?"""
-    parsed = parse_arguments(table, launch.arguments)
-    return any(p.code in _VERSION_CODES for p in parsed.problems) or bool(
-        _renamed("", parsed, table)
-    )
+def _fit(table: ArgTable, launches: Sequence[Launch]) -> tuple[int, int]:
+    """How well a release takes the launches' flags: (flags it rejects or deprecates, flags it
+    takes only as an abbreviation)."""
+    rejected = abbreviated = 0
+    for launch in launches:
+        parsed = parse_arguments(table, launch.arguments)
+        rejected += sum(p.code in _VERSION_CODES for p in parsed.problems)
+        rejected += len(_renamed("", parsed, table))
+        abbreviated += sum(o.abbreviated for o in parsed.occurrences)
+    return rejected, abbreviated
 
 
 # -- launches -----------------------------------------------------------------------------------
@@ -226,6 +246,12 @@ def _launch_problems(file: str, launch: Launch, table: ArgTable) -> list[ScriptP
         for p in parsed.problems
     ]
     problems.extend(_renamed(file, parsed, table))
+    problems.extend(pitfalls.sglang_given_vllm_flags(file, launch, parsed))
+    problems.extend(
+        pitfalls.abbreviation(file, occurrence, table)
+        for occurrence in parsed.occurrences
+        if occurrence.abbreviated
+    )
     for command in (*launch.outer, launch.command):
         for redirect in command.redirects:
             target = redirect.target.shown() if redirect.target is not None else ""
@@ -240,7 +266,29 @@ def _launch_problems(file: str, launch: Launch, table: ArgTable) -> list[ScriptP
                     f"`>> {target}` keeps it; orch keeps a log per run and never overwrites one "
                     "(`orch logs PROFILE`, `orch logs PROFILE --run N`)",
                 ))  # fmt: skip
-    if launch.remote is not None and any(w == "nohup" for w, _ in launch.wrappers):
+    nohup = next((at for w, at in launch.wrappers if w == "nohup"), None)
+    wrappers = {w for w, _ in launch.wrappers}
+    if nohup is not None and not launch.command.background and "exec" not in wrappers:
+        where = f"over SSH on {launch.remote.host}" if launch.remote is not None else "here"
+        problems.append(ScriptProblem(
+            file, nohup, "nohup-without-background",
+            f"nohup without a trailing &: the server runs in the foreground {where}, and the "
+            "script (or the SSH session) waits on it until it exits; nohup only ignores the "
+            "hangup",
+            "end the line with `&` if the script is to go on; `orch up PROFILE` starts the "
+            "server under orch's agent and returns when it is ready",
+        ))  # fmt: skip
+    teed = [c for c in (launch.command, *launch.outer) if "tee" in c.piped_to]
+    if nohup is not None and launch.remote is not None and teed:
+        problems.append(ScriptProblem(
+            file, teed[0].position, "nohup-tee-over-ssh",
+            f"nohup ... | tee over SSH to {launch.remote.host}: nohup keeps the server alive "
+            "when the session ends, not the tee it writes to; tee dies with the session and "
+            "the server's output (the log) goes into a closed pipe from then on",
+            "redirect to a file on the host instead (`> server.log 2>&1 &`); orch's agent "
+            "keeps the log per run (`orch logs PROFILE -f`)",
+        ))  # fmt: skip
+    if launch.remote is not None and nohup is not None:
         redirected = any(
             r.operator in (">", ">>", "&>", "&>>") and (r.descriptor in (None, "1"))
             for command in (launch.command, *launch.outer[1:])
@@ -300,16 +348,6 @@ def _command_problems(file: str, command: Command, table: ArgTable) -> list[Scri
         for redirect in command.redirects:
             if redirect.heredoc is not None and not redirect.heredoc.quoted:
                 problems.extend(_heredoc(file, command, redirect.heredoc, table))
-    if name in _KILLERS or (name == "kill" and _kills_by_pattern(command)):
-        pattern = " ".join(w.shown() for w in command.words[1:])
-        if _SERVER_PATTERN.search(pattern) or name == "killall":
-            problems.append(ScriptProblem(
-                file, command.position, "pkill-broad",
-                f"{command.name} {pattern} kills every matching process on the box: other "
-                "users' servers, and the other ranks of a group, too",
-                "`orch down PROFILE` stops only this profile's server, checked by pid and "
-                "start time",
-            ))  # fmt: skip
     if name == "sleep" and command.words[1:2]:
         seconds = command.words[1].text or ""
         number = re.match(r"\d+", seconds)
@@ -328,14 +366,6 @@ def _command_problems(file: str, command: Command, table: ArgTable) -> list[Scri
                 "the moment it dies",
             ))  # fmt: skip
     return problems
-
-
-def _kills_by_pattern(command: Command) -> bool:
-    return any(
-        isinstance(part, Unresolved) and "pgrep" in part.name and _SERVER_PATTERN.search(part.name)
-        for word in command.words
-        for part in word.parts
-    )
 
 
 # -- the incident -------------------------------------------------------------------------------

@@ -37,6 +37,7 @@ from orchestrator.launches import (
 from orchestrator.model import Launcher
 from orchestrator.profile import placeholder
 from orchestrator.profile_checks import STRUCTURED_FIELDS
+from orchestrator.script_breaks import file_breaks, launch_breaks
 from orchestrator.shellscript import Command, Position, Script, Unresolved, Word, parse_script
 
 SECRET_NAME_RE = re.compile(
@@ -91,7 +92,8 @@ _WRAPPER_REASONS = {
 
 @dataclass(frozen=True)
 class Note:
-    # dropped, default, unresolved, canonical, renamed, version, host, secret, skipped, warning
+    # lost (flags bash never passes: a broken continuation), dropped, default, unresolved,
+    # canonical, renamed, version, host, secret, skipped, warning
     kind: str
     message: str
     file: str | None = None
@@ -310,6 +312,12 @@ def _profile(
                     choice.position,
                 )
     context.note("version", version.said)
+    for lost in launch_breaks(launch, file_breaks(item.found)):
+        context.note(
+            "lost",
+            f"{lost.said('the server')}; not imported: {lost.fix()}",
+            lost.position,
+        )
     document: dict[str, Any] = {
         "description": f"imported from {item.file.display}:{launch.position.line} by orch import"
     }

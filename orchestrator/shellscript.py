@@ -109,6 +109,12 @@ class Redirect:
 
 
 @dataclass(frozen=True)
+class ContinuationBreak:
+    position: Position  # the backslash
+    escaped: str  # " ", "\t" or "\r" (a CRLF file): what bash passes as the last argument
+
+
+@dataclass(frozen=True)
 class Command:
     """One simple command as bash would run it."""
 
@@ -121,6 +127,10 @@ class Command:
     position: Position
     source: str  # as written
     next_commands: tuple[str, ...] = ()  # the names of the commands that follow (readiness loops)
+    # where a backslash at the end of the line escapes a blank or a carriage return instead of
+    # the newline: the command ends there (the lines that follow are commands of their own)
+    broken: ContinuationBreak | None = None
+    piped_to: tuple[str, ...] = ()  # the programs its output goes to (`| tee log`)
 
     @property
     def name(self) -> str | None:
@@ -222,6 +232,10 @@ _ANSI_ESCAPES = {
 _DOUBLE_QUOTE_ESCAPES = frozenset('$`"\\\n')
 
 
+_IFS = " \t\n"
+_IFS_RE = re.compile(f"[{_IFS}]+")
+
+
 class _Fields:
     """Words under construction: unquoted expansions split into several (bash's field splitting)."""
 
@@ -233,18 +247,19 @@ class _Fields:
         self.fields[-1].append(part)
 
     def add_split(self, value: str) -> None:
-        pieces = value.split()
+        # bash's default IFS: space, tab, newline (str.split() would also split at \r)
+        pieces = [piece for piece in _IFS_RE.split(value) if piece]
         if not pieces:
             if value and self.fields[-1]:
                 self.fields.append([])
             return
-        if value[:1].isspace() and self.fields[-1]:
+        if value[:1] in _IFS and self.fields[-1]:
             self.fields.append([])
         for index, piece in enumerate(pieces):
             if index:
                 self.fields.append([])
             self.fields[-1].append(piece)
-        if value[-1:].isspace():
+        if value[-1:] in _IFS and value:
             self.fields.append([])
 
     def words(self, position: Position, source: str) -> list[Word]:
@@ -273,7 +288,8 @@ class _Walker:
         self.given = frozenset(given)
         self.keep_continuations = False  # a heredoc body keeps its line breaks for positions
         self.positionals: tuple[Word, ...] | None = None  # None: the script's own, unknown
-        self.tree = _parser().parse(self.source)
+        self.piped_to: tuple[str, ...] = ()  # the programs the pipeline being walked feeds
+        self.tree = _parser().parse(_as_bash_reads(self.source))
 
     def script(self) -> Script:
         return Script(
@@ -353,10 +369,31 @@ class _Walker:
             self.case_statement(node)
         elif kind == "list":
             self.and_or(node, background, following)
-        elif kind in ("pipeline", "subshell", "compound_statement", "program", "do_group",
+        elif kind == "pipeline":
+            self.pipeline(node, background)
+        elif kind in ("subshell", "compound_statement", "program", "do_group",
                       "while_statement", "negated_command"):  # fmt: skip
             self.walk_children(node)
         # test_command, c_style_for_statement bodies, arithmetic: nothing launches there
+
+    def pipeline(self, node: Any, background: bool) -> None:
+        """``a | b | c &``: every command of it runs in the background with it, and each
+        knows the programs its output goes to (``nohup server | tee log``)."""
+        children = list(node.children)
+        stages = [c for c in children if c.is_named and c.type != "comment"]
+        for index, child in enumerate(children):
+            if not child.is_named or child.type == "comment":
+                continue
+            following = [n for c in children[index + 1 : index + 4] for n in self.first_words(c)]
+            later = stages[stages.index(child) + 1 :]
+            saved, self.piped_to = (
+                self.piped_to,
+                tuple(name for stage in later for name in self.first_words(stage)[:1]),
+            )
+            try:
+                self.walk(child, background, tuple(following))
+            finally:
+                self.piped_to = saved
 
     # conditions: not evaluated. Every arm is walked (a launch in any of them is found), each
     # from the same variables; what the arms leave different is not guessed (Choice).
@@ -474,15 +511,21 @@ class _Walker:
         redirects = tuple(
             self.redirect(child) for child in node.children if child.type.endswith("redirect")
         )
+        after = tuple(
+            word
+            for child in node.children
+            if child.type.endswith("redirect")
+            for word in self.redirect_arguments(child)
+        )
         if body is not None and body.type == "command":
-            self.command(body, redirects, background, following)
+            self.command(body, redirects, background, following, statement=node, after=after)
         elif body is not None and body.type in ("list", "pipeline") and redirects:
             # tree-sitter-bash hangs `a && b > log` on the list; bash binds it to b
             *first, last = list(body.children)
             for child in first:
                 self.walk(child)
             if last.type == "command":
-                self.command(last, redirects, background, following)
+                self.command(last, redirects, background, following, statement=node, after=after)
             else:
                 self.walk(last, background, following)
         elif body is not None:
@@ -585,6 +628,8 @@ class _Walker:
         redirects: tuple[Redirect, ...],
         background: bool,
         following: tuple[str, ...],
+        statement: Any = None,
+        after: tuple[Word, ...] = (),
     ) -> None:
         prefix: list[tuple[str, Word]] = []
         words: list[Word] = []
@@ -611,10 +656,12 @@ class _Walker:
                 )
             elif child.type.endswith("redirect"):
                 extra.append(self.redirect(child))
+                words.extend(self.redirect_arguments(child))
             elif field == "argument" or (child.is_named and child.type not in ("comment",)):
                 if child.type == "herestring_redirect":
                     continue
                 words.extend(self.expand(child))
+        words.extend(after)
         if not words and prefix:  # `A=$x:$Y/lib` read by tree-sitter as a command `Y/lib`
             for name, value in prefix:
                 self.variables[name] = Variable(value, self.is_exported(name), value.position)
@@ -632,6 +679,8 @@ class _Walker:
             position=self.at(node),
             source=self.text(node),
             next_commands=following,
+            broken=self.continuation_break(statement if statement is not None else node),
+            piped_to=self.piped_to,
         )
         program = command.name
         if program in self.functions and self.depth <= MAX_DEPTH:
@@ -640,6 +689,18 @@ class _Walker:
         if program in (".", "source"):
             return  # another file: not followed (its variables stay unknown)
         self.commands.append(command)
+
+    def continuation_break(self, node: Any) -> ContinuationBreak | None:
+        """A statement that ends in a backslash escaping a blank or a carriage return, with
+        nothing but blanks (or a comment) after it on the line: bash ends the command there."""
+        match = _BROKEN_END_RE.search(self.source[node.start_byte : node.end_byte])
+        if match is None or not _LINE_END_RE.match(self.source, node.end_byte):
+            return None
+        offset = node.start_byte + match.start(1)
+        line_start = self.source.rfind(b"\n", 0, offset) + 1
+        row = self.source.count(b"\n", 0, offset)
+        column = len(self.source[line_start:offset].decode("utf-8", "surrogateescape"))
+        return ContinuationBreak(self.origin.shifted(row, column), match.group(2).decode())
 
     def redirect(self, node: Any) -> Redirect:
         position = self.at(node)
@@ -656,6 +717,16 @@ class _Walker:
             expanded = self.expand(target_node)
             target = expanded[0] if expanded else None
         return Redirect(operator, descriptor, target, None, position)
+
+    def redirect_arguments(self, node: Any) -> list[Word]:
+        """Words after a redirection's target: arguments of the command to bash (``cmd > log
+        --tp 2``), which tree-sitter-bash hangs on the redirection as more targets."""
+        if node.type != "file_redirect":
+            return []
+        pieces = [c for c in node.named_children if c.type in _WORD_PIECES]
+        descriptor = node.child_by_field_name("descriptor")
+        pieces = [c for c in pieces if descriptor is None or c.id != descriptor.id]
+        return [word for piece in pieces[1:] for word in self.expand(piece)]
 
     def heredoc(self, node: Any) -> Heredoc:
         start = next((c for c in node.children if c.type == "heredoc_start"), None)
@@ -1133,6 +1204,31 @@ def _unglue(children: list[Any]) -> tuple[list[Any], dict[int, tuple[Any, ...]]]
                 continue
         out.append(child)
     return out, glued
+
+
+# Bytes that stand in, for the parser only, for what tree-sitter-bash reads differently from bash.
+_STAND_INS = tuple(bytes([b]) for b in (*range(1, 9), *range(14, 32)))
+_BROKEN_END_RE = re.compile(rb"(?<!\\)(?:\\\\)*(\\)([ \t\r])$")
+_LINE_END_RE = re.compile(rb"[ \t]*(?:#[^\n]*)?(?:\n|$)")
+_ESCAPED_BLANK_RE = re.compile(rb"(?<!\\)((?:\\\\)*\\)[ \t]")
+
+
+def _as_bash_reads(source: bytes) -> bytes:
+    """The text the parser is given: ``source`` with a carriage return, and a blank after a
+    backslash, replaced by a byte of the same length that it reads as part of a word.
+
+    tree-sitter-bash reads ``\\r`` as a blank and drops a backslash-escaped blank that starts a
+    word; bash reads both as characters of the word (``--port 30000\\r`` passes ``30000\\r``,
+    ``\\<space>`` at the end of a line passes ``' '`` and ends the command: the broken
+    continuation of a CRLF file, or of a stray blank after the backslash). Every position and
+    every slice of the real text stay as they are: only the parser sees the stand-in."""
+    if b"\r" not in source and not _ESCAPED_BLANK_RE.search(source):
+        return source
+    stand_in = next((b for b in _STAND_INS if b not in source), None)
+    if stand_in is None:  # every control byte used: a binary file, not a launch script
+        return source
+    text = source.replace(b"\r", stand_in)
+    return _ESCAPED_BLANK_RE.sub(lambda m: m.group(1) + stand_in, text)
 
 
 def _descendants(node: Any, kind: str | None = None) -> Iterator[Any]:

@@ -10,8 +10,8 @@ from orchestrator.script_check import CheckReport
 from orchestrator.show import Text, line
 from orchestrator.yamldoc import dump_yaml
 
-_SHOWN_KINDS = ("dropped", "unresolved", "renamed", "canonical", "secret", "default", "host",
-                "skipped", "warning")  # fmt: skip
+_SHOWN_KINDS = ("lost", "dropped", "unresolved", "renamed", "canonical", "secret", "default",
+                "host", "skipped", "warning")  # fmt: skip
 
 
 def written(items: Sequence[Written]) -> list[Text]:

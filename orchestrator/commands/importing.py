@@ -153,6 +153,7 @@ def profile_text(profile: ImportedProfile) -> str:
     is still a placeholder."""
     lines = [f"# Written by `orch import`. {_first(profile.notes, 'version')}"]
     for title, kinds in (
+        ("LOST (bash never passes these: fix the script):", ("lost",)),
         ("Dropped (orch does this itself):", ("dropped",)),
         ("Unresolved (placeholders `orch validate` refuses until given):", ("unresolved",)),
         ("Read as:", ("canonical", "renamed", "default", "secret")),

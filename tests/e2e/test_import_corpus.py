@@ -149,6 +149,7 @@ class Case:
     hosts: dict[str, str] = field(default_factory=dict)  # --host, in rank order -> address
     launches: int | None = None  # servers started, when not one per imported profile
     no_launch: str | None = None
+    refused: str | None = None  # SGLang refuses the launch bash runs (the script is broken)
     gap: str | None = None
     stubs: str = ""  # what the machine would answer (shell functions), for this script
 
@@ -166,6 +167,7 @@ def _cases() -> Iterator[Case]:
             given={str(k): str(v) for k, v in entry.get("set", {}).items()},
             hosts=dict(entry.get("hosts", {})),
             no_launch=entry.get("no_launch"),
+            refused=entry.get("refused"),
             gap=entry.get("gap"),
             stubs=entry.get("stubs", ""),
         )
@@ -341,6 +343,16 @@ def test_imported_profile_renders_what_the_script_runs(case: Case, tmp_path: Pat
         assert ran == [], "bash ran an SGLang launch that EXPECT.yaml says is not there"
         with pytest.raises(ImportScriptError):
             _import(case, profiles)
+        return
+    if case.refused is not None:
+        # nothing to compare: what bash passes is what SGLang refuses, and import says why
+        assert ran, "bash ran no SGLang launch"
+        newest = argtable.load_table(argtable.available_versions()[-1])
+        for record in ran:
+            with pytest.raises(OracleError):
+                parse(newest, _sglang_arguments(record["argv"], record["program"]) or [])
+        kinds = {n.kind for w in _import(case, profiles) for n in w.profile.notes}
+        assert kinds & {"lost", "warning"}, "import did not say what SGLang refuses"
         return
     written = _import(case, profiles)
     reported = "\n".join(n.message for w in written for n in w.profile.notes)
