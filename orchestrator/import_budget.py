@@ -9,7 +9,7 @@ heredocs) and re-parse of one run; the first bound passed stops the import with 
 ``ImportBoundError`` that names the bound, where it was hit and what to do.
 
 The limits are far above what a real launch script needs (the public corpus under
-tests/fixtures/launchscripts/ uses well under 1 % of each) and far below what hurts a laptop.
+tests/fixtures/launchscripts/ uses at most about 3 % of any) and far below what hurts a laptop.
 
 Pure: no I/O.
 """
@@ -53,15 +53,17 @@ BOUNDS: dict[str, Bound] = {
     ),
     "characters": Bound(
         32 << 20, "characters of expanded words and values",
-        "a variable that doubles itself (A=$A$A) or a huge heredoc: import the launch itself",
+        "a variable that doubles itself (A=$A$A) or a huge value: not a launch script",
     ),
     "iterations": Bound(
         4_096, "loop iterations (every loop, nested loops multiplied)",
-        "loops that start thousands of servers: import one with --set for the loop's values",
+        "a launch script loops over a few hosts or GPUs: import the script that starts the "
+        "servers you run",
     ),
     "calls": Bound(
         4_096, "function calls",
-        "functions that call functions many times over: import the function that launches",
+        "functions that call functions this often are not a launch script: import the script "
+        "that starts the servers you run",
     ),
     "call-depth": Bound(
         32, "nested function calls",
