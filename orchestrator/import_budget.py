@@ -56,12 +56,12 @@ BOUNDS: dict[str, Bound] = {
         "a variable that doubles itself (A=$A$A) or a huge value: not a launch script",
     ),
     "iterations": Bound(
-        4_096, "loop iterations (every loop, nested loops multiplied)",
+        1_024, "loop iterations (every loop, nested loops multiplied)",
         "a launch script loops over a few hosts or GPUs: import the script that starts the "
         "servers you run",
     ),
     "calls": Bound(
-        4_096, "function calls",
+        1_024, "function calls",
         "functions that call functions this often are not a launch script: import the script "
         "that starts the servers you run",
     ),

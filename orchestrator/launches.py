@@ -382,7 +382,10 @@ class _Finder:
                 if remote_words[0].source.startswith('"') and "\\\n" in remote_words[0].source:
                     text = (
                         expand_keeping_lines(
-                            remote_words[0].source, command.variables, remote_words[0].position
+                            remote_words[0].source,
+                            command.variables,
+                            remote_words[0].position,
+                            self.budget,
                         )
                         or text
                     )

@@ -16,15 +16,22 @@ Pure: no I/O. tree-sitter is imported lazily (``orch render`` does not pay for i
 from __future__ import annotations
 
 import dataclasses
-import functools
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from orchestrator.errors import ImportScriptError
 from orchestrator.import_budget import WorkBudget
 from orchestrator.shell_arith import NotKnown, assigned_names, run_arithmetic
+from orchestrator.shell_syntax import (
+    MAX_RECOVERIES,
+    Columns,
+    blanked,
+    descendants,
+    first_error,
+    parser,
+    readable,
+)
 
 MAX_UNROLL = 64  # loop iterations walked per `for` statement (more: walked once, unknown)
 # How deep one nested walker counts in budget "nesting": a word expanded by a walker of its own
@@ -192,15 +199,18 @@ def parse_nested(
 
 
 def expand_keeping_lines(
-    source: str, variables: Mapping[str, Variable], position: Position
+    source: str,
+    variables: Mapping[str, Variable],
+    position: Position,
+    budget: WorkBudget | None = None,
 ) -> Word | None:
     """A double-quoted word expanded again with its backslash-newlines kept: the same text
     to a shell that reads it (a continuation), with the lines where the script has them, so
     that what is found in it is located (``ssh host "...\\<newline>..."``)."""
-    walker = _Walker(f"__orch={source}", position, {}, budget=WorkBudget())
+    walker = _Walker(f"__orch={source}", position, {}, budget=budget or WorkBudget())
     walker.variables = dict(variables)
     walker.keep_continuations = True
-    assignment = next(iter(_descendants(walker.tree.root_node, "variable_assignment")), None)
+    assignment = next(iter(descendants(walker.tree.root_node, "variable_assignment")), None)
     value = assignment.child_by_field_name("value") if assignment is not None else None
     return walker.expand_single(value, position) if value is not None else None
 
@@ -210,20 +220,6 @@ def literal(text: str, position: Position) -> Word:
 
 
 # -- the walk -----------------------------------------------------------------------------------
-
-
-@functools.cache
-def _parser() -> Any:
-    """One parser for the process: building one per nested word cost more than parsing it."""
-    try:
-        import tree_sitter
-        import tree_sitter_bash
-    except ImportError as exc:  # pragma: no cover - a dependency of orch
-        raise ImportScriptError(
-            f"orch import needs tree-sitter and tree-sitter-bash: {exc}",
-            "reinstall orch (pip install orch), which depends on both",
-        ) from exc
-    return tree_sitter.Parser(tree_sitter.Language(tree_sitter_bash.language()))
 
 
 _ANSI_ESCAPES = {
@@ -297,11 +293,11 @@ class _Walker:
         self.positionals: tuple[Word, ...] | None = None  # None: the script's own, unknown
         self.brace_words = 1  # words the brace expansions around this word already make
         self.stop: int | None = None  # bytes from here on belong to the next re-read tree
-        self.columns = _Columns(self.source)
+        self.columns = Columns(self.source)
         # what a parse costs grows with the words written: bounded before parsing
         budget.check("source-words", len(self.source.split()), origin)
         budget.spend("parsed", len(self.source), origin)
-        self.readable, self.tree = _readable(self.source)
+        self.readable, self.tree = readable(self.source)
 
     def child(self, text: str, position: Position) -> _Walker:
         """A walker for a word of this script (a default value, a brace variant, a heredoc
@@ -340,9 +336,9 @@ class _Walker:
         before it are walked, the error is said (where bash -n would say it), and the rest of
         the file is read again from the line after it: one error never hides the rest."""
         tree = self.tree
-        for _ in range(_MAX_RECOVERIES):
+        for _ in range(MAX_RECOVERIES):
             self.stop = None
-            error = _first_error(tree.root_node)
+            error = first_error(tree.root_node)
             if error is not None:
                 self.syntax_error(error)
             self.walk_children(tree.root_node)  # (may find an error tree-sitter did not)
@@ -350,7 +346,7 @@ class _Walker:
             if restart is None or restart >= len(self.readable):
                 break
             self.budget.spend("parsed", len(self.readable) - restart, self.origin)
-            tree = _parser().parse(_blanked(self.readable, restart))
+            tree = parser().parse(blanked(self.readable, restart))
         self.stop = None
         for name, (node, stop) in list(self.functions.items()):
             if name not in self.called:  # a launch in a function nobody calls is still found
@@ -378,7 +374,7 @@ class _Walker:
     def first_words(self, node: Any) -> tuple[str, ...]:
         """The program of the first command in ``node`` and its plain words (what `ssh host
         grep ...` runs is a program too)."""
-        for child in _descendants(node, including=True):
+        for child in descendants(node, including=True):
             if child.type == "command":
                 return tuple(
                     self.text(c) for c in child.children if c.type in ("command_name", "word")
@@ -911,7 +907,7 @@ class _Walker:
             prefix + _as_double_quoted(text) + '"', position.shifted(0, -len(prefix))
         )
         nested.keep_continuations = True
-        string = next(iter(_descendants(nested.tree.root_node, "string")), None)
+        string = next(iter(descendants(nested.tree.root_node, "string")), None)
         if string is None:
             return Heredoc(delimiter, False, text, literal(text, position), position, ())
         fields = _Fields()
@@ -1230,7 +1226,7 @@ class _Walker:
             return literal(text, position)
         nested = self.child(f"__orch={text}", position)
         root = nested.tree.root_node
-        assignment = next(iter(_descendants(root, "variable_assignment")), None)
+        assignment = next(iter(descendants(root, "variable_assignment")), None)
         value = assignment.child_by_field_name("value") if assignment is not None else None
         if value is None:
             return literal(text, position)
@@ -1315,144 +1311,6 @@ def _common_elements(values: list[Variable | None]) -> tuple[Word, ...]:
     return tuple(prefix)
 
 
-class _Columns:
-    """Byte column -> character column, in time that does not grow with the line: a line of
-    plain ASCII (most of any script) answers at once."""
-
-    def __init__(self, source: bytes) -> None:
-        self.source = source
-        self.ascii: dict[int, bool] = {}  # line start -> the line is ASCII
-
-    def characters(self, start_byte: int, byte_column: int) -> int:
-        line_start = start_byte - byte_column
-        plain = self.ascii.get(line_start)
-        if plain is None:
-            end = self.source.find(b"\n", line_start)
-            plain = self.source[line_start : end if end >= 0 else len(self.source)].isascii()
-            self.ascii[line_start] = plain
-        if plain:
-            return byte_column
-        return len(self.source[line_start:start_byte].decode("utf-8", "surrogateescape"))
-
-
-# -- reading past tree-sitter-bash's mistakes ---------------------------------------------------
-
-_MAX_RECOVERIES = 32  # re-reads of one file after errors (each costs budget "parsed" as well)
-# A backslash before the end of the file (a continuation line with nothing after it): bash
-# drops it; tree-sitter-bash makes the whole file an error.
-_TRAILING_BACKSLASH_RE = re.compile(rb"\\(?=\s*\Z)")
-_EXTGLOB_RE = re.compile(rb"[?*+@!]\(")
-
-
-def _readable(source: bytes) -> tuple[bytes, Any]:
-    """``source`` as tree-sitter-bash can read it, byte for byte the same length (so every
-    position stays right; the text itself is always read from ``source``), and its tree: the
-    constructs bash accepts and tree-sitter-bash misreads are rewritten to ones it reads
-    alike."""
-    readable = _TRAILING_BACKSLASH_RE.sub(b" ", source)
-    tree = _parser().parse(readable)
-    for _ in range(_MAX_RECOVERIES):
-        error = _first_error(tree.root_node)
-        if error is None:
-            break
-        fixed = _subshell_in_substitution(readable, error.start_byte) or _extglob_in_expansion(
-            readable, error.start_byte
-        )
-        if fixed is None:
-            break
-        readable, tree = fixed, _parser().parse(fixed)
-    return readable, tree
-
-
-def _subshell_in_substitution(source: bytes, error: int) -> bytes | None:
-    """``$((cd /x; pwd))`` is ``$( (cd /x; pwd) )`` to bash (not arithmetic: it is not an
-    expression); tree-sitter-bash reads arithmetic and fails. Read as ``$( cd /x; pwd )``."""
-    start = source.rfind(b"$((", max(0, error - 4096), error + 1)
-    if start < 0:
-        return None
-    inner = _matching(source, start + 2)
-    if inner is None or inner + 1 >= len(source) or source[inner + 1 : inner + 2] != b")":
-        return None
-    if inner + 1 < error and source.rfind(b"\n", inner, error) >= 0:
-        return None  # the error is on a later line
-    content = source[start + 3 : inner]
-    if not re.search(rb"[;\n]|\|(?!\|)|&(?!&)", content):
-        return None  # it may well be arithmetic
-    return source[: start + 2] + b" " + source[start + 3 : inner] + b" " + source[inner + 1 :]
-
-
-def _extglob_in_expansion(source: bytes, error: int) -> bytes | None:
-    """``${host%]?(:+([0-9]))}``: an extglob pattern in a ``${...}`` operator; bash reads it,
-    tree-sitter-bash does not. The pattern becomes plain letters (the expansion stays one that
-    orch does not evaluate)."""
-    start = source.rfind(b"${", max(0, error - 4096), error + 1)
-    if start < 0:
-        return None
-    end = _matching(source, start + 1, b"{", b"}")
-    if end is None or end < error:
-        return None
-    body = source[start + 2 : end]
-    operator = re.match(rb"#?[A-Za-z_0-9@*]+(\[[^]]*\])?(:?[-=?+]|##?|%%?|//?|\^\^?|,,?)", body)
-    if operator is None or not _EXTGLOB_RE.search(body):
-        return None
-    argument = start + 2 + operator.end()
-    return source[:argument] + b"x" * (end - argument) + source[end:]
-
-
-def _matching(source: bytes, opening: int, open_: bytes = b"(", close: bytes = b")") -> int | None:
-    """The byte that closes the bracket at ``opening`` (quotes and escapes skipped)."""
-    depth = 0
-    index = opening
-    quote: int | None = None
-    while index < len(source):
-        char = source[index : index + 1]
-        if char == b"\\":
-            index += 2
-            continue
-        if quote is not None:
-            if source[index] == quote:
-                quote = None
-        elif char in (b"'", b'"'):
-            quote = source[index]
-        elif char == open_:
-            depth += 1
-        elif char == close:
-            depth -= 1
-            if depth == 0:
-                return index
-        index += 1
-    return None
-
-
-def _first_error(root: Any) -> Any | None:
-    """Where tree-sitter-bash's first error is: the innermost error node first in the file (an
-    error node at 1:1 that wraps the whole file is where it gave up, not where bash would)."""
-    found = None
-    node = root
-    while True:  # only into subtrees with an error in them (tree-sitter keeps the flag)
-        inner = _first_error_under(node)
-        if inner is None:
-            return found
-        found = node = inner
-
-
-def _first_error_under(node: Any) -> Any | None:
-    stack = list(reversed(node.children))
-    while stack:
-        current = stack.pop()
-        if current.is_missing or current.type == "ERROR":
-            return current
-        if current.has_error:
-            stack.extend(reversed(current.children))
-    return None
-
-
-def _blanked(source: bytes, stop: int) -> bytes:
-    """``source`` with everything before ``stop`` blank (newlines kept): the rest read alone."""
-    head = re.sub(rb"[^\n]", b" ", source[:stop])
-    return head + source[stop:]
-
-
 def _same(a: Variable | None, b: Variable | None) -> bool:
     if a is None or b is None:
         return a is b
@@ -1491,17 +1349,6 @@ def _unglue(children: list[Any]) -> tuple[list[Any], dict[int, tuple[Any, ...]]]
                 continue
         out.append(child)
     return out, glued
-
-
-def _descendants(node: Any, kind: str | None = None, *, including: bool = False) -> Iterator[Any]:
-    """The nodes under ``node`` in document order (and ``node`` itself first, if asked):
-    without recursion, so that a deeply nested tree is no risk."""
-    stack = [node] if including else list(reversed(node.children))
-    while stack:
-        current = stack.pop()
-        if kind is None or current.type == kind:
-            yield current
-        stack.extend(reversed(current.children))
 
 
 def _merge(parts: list[Part]) -> list[Part]:
