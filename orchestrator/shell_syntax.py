@@ -3,11 +3,12 @@
 tree-sitter-bash is a real grammar, and it errs where bash does not: a backslash on a script's
 last line makes the whole file one error node at 1:1, ``$((cd "$d" && pwd))`` is read as
 arithmetic (bash reads a subshell in a command substitution), an extglob pattern inside
-``${...}`` swallows the rest of the file into a string. ``readable`` rewrites those constructs,
-byte for byte the same length, so every position stays right (the walker always takes the text
-itself from the script as written). What is left is a real error, where ``bash -n`` says it:
-``first_error`` finds it (the innermost error node first in the file, not an error node that wraps
-the file), and ``blanked`` lets the walker read the rest of the file again on its own.
+``${...}`` swallows the rest of the file into a string, and ``${NODE}$:5757`` (a plain ``$`` to
+bash) swallows the words after it. ``readable`` rewrites those constructs, byte for byte the same
+length, so every position stays right (the walker always takes the text itself from the script
+as written). What is left is a real error, where ``bash -n`` says it: ``first_error`` finds it
+(the innermost error node first in the file, not an error node that wraps the file), and
+``blanked`` lets the walker read the rest of the file again on its own.
 
 Pure: no I/O. tree-sitter is imported lazily (``orch render`` does not pay for it).
 """
@@ -76,8 +77,10 @@ def readable(source: bytes) -> tuple[bytes, Any]:
         error = first_error(tree.root_node)
         if error is None:
             break
-        fixed = _subshell_in_substitution(readable, error.start_byte) or _extglob_in_expansion(
-            readable, error.start_byte
+        fixed = (
+            _subshell_in_substitution(readable, error.start_byte)
+            or _extglob_in_expansion(readable, error.start_byte)
+            or _lone_dollar(readable, error.start_byte)
         )
         if fixed is None:
             break
@@ -118,6 +121,22 @@ def _extglob_in_expansion(source: bytes, error: int) -> bytes | None:
         return None
     argument = start + 2 + operator.end()
     return source[:argument] + b"x" * (end - argument) + source[end:]
+
+
+def _lone_dollar(source: bytes, error: int) -> bytes | None:
+    """``$NODE$:5757``: a ``$`` before a character no expansion starts with is a plain ``$``
+    to bash; tree-sitter-bash reads an expansion and swallows the words after it. Read as
+    ``$NODE::5757`` (the text is still read as written)."""
+    for dollar in (error, error - 1):  # the error node starts at the `$` or just after it
+        following = source[dollar + 1 : dollar + 2]
+        if (
+            dollar >= 0
+            and source[dollar : dollar + 1] == b"$"
+            and following
+            and not re.match(rb"[A-Za-z0-9_{(@*#?$!'\"\[-]", following)
+        ):
+            return source[:dollar] + b":" + source[dollar + 1 :]
+    return None
 
 
 def _matching(source: bytes, opening: int, open_: bytes = b"(", close: bytes = b")") -> int | None:

@@ -314,7 +314,8 @@ def _fill_placeholders(written: Written, profiles: Path) -> set[str]:
 
     def fill(value: Any) -> Any:
         if isinstance(value, str) and PLACEHOLDER_RE.search(value):
-            marker = MARKER.format(len(markers))
+            # unique across the case's profiles: each adds its placeholder hosts to hosts.yaml
+            marker = MARKER.format(f"{written.profile.name}-{len(markers)}")
             markers.add(marker)
             return PLACEHOLDER_RE.sub(marker, value)
         if isinstance(value, dict):
