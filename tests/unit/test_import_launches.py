@@ -260,7 +260,7 @@ BASH_ACCEPTS = {
         "  python3 -m sglang.launch_server --port 30000\n}\nmain\n"
     ),
     "a plain $ before a colon": (
-        'N=10.0.0.1\npython3 -m sglang.launch_server --dist-init-addr $N$:5757 --port 30000\n'
+        "N=10.0.0.1\npython3 -m sglang.launch_server --dist-init-addr $N$:5757 --port 30000\n"
     ),
     "an extglob pattern in an expansion": (
         'host="${host%]?(:+([0-9]))}"\npython3 -m sglang.launch_server --port 30000\n'
