@@ -3,12 +3,13 @@
 tree-sitter-bash is a real grammar, and it errs where bash does not: a backslash on a script's
 last line makes the whole file one error node at 1:1, ``$((cd "$d" && pwd))`` is read as
 arithmetic (bash reads a subshell in a command substitution), an extglob pattern inside
-``${...}`` swallows the rest of the file into a string, and ``${NODE}$:5757`` (a plain ``$`` to
-bash) swallows the words after it. ``readable`` rewrites those constructs, byte for byte the same
-length, so every position stays right (the walker always takes the text itself from the script
-as written). What is left is a real error, where ``bash -n`` says it: ``first_error`` finds it
-(the innermost error node first in the file, not an error node that wraps the file), and
-``blanked`` lets the walker read the rest of the file again on its own.
+``${...}`` (or a ``|`` in ``${2:?a|b}``) swallows the rest of the file into a string, and
+``${NODE}$:5757`` (a plain ``$`` to bash) swallows the words after it. ``readable`` rewrites
+those constructs, byte for byte the same length, so every position stays right (the walker
+always takes the text itself from the script as written). What is left is a real error, where
+``bash -n`` says it: ``first_error`` finds it (the innermost error node first in the file, not an
+error node that wraps the file), and ``blanked`` lets the walker read the rest of the file again
+on its own.
 
 Pure: no I/O. tree-sitter is imported lazily (``orch render`` does not pay for it).
 """
@@ -63,7 +64,6 @@ MAX_RECOVERIES = 32  # re-reads of one file after errors (each costs budget "par
 # A backslash before the end of the file (a continuation line with nothing after it): bash
 # drops it; tree-sitter-bash makes the whole file an error.
 _TRAILING_BACKSLASH_RE = re.compile(rb"\\(?=\s*\Z)")
-_EXTGLOB_RE = re.compile(rb"[?*+@!]\(")
 
 
 def readable(source: bytes) -> tuple[bytes, Any]:
@@ -79,7 +79,7 @@ def readable(source: bytes) -> tuple[bytes, Any]:
             break
         fixed = (
             _subshell_in_substitution(readable, error.start_byte)
-            or _extglob_in_expansion(readable, error.start_byte)
+            or _expansion_argument(readable, error.start_byte)
             or _lone_dollar(readable, error.start_byte)
         )
         if fixed is None:
@@ -105,10 +105,11 @@ def _subshell_in_substitution(source: bytes, error: int) -> bytes | None:
     return source[: start + 2] + b" " + source[start + 3 : inner] + b" " + source[inner + 1 :]
 
 
-def _extglob_in_expansion(source: bytes, error: int) -> bytes | None:
-    """``${host%]?(:+([0-9]))}``: an extglob pattern in a ``${...}`` operator; bash reads it,
-    tree-sitter-bash does not. The pattern becomes plain letters (the expansion stays one that
-    orch does not evaluate)."""
+def _expansion_argument(source: bytes, error: int) -> bytes | None:
+    """``${host%]?(:+([0-9]))}``, ``"${2:?real|lossy}"``: the word after a ``${...}`` operator
+    is one word to bash, up to its ``}``, whatever is in it (an extglob pattern, a ``|``);
+    tree-sitter-bash errs in it. The word becomes plain letters here (the expansion is still
+    read from the text as written)."""
     start = source.rfind(b"${", max(0, error - 4096), error + 1)
     if start < 0:
         return None
@@ -117,9 +118,11 @@ def _extglob_in_expansion(source: bytes, error: int) -> bytes | None:
         return None
     body = source[start + 2 : end]
     operator = re.match(rb"#?[A-Za-z_0-9@*]+(\[[^]]*\])?(:?[-=?+]|##?|%%?|//?|\^\^?|,,?)", body)
-    if operator is None or not _EXTGLOB_RE.search(body):
+    if operator is None:
         return None
     argument = start + 2 + operator.end()
+    if argument > error or not re.search(rb"[^A-Za-z0-9_./:-]", source[argument:end]):
+        return None
     return source[:argument] + b"x" * (end - argument) + source[end:]
 
 

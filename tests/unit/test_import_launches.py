@@ -259,6 +259,10 @@ BASH_ACCEPTS = {
         'main() {\n  DIR=$((cd "$(dirname "$0")" && pwd))\n'
         "  python3 -m sglang.launch_server --port 30000\n}\nmain\n"
     ),
+    "a | in the word of ${2:?...}": (
+        'mode=real\ncase $mode in\n  real) python3 -m sglang.launch_server --served-model-name "${mode:?real|lossy}" --port 30000 ;;\n'
+        "  *) exit 2 ;;\nesac\n"
+    ),
     "a plain $ before a colon": (
         "N=10.0.0.1\npython3 -m sglang.launch_server --dist-init-addr $N$:5757 --port 30000\n"
     ),
@@ -336,3 +340,18 @@ def test_arithmetic_is_bashs(tmp_path: Path) -> None:
     theirs = [int(line) for line in result.stdout.split()]
     ours = [run_arithmetic(e, known.get)[0] for e in EXPRESSIONS]
     assert ours == theirs
+
+
+def test_syntax_errors_are_said_where_bash_n_says_them_in_every_corpus_script(
+    tmp_path: Path,
+) -> None:
+    corpus = Path(__file__).parents[1] / "fixtures" / "launchscripts"
+    differ = {}
+    for path in sorted(corpus.glob("*.sh")):
+        text = path.read_text()
+        errors = parse_script(text).errors
+        ours = errors[0].line if errors else None
+        theirs = _bash_n(text, tmp_path)
+        if ours != theirs:
+            differ[path.name] = (ours, theirs)
+    assert differ == {}
