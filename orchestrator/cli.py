@@ -195,7 +195,8 @@ def _cmd_import(args: argparse.Namespace, output: _Output) -> int:
             f"--sglang {args.sglang!r} is not an SGLang version",
             "a release like 0.5.23 (`orch import --help`)",
         )
-    stdin_text = sys.stdin.read() if importing.STDIN in args.scripts else None
+    stdin = getattr(sys.stdin, "buffer", sys.stdin)  # bytes where there are bytes
+    stdin_text = importing.read_stdin(stdin) if importing.STDIN in args.scripts else None
     files = importing.read_scripts(args.scripts, stdin_text)
     given = importing.parse_settings(args.settings)
     output.redact.add(script_secrets(files, given))  # before anything is shown

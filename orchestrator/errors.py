@@ -110,6 +110,16 @@ class ImportScriptError(OrchError):
     exit_code = ExitCode.IMPORT
 
 
+class ImportBoundError(ImportScriptError):
+    """``orch import``: a script that asks for more work than any launch script needs (a
+    variable that doubles itself, loops or functions that multiply, a brace product): ``bound``
+    names which of ``import_budget.BOUNDS`` was passed."""
+
+    def __init__(self, message: str, hint: str | None = None, *, bound: str) -> None:
+        super().__init__(message, hint)
+        self.bound = bound
+
+
 class RenderError(OrchError):
     """A validated profile that cannot be turned into a launch plan here and now."""
 

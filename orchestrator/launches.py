@@ -3,7 +3,10 @@
 A launch is found where bash would run it: directly, behind wrappers (``nohup``, ``exec``,
 ``env``, ``numactl``, ``sudo -E`` ...), inside ``ssh HOST '...'`` and ``ssh HOST bash <<EOF``
 (the remote command is itself parsed as a script: on the host, after this machine's expansion),
-inside ``docker run ... IMAGE CMD`` (only ``-e`` variables reach the container) and ``bash -c``.
+inside ``docker run ... IMAGE CMD`` (only ``-e`` variables reach the container),
+``kubectl exec POD -- CMD`` (the pod's environment, not this side's) and ``bash -c``. A
+program is known by its name even where its directory is not (``"$ROOT/.venv/bin/python"``),
+and a host that is not known (``ssh "$host"`` in a loop over a file) is a placeholder.
 
 Arguments are read with the target version's argument table by the rules of Python's argparse
 (which SGLang's server uses, ``allow_abbrev`` on): exact flags and aliases, ``--flag=value``,
@@ -24,6 +27,7 @@ from dataclasses import dataclass
 
 from orchestrator import argtable
 from orchestrator.argtable import ArgOption, ArgTable
+from orchestrator.import_budget import WorkBudget
 from orchestrator.model import Launcher
 from orchestrator.shellscript import (
     Command,
@@ -55,6 +59,13 @@ _WRAPPER_OPTIONS_WITH_VALUE = {
     "stdbuf": {"-i", "-o", "-e"},
 }
 _SSH_OPTIONS_WITH_VALUE = frozenset("BbcDEeFIiJLlmOoPpQRSWw")
+# kubectl's options that take a value (global ones and `exec`'s), as kubectl(1) lists them
+_KUBECTL_OPTIONS_WITH_VALUE = frozenset({
+    "-n", "--namespace", "-c", "--container", "-f", "--filename", "--context", "--cluster",
+    "--kubeconfig", "--user", "-s", "--server", "--token", "--as", "--as-group",
+    "--pod-running-timeout", "--request-timeout", "--cache-dir", "--certificate-authority",
+    "--client-certificate", "--client-key", "--tls-server-name", "-v", "--v",
+})  # fmt: skip
 _DOCKER_FLAGS = frozenset({
     "-d", "--detach", "-i", "--interactive", "-t", "--tty", "--rm", "--privileged", "--init",
     "--read-only", "-P", "--publish-all", "--no-healthcheck", "--oom-kill-disable", "-q", "--quiet",
@@ -75,12 +86,17 @@ class EnvEntry:
 class Remote:
     """``ssh [user@]host``: where a launch runs."""
 
-    host: str
+    host: str  # as shown: ``${host}`` where the script does not determine it
     user: str | None
     port: str | None
     identity_file: str | None
     heredoc: Heredoc | None  # ``ssh host bash <<EOF``: the body, and whether it was quoted
     command: Command  # the ssh command itself
+    destination: Word | None = None  # as expanded (``host`` is its text when known)
+
+    @property
+    def known(self) -> bool:
+        return self.destination is None or self.destination.text is not None
 
 
 @dataclass(frozen=True)
@@ -143,16 +159,22 @@ class Found:
 
 
 def find_launches(script: Script) -> Found:
-    finder = _Finder()
+    finder = _Finder(script.budget)
     finder.script(script, (), None, None, 0)
     return Found(tuple(finder.launches), tuple(finder.others), tuple(finder.scripts))
 
 
 class _Finder:
-    def __init__(self) -> None:
+    def __init__(self, budget: WorkBudget) -> None:
+        self.budget = budget
+        self.pods: tuple[tuple[str, Position], ...] = ()  # the kubectl execs around this point
         self.launches: list[Launch] = []
         self.others: list[OtherLaunch] = []
         self.scripts: list[tuple[Script, tuple[Command, ...]]] = []
+
+    def launch(self, launch: Launch) -> None:
+        self.budget.spend("launches", 1, launch.position)
+        self.launches.append(launch)
 
     def script(
         self,
@@ -188,10 +210,9 @@ class _Finder:
     ) -> None:
         words = list(words)
         while words:
-            name = words[0].text
-            if name is None:
+            base = program_name(words[0])
+            if base is None:
                 return
-            base = posixpath.basename(name)
             if base in _PLAIN_WRAPPERS:
                 wrappers.append((base, words[0].position))
                 words = _skip_options(words[1:], _WRAPPER_OPTIONS_WITH_VALUE.get(base, set()))
@@ -233,6 +254,13 @@ class _Finder:
                     index += 1
                 words = words[index:]
                 continue
+            if base == "kubectl":
+                command_words = _kubectl_exec(words)
+                if command_words is None:
+                    return
+                wrappers.append(("kubectl exec", words[0].position))
+                env_cleared, environment, words = True, {}, command_words
+                continue
             if (
                 base in ("uv", "conda", "mamba", "micromamba", "poetry", "pipenv")
                 and len(words) > 1
@@ -246,25 +274,29 @@ class _Finder:
             break
         if not words:
             return
-        name = words[0].text or ""
-        base = posixpath.basename(name)
+        base = program_name(words[0]) or ""
         if _PYTHON_RE.match(base):
             self.python(
                 command, words, environment, outer, remote, container, wrappers, env_cleared
             )
         elif base == "sglang" and len(words) > 1 and words[1].text == "serve":
-            self.launches.append(
+            self.launch(
                 Launch(words[0], Launcher.SERVE, tuple(words[2:]), environment, command, outer,
-                       remote, container, tuple(wrappers), env_cleared)
+                       remote, container, (*self.pods, *wrappers), env_cleared or bool(self.pods))
             )  # fmt: skip
         elif base == "vllm" and len(words) > 1 and words[1].text == "serve":
             self.others.append(OtherLaunch("vllm serve", words[0].position, tuple(words[2:])))
-        elif base in ("ssh",) and depth < 8:
+        elif base in ("ssh",):
             self.ssh(command, words, outer, container, depth)
-        elif base in ("docker", "podman", "nvidia-docker") and depth < 8:
+        elif base in ("docker", "podman", "nvidia-docker"):
             self.docker(command, words, environment, outer, remote, depth)
-        elif base in _SHELLS and depth < 8:
-            self.shell(command, words, environment, outer, remote, container, depth)
+        elif base in _SHELLS:
+            saved = self.pods  # `kubectl exec POD -- bash -c '...'`: its launches run there too
+            self.pods = (*saved, *(w for w in wrappers if w[0] == "kubectl exec"))
+            try:
+                self.shell(command, words, environment, outer, remote, container, depth)
+            finally:
+                self.pods = saved
 
     def python(
         self,
@@ -283,9 +315,10 @@ class _Finder:
             if text == "-m" and index + 1 < len(words):
                 module = words[index + 1].text or ""
                 if module == SERVER_MODULE:
-                    self.launches.append(
+                    self.launch(
                         Launch(words[0], Launcher.MODULE, tuple(words[index + 2 :]), environment,
-                               command, outer, remote, container, tuple(wrappers), env_cleared)
+                               command, outer, remote, container, (*self.pods, *wrappers),
+                               env_cleared or bool(self.pods))
                     )  # fmt: skip
                 elif module.startswith(("sglang", "sglang_router")):
                     self.others.append(OtherLaunch(f"python -m {module}", words[0].position))
@@ -335,9 +368,10 @@ class _Finder:
                 index += 1 if option[2:] else 2
             else:
                 index += 1
-        if index >= len(words) or words[index].text is None:
+        if index >= len(words):
             return
-        destination = words[index].text or ""
+        target = words[index]
+        destination = target.text if target.text is not None else target.shown()
         if destination.startswith("ssh://"):
             destination = destination[len("ssh://") :]
         if "@" in destination:
@@ -356,14 +390,17 @@ class _Finder:
                 if remote_words[0].source.startswith('"') and "\\\n" in remote_words[0].source:
                     text = (
                         expand_keeping_lines(
-                            remote_words[0].source, command.variables, remote_words[0].position
+                            remote_words[0].source,
+                            command.variables,
+                            remote_words[0].position,
+                            self.budget,
                         )
                         or text
                     )
         elif heredoc is not None:
             text = heredoc.expanded
             origin = heredoc.position
-        remote = Remote(destination, user, port, identity, heredoc, command)
+        remote = Remote(destination, user, port, identity, heredoc, command, target)
         if text is None:
             return
         self.nested(text, origin, {}, (*outer, command), remote, container, depth)
@@ -380,7 +417,7 @@ class _Finder:
     ) -> None:
         """Parse ``text`` (which may hold parts this side could not resolve) as a script."""
         source, unresolved = _with_placeholders(text)
-        script = parse_nested(source, origin, {**variables, **unresolved}, depth + 1)
+        script = parse_nested(source, origin, {**variables, **unresolved}, depth + 1, self.budget)
         self.script(script, outer, remote, container, depth + 1)
 
     def docker(
@@ -512,6 +549,51 @@ class _Finder:
                 container,
                 depth,
             )
+
+
+def program_name(word: Word) -> str | None:
+    """The program a word runs, by name: ``python3`` for ``/opt/venv/bin/python3`` and for
+    ``"$ROOT/.venv/bin/python"`` too (its directory is not known, its name is); None when
+    the name itself is not known."""
+    if word.text is not None:
+        return posixpath.basename(word.text)
+    last = word.parts[-1] if word.parts else None
+    if isinstance(last, str) and "/" in last:
+        return posixpath.basename(last) or None
+    return None
+
+
+def _kubectl_exec(words: Sequence[Word]) -> list[Word] | None:
+    """``kubectl [global options] exec [options] POD [-c C] -- CMD...``: CMD, run in the pod
+    (``kubectl exec POD CMD``, without ``--``, is the older form). None for other kubectl
+    commands."""
+    index = 1
+    seen_exec = False
+    pod: Word | None = None
+    while index < len(words):
+        text = words[index].text
+        if text is None:
+            if seen_exec and pod is None:
+                pod = words[index]  # "$POD": a pod the script does not name here
+                index += 1
+                continue
+            return None
+        if text == "--":
+            return list(words[index + 1 :]) if seen_exec else None
+        if text.startswith("-"):
+            flag = text.split("=", 1)[0]
+            index += 2 if flag in _KUBECTL_OPTIONS_WITH_VALUE and "=" not in text else 1
+            continue
+        if not seen_exec:
+            if text != "exec":
+                return None
+            seen_exec = True
+        elif pod is None:
+            pod = words[index]
+        else:
+            return list(words[index:])  # the older form, without `--`
+        index += 1
+    return None
 
 
 def _is_plain_shell(words: Sequence[Word]) -> bool:

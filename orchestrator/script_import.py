@@ -23,13 +23,15 @@ from typing import Any
 
 from orchestrator import argtable
 from orchestrator.argtable import ArgOption, ArgTable
-from orchestrator.errors import ImportScriptError
+from orchestrator.errors import ImportBoundError, ImportScriptError
+from orchestrator.import_budget import BOUNDS, WorkBudget
 from orchestrator.launches import (
     EnvEntry,
     Found,
     Launch,
     Occurrence,
     ParsedArguments,
+    Remote,
     find_launches,
     first_version_accepting,
     parse_arguments,
@@ -87,6 +89,8 @@ _WRAPPER_REASONS = {
     "exec": "the agent starts the server directly, without a shell",
     "setsid": "the agent starts the server in its own session",
     "sudo": "orch starts the server as the SSH user",
+    "kubectl exec": "the server ran in a pod; the profile runs it on a host of hosts.yaml "
+    "(`orch export kubernetes` writes a pod for it)",
 }
 
 
@@ -155,9 +159,12 @@ class _Found:
 
 
 def read_scripts(files: Sequence[ScriptFile], given: Mapping[str, str]) -> list[_Found]:
+    """Each script walked and its launches found, all within one budget of work."""
+    budget = WorkBudget()
     out = []
     for file in files:
-        script = parse_script(file.text, given=given)
+        budget.file = file.display
+        script = parse_script(file.text, given=given, budget=budget)
         out.append(_Found(file, script, find_launches(script)))
     return out
 
@@ -187,6 +194,14 @@ def import_scripts(files: Sequence[ScriptFile], request: ImportRequest) -> list[
             )
         parsed = [parsed[request.launch - 1]]
     groups = _group_ranks(parsed)
+    if len(groups) > BOUNDS["profiles"].limit:
+        bound = BOUNDS["profiles"]
+        raise ImportBoundError(
+            f"{', '.join(f.display for f in files)}: the scripts start {len(groups)} servers:"
+            f" more than {bound.limit} {bound.what} (bound: profiles)",
+            f"pick one with --launch N (1 to {len(parsed)}), or split the script",
+            bound="profiles",
+        )
     out: list[ImportedProfile] = []
     for number, members in enumerate(groups, start=1):
         name = request.name if len(groups) == 1 else f"{request.name}-{number}"
@@ -437,6 +452,8 @@ def _host(
                 launch.program.position,
             )
         return None, None
+    if not remote.known:
+        return _unknown_host(remote, context), None
     if remote.host in request.inventory:
         return remote.host, None
     entry: dict[str, Any] = {"address": remote.host}
@@ -688,7 +705,9 @@ def _group(
         if given is not None:
             host = given
         elif launch.remote is not None:
-            host = launch.remote.host
+            host = (
+                launch.remote.host if launch.remote.known else _unknown_host(launch.remote, context)
+            )
         elif rank == 0 and host_name is not None:
             host = host_name
         else:
@@ -713,6 +732,20 @@ def _group(
             f"({head} here) and group.rendezvous_port",
         )
     return group
+
+
+def _unknown_host(remote: Remote, context: _Context) -> str:
+    """``ssh "$host" ...`` where the script does not say which host (a loop over a file, an
+    argument): a placeholder, said."""
+    label = remote.host
+    context.unresolved.setdefault(label, None)
+    context.note(
+        "unresolved",
+        f"ssh {remote.host}: the script does not say which host; left as a placeholder "
+        "(--host NAME names it)",
+        remote.command.position,
+    )
+    return placeholder(label)
 
 
 def _rank_host(rank: int, why: str, context: _Context) -> str:

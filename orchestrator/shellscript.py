@@ -17,14 +17,27 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
-from orchestrator.errors import ImportScriptError
+from orchestrator.import_budget import WorkBudget
+from orchestrator.shell_arith import NotKnown, assigned_names, run_arithmetic
+from orchestrator.shell_syntax import (
+    MAX_RECOVERIES,
+    Columns,
+    blanked,
+    descendants,
+    first_error,
+    parser,
+    readable,
+)
 
-MAX_UNROLL = 64  # loop iterations walked per `for` statement
-MAX_DEPTH = 16  # nested scripts (ssh, bash -c, functions)
+MAX_UNROLL = 64  # loop iterations walked per `for` statement (more: walked once, unknown)
+# How deep one nested walker counts in budget "nesting": a word expanded by a walker of its own
+# (``${A:-${B:-...}}``, a brace variant, a heredoc body) costs about three statement levels of
+# Python stack.
+_WALKER_NESTING = 3
 
 
 @dataclass(frozen=True)
@@ -162,14 +175,18 @@ class Choice:
 class Script:
     commands: tuple[Command, ...]
     variables: Mapping[str, Variable]  # at the end
-    errors: tuple[Position, ...]  # where the grammar found a syntax error
+    errors: tuple[Position, ...]  # where bash would find a syntax error
     defaults: tuple[Default, ...] = ()
     choices: tuple[Choice, ...] = ()
+    # the run's work so far (shared by every script of one import), not part of the value
+    budget: WorkBudget = field(default_factory=WorkBudget, compare=False, repr=False)
 
 
-def parse_script(text: str, *, given: Mapping[str, str] | None = None) -> Script:
+def parse_script(
+    text: str, *, given: Mapping[str, str] | None = None, budget: WorkBudget | None = None
+) -> Script:
     """Walk ``text`` as bash would; ``given`` are variables known beforehand (``--set``)."""
-    walker = _Walker(text, Position(1, 1), given or {}, depth=0)
+    walker = _Walker(text, Position(1, 1), given or {}, budget=budget or WorkBudget())
     walker.walk_program()
     return walker.script()
 
@@ -179,29 +196,31 @@ def parse_nested(
     origin: Position,
     variables: Mapping[str, Variable],
     depth: int,
+    budget: WorkBudget | None = None,
 ) -> Script:
-    """A script inside a script (``ssh host '...'``, ``bash -c '...'``, a heredoc body)."""
-    if depth > MAX_DEPTH:
-        raise ImportScriptError(
-            f"line {origin.line}: scripts nested more than {MAX_DEPTH} deep",
-            "import the innermost script by itself",
-        )
-    walker = _Walker(text, origin, {}, depth=depth)
+    """A script inside a script (``ssh host '...'``, ``bash -c '...'``, a heredoc body);
+    ``depth`` counts the scripts around it."""
+    budget = budget or WorkBudget()
+    budget.check("script-depth", depth, origin)
+    walker = _Walker(text, origin, {}, budget=budget, nesting=depth * _WALKER_NESTING)
     walker.variables.update(variables)
     walker.walk_program()
     return walker.script()
 
 
 def expand_keeping_lines(
-    source: str, variables: Mapping[str, Variable], position: Position
+    source: str,
+    variables: Mapping[str, Variable],
+    position: Position,
+    budget: WorkBudget | None = None,
 ) -> Word | None:
     """A double-quoted word expanded again with its backslash-newlines kept: the same text
     to a shell that reads it (a continuation), with the lines where the script has them, so
     that what is found in it is located (``ssh host "...\\<newline>..."``)."""
-    walker = _Walker(f"__orch={source}", position, {}, depth=1)
+    walker = _Walker(f"__orch={source}", position, {}, budget=budget or WorkBudget())
     walker.variables = dict(variables)
     walker.keep_continuations = True
-    assignment = next(iter(_descendants(walker.tree.root_node, "variable_assignment")), None)
+    assignment = next(iter(descendants(walker.tree.root_node, "variable_assignment")), None)
     value = assignment.child_by_field_name("value") if assignment is not None else None
     return walker.expand_single(value, position) if value is not None else None
 
@@ -211,18 +230,6 @@ def literal(text: str, position: Position) -> Word:
 
 
 # -- the walk -----------------------------------------------------------------------------------
-
-
-def _parser() -> Any:
-    try:
-        import tree_sitter
-        import tree_sitter_bash
-    except ImportError as exc:  # pragma: no cover - a dependency of orch
-        raise ImportScriptError(
-            f"orch import needs tree-sitter and tree-sitter-bash: {exc}",
-            "reinstall orch (pip install orch), which depends on both",
-        ) from exc
-    return tree_sitter.Parser(tree_sitter.Language(tree_sitter_bash.language()))
 
 
 _ANSI_ESCAPES = {
@@ -271,16 +278,27 @@ class _Fields:
 
 class _Walker:
     def __init__(
-        self, text: str, origin: Position, given: Mapping[str, str], *, depth: int
+        self,
+        text: str,
+        origin: Position,
+        given: Mapping[str, str],
+        *,
+        budget: WorkBudget,
+        nesting: int = 0,
     ) -> None:
         self.source = text.encode("utf-8", "surrogateescape")
         self.origin = origin
-        self.depth = depth
+        self.budget = budget
+        self.nesting = nesting  # statements and walkers around this point (budget "nesting")
+        budget.check("nesting", nesting, origin)
         self.variables: dict[str, Variable] = {
             name: Variable(literal(value, origin), False, None) for name, value in given.items()
         }
-        self.functions: dict[str, Any] = {}
+        # name -> (body, the byte where that body's tree stops being read: error recovery)
+        self.functions: dict[str, tuple[Any, int | None]] = {}
         self.called: set[str] = set()
+        self.calling: list[str] = []  # the functions being walked, outermost first
+        self.locals: list[dict[str, Variable | None]] = []  # per call: `local` names' old values
         self.commands: list[Command] = []
         self.errors: list[Position] = []
         self.defaults: list[Default] = []
@@ -289,23 +307,41 @@ class _Walker:
         self.keep_continuations = False  # a heredoc body keeps its line breaks for positions
         self.positionals: tuple[Word, ...] | None = None  # None: the script's own, unknown
         self.piped_to: tuple[str, ...] = ()  # the programs the pipeline being walked feeds
-        self.tree = _parser().parse(_as_bash_reads(self.source))
+        self.brace_words = 1  # words the brace expansions around this word already make
+        self.stop: int | None = None  # bytes from here on belong to the next re-read tree
+        self.columns = Columns(self.source)
+        # what a parse costs grows with the words written: bounded before parsing
+        budget.check("source-words", len(self.source.split()), origin)
+        budget.spend("parsed", len(self.source), origin)
+        # a carriage return, a blank after a backslash: read as bash reads them (_as_bash_reads)
+        self.readable, self.tree = readable(_as_bash_reads(self.source))
+
+    def child(self, text: str, position: Position) -> _Walker:
+        """A walker for a word of this script (a default value, a brace variant, a heredoc
+        body): this script's variables, arguments and budget."""
+        nested = _Walker(
+            text, position, {}, budget=self.budget, nesting=self.nesting + _WALKER_NESTING
+        )
+        nested.variables = self.variables
+        nested.positionals = self.positionals
+        nested.defaults = self.defaults
+        return nested
 
     def script(self) -> Script:
         return Script(
             tuple(self.commands),
             dict(self.variables),
-            tuple(self.errors),
+            tuple(sorted(set(self.errors), key=lambda p: (p.line, p.column))),
             tuple(self.defaults),
             tuple(self.choices),
+            self.budget,
         )
 
     # positions and text
 
     def at(self, node: Any) -> Position:
         row, column = node.start_point  # column in bytes: count characters
-        before = self.source[node.start_byte - column : node.start_byte]
-        return self.origin.shifted(row, len(before.decode("utf-8", "surrogateescape")))
+        return self.origin.shifted(row, self.columns.characters(node.start_byte, column))
 
     def text(self, node: Any) -> str:
         return self.source[node.start_byte : node.end_byte].decode("utf-8", "surrogateescape")
@@ -313,11 +349,37 @@ class _Walker:
     # statements
 
     def walk_program(self) -> None:
-        root = self.tree.root_node
-        self.walk_children(root)
-        for name, node in self.functions.items():
+        """The statements in order. Where tree-sitter-bash finds an error, the statements
+        before it are walked, the error is said (where bash -n would say it), and the rest of
+        the file is read again from the line after it: one error never hides the rest."""
+        tree = self.tree
+        for _ in range(MAX_RECOVERIES):
+            self.stop = None
+            error = first_error(tree.root_node)
+            if error is not None:
+                self.syntax_error(error)
+            self.walk_children(tree.root_node)  # (may find an error tree-sitter did not)
+            restart = self.restart()
+            if restart is None or restart >= len(self.readable):
+                break
+            self.budget.spend("parsed", len(self.readable) - restart, self.origin)
+            tree = parser().parse(blanked(self.readable, restart))
+        self.stop = None
+        for name, (node, stop) in list(self.functions.items()):
             if name not in self.called:  # a launch in a function nobody calls is still found
-                self.call_function(name, node, None)
+                self.call_function(name, node, stop, None, self.origin)
+
+    def restart(self) -> int | None:
+        """Where the file is read again after a syntax error (None: it was read to the end)."""
+        return self.stop
+
+    def syntax_error(self, node: Any) -> None:
+        """Where bash -n would stop: said, and the file is read again from the next line."""
+        self.errors.append(self.at(node))
+        end = self.readable.find(b"\n", node.start_byte)
+        restart = end + 1 if end >= 0 else len(self.readable)
+        if self.stop is None or restart < self.stop:
+            self.stop = restart
 
     def walk_children(self, node: Any) -> None:
         children = list(node.children)
@@ -329,7 +391,7 @@ class _Walker:
     def first_words(self, node: Any) -> tuple[str, ...]:
         """The program of the first command in ``node`` and its plain words (what `ssh host
         grep ...` runs is a program too)."""
-        for child in (node, *_descendants(node)):
+        for child in descendants(node, including=True):
             if child.type == "command":
                 return tuple(
                     self.text(c) for c in child.children if c.type in ("command_name", "word")
@@ -337,11 +399,19 @@ class _Walker:
         return ()
 
     def walk(self, node: Any, background: bool = False, following: tuple[str, ...] = ()) -> None:
+        if self.stop is not None and node.start_byte >= self.stop:
+            return  # read again, in the next tree
         kind = node.type
-        if node.is_error or kind == "ERROR" or node.is_missing:
-            self.errors.append(self.at(node))
         if kind == "comment" or not node.is_named:
             return
+        self.nesting += 1
+        try:
+            self.budget.check("nesting", self.nesting, self.at(node))
+            self.statement(node, kind, background, following)
+        finally:
+            self.nesting -= 1
+
+    def statement(self, node: Any, kind: str, background: bool, following: tuple[str, ...]) -> None:
         if kind == "command":
             self.command(node, (), background, following)
         elif kind == "redirected_statement":
@@ -360,9 +430,11 @@ class _Walker:
             name = node.child_by_field_name("name")
             body = node.child_by_field_name("body")
             if name is not None and body is not None:
-                self.functions[self.text(name)] = body
+                self.functions[self.text(name)] = (body, self.stop)
         elif kind == "for_statement":
             self.for_loop(node)
+        elif kind == "c_style_for_statement":
+            self.c_style_loop(node)
         elif kind == "if_statement":
             self.if_statement(node)
         elif kind == "case_statement":
@@ -372,9 +444,10 @@ class _Walker:
         elif kind == "pipeline":
             self.pipeline(node, background)
         elif kind in ("subshell", "compound_statement", "program", "do_group",
-                      "while_statement", "negated_command"):  # fmt: skip
+                      "while_statement", "negated_command", "ERROR"):  # fmt: skip
+            # (an ERROR node holds what tree-sitter-bash could read of a broken statement)
             self.walk_children(node)
-        # test_command, c_style_for_statement bodies, arithmetic: nothing launches there
+        # test_command, arithmetic: nothing launches there
 
     def pipeline(self, node: Any, background: bool) -> None:
         """``a | b | c &``: every command of it runs in the background with it, and each
@@ -491,6 +564,15 @@ class _Walker:
                 )
             )
             assigned = [v for v in values if v is not None]
+            prefix = _common_elements(values)
+            if prefix:  # an array the arms extend differently: the elements all arms share
+                unknown = Word((Unresolved("variable", f"{name}[@]", where),), where,
+                               f"${{{name}[@]}}")  # fmt: skip
+                settled[name] = Variable(
+                    prefix[0], any(v.exported for v in assigned), where, (*prefix, unknown)
+                )
+                self.choices.append(Choice(name, where, shown, None))
+                continue
             if name not in before and all(_same(v, assigned[0]) for v in assigned):
                 settled[name] = assigned[0]
                 value = assigned[0].value
@@ -541,24 +623,114 @@ class _Walker:
         words = [w for value in values for w in self.expand(value)]
         if not values or len(words) > MAX_UNROLL or any(w.text is None for w in words):
             self.variables[name] = Variable(None, False, self.at(variable))
-            self.walk(body)
+            self.iteration(body)
             return
         for word in words:
             self.variables[name] = Variable(word, False, self.at(variable))
-            self.walk(body)
+            self.iteration(body)
 
-    def call_function(self, name: str, body: Any, arguments: tuple[Word, ...] | None) -> None:
-        if self.depth > MAX_DEPTH:
+    def iteration(self, body: Any) -> None:
+        """One walk of a loop's body: every loop, nested ones multiplied, shares one bound."""
+        self.budget.spend("iterations", 1, self.at(body))
+        self.walk(body)
+
+    def c_style_loop(self, node: Any) -> None:
+        """``for ((i = 0; i < n; i++))``: unrolled when every value it reads is a number the
+        script sets and it ends within MAX_UNROLL iterations; else its body is walked once
+        with what the loop assigns unknown."""
+        body = node.child_by_field_name("body")
+        if body is None:
             return
+        text = self.text(node)
+        opening, closing = text.find("(("), text.find("))")
+        clauses = text[opening + 2 : closing].split(";") if 0 <= opening < closing else []
+        if len(clauses) != 3:
+            return
+        initializer, condition, update = (clause.strip() for clause in clauses)
+        at = self.at(node)
+        count = self.loop_count(initializer, condition, update)
+        if count is not None:
+            try:
+                if initializer:
+                    self.arithmetic_assign(initializer, at)
+                for _ in range(count):
+                    if condition and not self.arithmetic_value(condition):
+                        return  # the body moved the loop on itself
+                    self.iteration(body)
+                    if update:
+                        self.arithmetic_assign(update, at)
+                return
+            except NotKnown:
+                pass  # the body made a loop variable unknown: from here on, unknown
+        for name in assigned_names(";".join(clauses)):
+            self.variables[name] = Variable(None, False, at)
+        self.iteration(body)
+
+    def loop_count(self, initializer: str, condition: str, update: str) -> int | None:
+        """How many times the loop runs if its body leaves its variables alone; None when a
+        value is unknown or the loop runs more than MAX_UNROLL times."""
+        state: dict[str, int] = {}
+
+        def lookup(name: str) -> int | None:
+            return state[name] if name in state else self.integer(name)
+
+        try:
+            if initializer:
+                state.update(run_arithmetic(initializer, lookup)[1])
+            for count in range(MAX_UNROLL + 1):
+                if condition and not run_arithmetic(condition, lookup)[0]:
+                    return count
+                if not update:
+                    return None  # nothing changes: it runs until the body breaks out
+                state.update(run_arithmetic(update, lookup)[1])
+        except NotKnown:
+            return None
+        return None
+
+    def arithmetic_value(self, expression: str) -> int:
+        value, _ = run_arithmetic(expression, self.integer)
+        return value
+
+    def arithmetic_assign(self, expression: str, at: Position) -> None:
+        _, assigned = run_arithmetic(expression, self.integer)
+        for name, value in assigned.items():
+            self.variables[name] = Variable(literal(str(value), at), self.is_exported(name), at)
+
+    def integer(self, name: str) -> int | None:
+        """A variable's value as arithmetic reads it, when the script makes it a number."""
+        variable = self.variables.get(name)
+        text = variable.value.text if variable is not None and variable.value else None
+        if text is None or not re.fullmatch(r"\s*-?\d+\s*", text):
+            return None
+        return int(text)
+
+    def call_function(
+        self,
+        name: str,
+        body: Any,
+        stop: int | None,
+        arguments: tuple[Word, ...] | None,
+        at: Position,
+    ) -> None:
+        if name in self.calling:
+            return  # a function calling itself: its launches are found the first time
         self.called.add(name)
-        saved = self.positionals
-        self.positionals = arguments
-        self.depth += 1
+        self.budget.spend("calls", 1, at)
+        self.budget.check("call-depth", len(self.calling) + 1, at)
+        saved = self.positionals, self.stop
+        self.positionals, self.stop = arguments, stop
+        self.calling.append(name)
+        self.locals.append({})
         try:
             self.walk(body)
         finally:
-            self.depth -= 1
-            self.positionals = saved
+            for local, old in self.locals.pop().items():  # `local` names are the caller's again
+                if old is None:
+                    self.variables.pop(local, None)
+                else:
+                    self.variables[local] = old
+            self.calling.pop()
+            self.positionals, self.stop = saved
 
     # assignments
 
@@ -570,15 +742,20 @@ class _Walker:
         if name_node is None:
             return None
         name = self.text(name_node)
-        if name_node.type == "subscript":  # ARR[0]=x: arrays by index are not followed
-            base = name.split("[", 1)[0]
-            self.variables[base] = Variable(None, self.is_exported(base), self.at(node))
-            return None
         append = any(child.type == "+=" for child in node.children)
         position = self.at(node)
+        if name_node.type == "subscript":  # ARR[N]=x
+            self.assign_element(name_node, value_node, append, position)
+            return None
         keep_export = self.is_exported(name) if exported is None else exported
         if value_node is not None and value_node.type == "array":
             elements = tuple(w for child in value_node.named_children for w in self.expand(child))
+            old = self.variables.get(name)
+            if append and old is not None:  # ARGS+=(...): after the elements it has
+                kept = old.elements if old.elements is not None else (old.value,)
+                if any(element is None for element in kept):
+                    kept = (Word((Unresolved("variable", name, position),), position, name),)
+                elements = (*(e for e in kept if e is not None), *elements)
             self.variables[name] = Variable(
                 elements[0] if elements else literal("", position), keep_export, position, elements
             )
@@ -593,6 +770,35 @@ class _Walker:
         self.variables[name] = Variable(value, keep_export, position)
         return name, value
 
+    def assign_element(
+        self, name_node: Any, value_node: Any, append: bool, position: Position
+    ) -> None:
+        """``ARR[2]=x``, ``ARR[$i]+=y``: followed where the index is a number the script
+        sets and the array's elements are known; else the array becomes unknown."""
+        base_node = name_node.child_by_field_name("name")
+        index_node = name_node.child_by_field_name("index")
+        base = self.text(base_node) if base_node is not None else self.text(name_node)
+        old = self.variables.get(base)
+        value = (
+            self.expand_single(value_node, position)
+            if value_node is not None
+            else literal("", position)
+        )
+        index: int | None = None
+        if index_node is not None:
+            try:
+                index = self.arithmetic_value(self.text(index_node))
+            except NotKnown:
+                index = None
+        elements = old.elements if old is not None else ()
+        if index is None or elements is None or not 0 <= index <= len(elements):
+            self.variables[base] = Variable(None, self.is_exported(base), position)
+            return
+        if append and index < len(elements):
+            value = Word(elements[index].parts + value.parts, position, value.source)
+        updated = (*elements[:index], value, *elements[index + 1 :])
+        self.variables[base] = Variable(updated[0], self.is_exported(base), position, updated)
+
     def is_exported(self, name: str) -> bool:
         variable = self.variables.get(name)
         return variable is not None and variable.exported
@@ -606,6 +812,17 @@ class _Walker:
         ]
         exported = keyword == "export" or any("x" in flag for flag in flags)
         children, glued = _unglue(list(node.named_children))
+        if self.locals and keyword in ("local", "declare", "typeset"):
+            # inside a function these names are its own: the caller's come back at return
+            for child in children:
+                target = (
+                    child.child_by_field_name("name")
+                    if child.type == "variable_assignment"
+                    else child
+                )
+                name = self.text(target).split("[", 1)[0] if target is not None else ""
+                if name.isidentifier() and name not in self.locals[-1]:
+                    self.locals[-1][name] = self.variables.get(name)
         for child in children:
             if child.type == "variable_assignment":
                 self.assign(child, exported=exported or None, glued=glued.get(child.id, ()))
@@ -634,9 +851,13 @@ class _Walker:
         prefix: list[tuple[str, Word]] = []
         words: list[Word] = []
         extra: list[Redirect] = []
+        name_node = node.child_by_field_name("name")
+        if name_node is not None and self.text(name_node) in _RESERVED_WORDS:
+            self.syntax_error(name_node)  # tree-sitter-bash reads a stray `fi` as a command
         children, glued = _unglue(list(node.children))
+        fields = {c.id: node.field_name_for_child(i) for i, c in enumerate(node.children)}
         for child in children:
-            field = _field_name(node, child)
+            field = fields.get(child.id)
             if child.type == "variable_assignment":
                 name_node = child.child_by_field_name("name")
                 value_node = child.child_by_field_name("value")
@@ -683,8 +904,9 @@ class _Walker:
             piped_to=self.piped_to,
         )
         program = command.name
-        if program in self.functions and self.depth <= MAX_DEPTH:
-            self.call_function(program, self.functions[program], tuple(words[1:]))
+        if program in self.functions:
+            body, stop = self.functions[program]
+            self.call_function(program, body, stop, tuple(words[1:]), command.position)
             return
         if program in (".", "source"):
             return  # another file: not followed (its variables stay unknown)
@@ -708,10 +930,19 @@ class _Walker:
         descriptor = self.text(descriptor_node) if descriptor_node is not None else None
         if node.type == "heredoc_redirect":
             return Redirect(node.children[0].type, descriptor, None, self.heredoc(node), position)
-        operator = next((self.text(c) for c in node.children if not c.is_named), node.type)
+        operator_node = next((c for c in node.children if not c.is_named), None)
+        operator = self.text(operator_node) if operator_node is not None else node.type
         target_node = node.child_by_field_name("destination")
         if target_node is None and node.named_children:
             target_node = node.named_children[-1]
+        if (
+            operator_node is not None
+            and target_node is not None
+            and target_node.start_point[0] > operator_node.end_point[0]
+        ):
+            # `> ` at the end of a line (`--addr <host>:<port>`): bash's syntax error;
+            # tree-sitter-bash takes the next line's words as the file
+            self.syntax_error(operator_node)
         target = None
         if target_node is not None and target_node is not descriptor_node:
             expanded = self.expand(target_node)
@@ -744,17 +975,11 @@ class _Walker:
         # tree-sitter-bash loses expansions after a backslash-newline inside a heredoc body, so
         # the body is expanded as what it is to bash: double-quoted text in which `"` is plain
         prefix = '_="'
-        nested = _Walker(
-            prefix + _as_double_quoted(text) + '"',
-            position.shifted(0, -len(prefix)),
-            {},
-            depth=self.depth + 1,
+        nested = self.child(
+            prefix + _as_double_quoted(text) + '"', position.shifted(0, -len(prefix))
         )
-        nested.variables = self.variables
-        nested.positionals = self.positionals
-        nested.defaults = self.defaults
         nested.keep_continuations = True
-        string = next(iter(_descendants(nested.tree.root_node, "string")), None)
+        string = next(iter(descendants(nested.tree.root_node, "string")), None)
         if string is None:
             return Heredoc(delimiter, False, text, literal(text, position), position, ())
         fields = _Fields()
@@ -779,14 +1004,24 @@ class _Walker:
         """An assignment's value: expanded but never split."""
         fields = _Fields()
         self.expand_glued(node, glued, fields, quoted=True)
-        parts = [p for f in fields.fields for p in f]
-        return Word(tuple(_merge(parts)) or ("",), position, self.text_through(node, glued))
+        parts = _merge([p for f in fields.fields for p in f])
+        self.charge(1, parts, position)
+        return Word(tuple(parts) or ("",), position, self.text_through(node, glued))
+
+    def charge(self, words: int, parts: list[Part], position: Position) -> None:
+        """Expanded words and their characters, against the run's budget."""
+        self.budget.spend("words", words, position)
+        self.budget.spend(
+            "characters", sum(len(p) if isinstance(p, str) else 1 for p in parts), position
+        )
 
     def expand(self, node: Any, glued: tuple[Any, ...] = ()) -> list[Word]:
         pieces = [p for n in (node, *glued) for p in _pieces(n)]
         brace = _brace(pieces, self.source)
         if brace is not None:  # bash expands braces first, in the text: one word per value
             start, end, values = brace
+            at = self.at(node)
+            self.budget.check("brace-words", self.brace_words * len(values), at)
             finish = glued[-1].end_byte if glued else node.end_byte
             words: list[Word] = []
             for value in values:
@@ -794,21 +1029,30 @@ class _Walker:
                     self.source[node.start_byte : start] + value.encode() +
                     self.source[end : finish]
                 ).decode("utf-8", "surrogateescape")  # fmt: skip
-                words.extend(self.expand_variant(variant, self.at(node)))
+                if _PLAIN_WORD_RE.fullmatch(variant):  # nothing left to expand
+                    self.charge(1, [variant], at)
+                    words.append(literal(variant, at))
+                    continue
+                saved, self.brace_words = self.brace_words, self.brace_words * len(values)
+                try:
+                    words.extend(self.expand_variant(variant, at))
+                finally:
+                    self.brace_words = saved
             return words
         fields = _Fields()
         self.expand_glued(node, glued, fields, quoted=False)
-        return [
-            dataclasses.replace(w, parts=tuple(_merge(list(w.parts))))
+        words = [
+            Word(tuple(_merge(list(w.parts))), w.position, w.source)
             for w in fields.words(self.at(node), self.text_through(node, glued))
         ]
+        if words:
+            self.charge(len(words), [p for w in words for p in w.parts], words[0].position)
+        return words
 
     def expand_variant(self, text: str, position: Position) -> list[Word]:
         """A word's text after brace expansion, expanded as a word here."""
-        nested = _Walker(f": {text}\n", position, {}, depth=self.depth + 1)
-        nested.variables = self.variables
-        nested.positionals = self.positionals
-        nested.defaults = self.defaults
+        nested = self.child(f": {text}\n", position)
+        nested.brace_words = self.brace_words
         nested.walk_program()
         if not nested.commands:
             return []
@@ -895,7 +1139,7 @@ class _Walker:
         elif kind in ("command_substitution", "process_substitution"):
             fields.add(Unresolved("command", text, self.at(node)))
         elif kind == "arithmetic_expansion":
-            result = self.arithmetic(text[3:-2])
+            result = self.arithmetic(text[3:-2], self.at(node))
             fields.add(
                 result if result is not None else Unresolved("arithmetic", text, self.at(node))
             )
@@ -965,15 +1209,18 @@ class _Walker:
             empty = (value is None and (self.known_unset(name) or from_outside)) or (
                 operator.startswith(":") and value is not None and value.text == ""
             )
-            if from_outside and argument is not None:
+            default = (
+                self.expand_text(argument, position)  # once: nested defaults are read once
+                if argument is not None and (from_outside or empty)
+                else None
+            )
+            if from_outside and default is not None:
                 # the script's own default, unless the caller's environment sets the variable:
                 # taken, and said (`--set NAME=VALUE` gives another value)
-                shown = self.expand_text(argument, position)
-                self.defaults.append(
-                    Default(name, position, shown.text if shown.text is not None else argument)
-                )
-            if empty and argument is not None:
-                value = self.expand_text(argument, position)
+                written = default.text if default.text is not None else argument or ""
+                self.defaults.append(Default(name, position, written))
+            if empty and default is not None:
+                value = default
                 if operator.endswith("=") and name.isidentifier():
                     self.variables[name] = Variable(value, self.is_exported(name), position)
             elif value is None and not is_set:
@@ -1001,30 +1248,16 @@ class _Walker:
             else:
                 fields.add_split(part)
 
-    def arithmetic(self, expression: str) -> str | None:
-        """``$((i + 1))`` over integers and known variables; None when anything is unknown."""
-
-        def value(match: re.Match[str]) -> str:
-            name = match.group(1) or match.group(2)
-            variable = self.variables.get(name)
-            text = (
-                variable.value.text if variable is not None and variable.value is not None else None
-            )
-            if text is None or not re.fullmatch(r"\s*-?\d+\s*", text):
-                raise LookupError(name)
-            return f"({text.strip()})"
-
+    def arithmetic(self, expression: str, at: Position) -> str | None:
+        """``$((i + 1))`` over the integers the script sets; None when anything is unknown.
+        What it assigns (``$((n++))``) is assigned."""
         try:
-            substituted = re.sub(r"\$\{?([A-Za-z_]\w*)\}?|\b([A-Za-z_]\w*)\b", value, expression)
-        except LookupError:
+            value, assigned = run_arithmetic(expression, self.integer)
+        except NotKnown:
             return None
-        if not re.fullmatch(r"[\d\s+*/%()-]*", substituted) or "**" in substituted:
-            return None
-        try:
-            result = _evaluate(substituted)
-        except (ArithmeticError, SyntaxError, ValueError):
-            return None
-        return str(result)
+        for name, number in assigned.items():
+            self.variables[name] = Variable(literal(str(number), at), self.is_exported(name), at)
+        return str(value)
 
     def known_unset(self, name: str) -> bool:
         """Only the script's own positional parameters inside a called function are known absent."""
@@ -1063,12 +1296,9 @@ class _Walker:
         """A default value inside ``${X:-...}``: itself a word to expand."""
         if not any(c in text for c in "$`'\"\\~"):
             return literal(text, position)
-        nested = _Walker(f"__orch={text}", position, {}, depth=self.depth + 1)
-        nested.variables = self.variables
-        nested.positionals = self.positionals
-        nested.defaults = self.defaults
+        nested = self.child(f"__orch={text}", position)
         root = nested.tree.root_node
-        assignment = next(iter(_descendants(root, "variable_assignment")), None)
+        assignment = next(iter(descendants(root, "variable_assignment")), None)
         value = assignment.child_by_field_name("value") if assignment is not None else None
         if value is None:
             return literal(text, position)
@@ -1082,37 +1312,6 @@ _EXPANSION_RE = re.compile(
 )
 
 
-def _evaluate(expression: str) -> int:
-    """Integer arithmetic as the shell does it (``/`` truncates toward zero): only digits,
-    ``+ - * / %`` and parentheses reach here."""
-    import ast
-
-    def walk(node: ast.AST) -> int:
-        if isinstance(node, ast.Expression):
-            return walk(node.body)
-        if isinstance(node, ast.Constant) and isinstance(node.value, int):
-            return node.value
-        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub | ast.UAdd):
-            operand = walk(node.operand)
-            return -operand if isinstance(node.op, ast.USub) else operand
-        if isinstance(node, ast.BinOp):
-            left, right = walk(node.left), walk(node.right)
-            if isinstance(node.op, ast.Add):
-                return left + right
-            if isinstance(node.op, ast.Sub):
-                return left - right
-            if isinstance(node.op, ast.Mult):
-                return left * right
-            if isinstance(node.op, ast.Div | ast.FloorDiv | ast.Mod):
-                if right == 0:
-                    raise ZeroDivisionError
-                quotient = abs(left) // abs(right) * (1 if (left >= 0) == (right >= 0) else -1)
-                return quotient if not isinstance(node.op, ast.Mod) else left - right * quotient
-        raise ValueError("not shell arithmetic")
-
-    return walk(ast.parse(expression.replace("/", "//"), mode="eval"))
-
-
 _WORD_PIECES = frozenset({
     "word", "concatenation", "string", "raw_string", "ansi_c_string", "translated_string",
     "simple_expansion", "expansion", "command_substitution", "arithmetic_expansion", "number",
@@ -1120,6 +1319,9 @@ _WORD_PIECES = frozenset({
 })  # fmt: skip
 
 
+# bash's reserved words that can only close or continue a compound command
+_RESERVED_WORDS = frozenset({"then", "else", "elif", "fi", "do", "done", "esac", "in", "}"})
+_PLAIN_WORD_RE = re.compile(r"[A-Za-z0-9_.,:/=@%+-]*")
 _RANGE_RE = re.compile(r"\{(-?\d+)\.\.(-?\d+)(?:\.\.(-?\d+))?\}|\{([a-zA-Z])\.\.([a-zA-Z])\}")
 _MAX_BRACE_VALUES = 1024
 
@@ -1164,6 +1366,21 @@ def _brace(pieces: list[Any], source: bytes) -> tuple[int, int, list[str]] | Non
                 return piece.start_byte, close.end_byte, inner.split(",")
             return None
     return None
+
+
+def _common_elements(values: list[Variable | None]) -> tuple[Word, ...]:
+    """The first elements every outcome's array has alike (``ARGS+=(...)`` in some arms)."""
+    arrays = [v.elements for v in values if v is not None]
+    if len(arrays) != len(values) or any(a is None for a in arrays):
+        return ()
+    shortest = min(len(a) for a in arrays if a is not None)
+    prefix: list[Word] = []
+    for index in range(shortest):
+        first = arrays[0][index]  # type: ignore[index]
+        if any(a[index].parts != first.parts for a in arrays):  # type: ignore[index]
+            break
+        prefix.append(first)
+    return tuple(prefix)
 
 
 def _same(a: Variable | None, b: Variable | None) -> bool:
@@ -1231,21 +1448,6 @@ def _as_bash_reads(source: bytes) -> bytes:
     return _ESCAPED_BLANK_RE.sub(lambda m: m.group(1) + stand_in, text)
 
 
-def _descendants(node: Any, kind: str | None = None) -> Iterator[Any]:
-    for child in node.children:
-        if kind is None or child.type == kind:
-            yield child
-        yield from _descendants(child, kind)
-
-
-def _field_name(parent: Any, child: Any) -> str | None:
-    for index, candidate in enumerate(parent.children):
-        if candidate.id == child.id:
-            name: str | None = parent.field_name_for_child(index)
-            return name
-    return None
-
-
 def _merge(parts: list[Part]) -> list[Part]:
     out: list[Part] = []
     for part in parts:
@@ -1258,6 +1460,8 @@ def _merge(parts: list[Part]) -> list[Part]:
 
 def _unescape_word(text: str) -> str:
     """Unquoted text: a backslash quotes the next character; backslash-newline is removed."""
+    if "\\" not in text:
+        return text
     out: list[str] = []
     index = 0
     while index < len(text):
@@ -1274,6 +1478,8 @@ def _unescape_word(text: str) -> str:
 
 def _unescape_double(text: str, keep_continuations: bool = False) -> str:
     """Inside double quotes a backslash quotes only ``$ ` " \\`` and newline."""
+    if "\\" not in text:
+        return text
     out: list[str] = []
     index = 0
     while index < len(text):

@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO, Any
 
 from orchestrator.errors import ImportScriptError, InvalidProfile, OrchError, UsageError
 from orchestrator.profile import ProfileStore, valid_name
@@ -48,20 +50,50 @@ def read_scripts(paths: Sequence[str], stdin_text: str | None) -> list[ScriptFil
             files.append(ScriptFile("<stdin>", stdin_text))
             stdin_text = None
             continue
+        files.append(ScriptFile(path, _read_file(path)))
+    return files
+
+
+def _read_file(path: str) -> str:
+    """A regular file, at most MAX_SCRIPT_BYTES. Anything else (a FIFO, which would block
+    until a writer comes, a device, a socket, a directory) is refused before it is opened."""
+    try:
+        # O_NONBLOCK: opening a FIFO with no writer returns at once (and is then refused)
+        descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError as exc:
+        raise ImportScriptError(
+            f"{path}: cannot read: {exc.strerror or exc}", "name a launch script (a file)"
+        ) from exc
+    with os.fdopen(descriptor, "rb") as handle:
+        if not stat.S_ISREG(os.fstat(descriptor).st_mode):
+            raise ImportScriptError(
+                f"{path}: not a regular file: orch import reads launch scripts from files",
+                "save the script to a file, or pipe it in: orch import - < SCRIPT",
+            )
         try:
-            with Path(path).open("rb") as handle:
-                data = handle.read(MAX_SCRIPT_BYTES + 1)
+            data = handle.read(MAX_SCRIPT_BYTES + 1)
         except OSError as exc:
             raise ImportScriptError(
                 f"{path}: cannot read: {exc.strerror or exc}", "name a launch script (a file)"
             ) from exc
-        if len(data) > MAX_SCRIPT_BYTES:
-            raise ImportScriptError(
-                f"{path}: larger than {MAX_SCRIPT_BYTES >> 20} MiB: not a launch script",
-                "name the script that starts the server",
-            )
-        files.append(ScriptFile(path, data.decode("utf-8", "surrogateescape")))
-    return files
+    return _decoded(path, data)
+
+
+def read_stdin(stream: IO[Any]) -> str:
+    """Standard input with the same limit as a file: at most MAX_SCRIPT_BYTES + 1 are read,
+    whatever the other side sends."""
+    data = stream.read(MAX_SCRIPT_BYTES + 1)
+    raw = data.encode("utf-8", "surrogateescape") if isinstance(data, str) else bytes(data)
+    return _decoded("- (standard input)", raw)
+
+
+def _decoded(name: str, data: bytes) -> str:
+    if len(data) > MAX_SCRIPT_BYTES:
+        raise ImportScriptError(
+            f"{name}: larger than {MAX_SCRIPT_BYTES >> 20} MiB: not a launch script",
+            "name the script that starts the server",
+        )
+    return data.decode("utf-8", "surrogateescape")
 
 
 def parse_settings(settings: Sequence[str]) -> dict[str, str]:

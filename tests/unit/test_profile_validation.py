@@ -225,7 +225,9 @@ def test_validation_version_without_table_is_an_error_naming_the_command_that_ad
     """Not a neighbour's table in its place: a flag the release renamed or added would be
     checked, and rendered, wrongly."""
     errors = _errors(
-        profile_dir, "args:\n  tp_size: 2\n", head='sglang: "0.5.99"\nhost: gpu-1\nmodel: {path: /m}\n'
+        profile_dir,
+        "args:\n  tp_size: 2\n",
+        head='sglang: "0.5.99"\nhost: gpu-1\nmodel: {path: /m}\n',
     )
     assert errors[0].message.startswith(
         "profiles/p.yaml:1:1: sglang: orch has no argument table for SGLang 0.5.99 (it knows "
