@@ -223,7 +223,8 @@ def is_gate_activated_line(line: str) -> bool:
     )
 
 
-# Exit classes; the deterministic ones are never restarted (the same argv fails the same way).
+# Exit classes: what happened. Whether a restart can help is a separate verdict (Restart below),
+# decided from the class and the evidence: the supervisor restarts by that, never by the class.
 CONFIG_ERROR = "config-error"
 CUDA_OOM = "cuda-oom"
 KILLED = "killed"
@@ -231,6 +232,10 @@ PORT_IN_USE = "port-in-use"
 IMPORT_ERROR = "import-error"
 MODEL_NOT_FOUND = "model-not-found"
 NCCL = "nccl"
+# A GPU kernel failed: a CUDA error a kernel raised (illegal memory access, misaligned address,
+# device-side assert), a kernel that cannot be built or loaded (Triton's compiler and its
+# OutOfResources, a JIT build), a kernel's own shape check (Marlin's tiles).
+KERNEL_ERROR = "kernel-error"
 CRASHED = "crashed"
 STOPPED = "stopped"
 # Verdicts of the supervisor itself, not of classify_exit: it stopped a server that stopped
@@ -243,6 +248,8 @@ SPAWN_FAILED = "spawn-failed"
 # The supervisor took over a running server whose own supervisor had died (``adopt``): it is
 # not its child, so its exit status cannot be known.
 LOST = "lost"
+# The classes that repeat at this configuration whatever the phase (the same argv, install and
+# model path fail the same way); a kernel error repeats when it happens during the startup.
 DETERMINISTIC = (CONFIG_ERROR, IMPORT_ERROR, MODEL_NOT_FOUND, SPAWN_FAILED)
 
 # Every process of a run carries both (children inherit them), for the sweep after the group kill.
@@ -250,8 +257,10 @@ RUN_ID_ENV = "ORCH_RUN_ID"
 DEPLOYMENT_ENV = "ORCH_DEPLOYMENT_DIR"
 
 # ``ExcType: message`` (``Exception: ...`` and a message starting on the next line included).
+# Triton's OutOfResources is the one failure type whose name ends in none of the usual words.
 _EXCEPTION_LINE = re.compile(
-    r"^(?:[A-Za-z_][\w]*\.)*(?:[A-Z]\w*)?(?:Error|Exception|Exit|Interrupt|Warning)(?::(?: .*)?)?$"
+    r"^(?:[A-Za-z_][\w]*\.)*(?:[A-Z]\w*)?(?:Error|Exception|Exit|Interrupt|Warning|OutOfResources)"
+    r"(?::(?: .*)?)?$"
 )
 
 
@@ -264,13 +273,74 @@ _EXCEPTION_LINE = re.compile(
 
 
 @dataclass(frozen=True)
+class Restart:
+    """Whether starting the same argv again can end otherwise (``helps``), and the evidence."""
+
+    helps: bool
+    why: str
+
+
+def restart_for(cls: str, *, was_ready: bool = False) -> Restart:
+    """The restart verdict a class carries: what repeats at this configuration is never
+    restarted (a restart loop proves nothing); what may not repeat is restarted by the policy,
+    whose start limit bounds the rest."""
+    if cls in DETERMINISTIC:
+        return Restart(False, _REPEATS[cls])
+    if cls == KERNEL_ERROR and not was_ready:
+        # SGLang's startup runs the same kernels on the same shapes on every start: weight repacks
+        # (Marlin's tile checks) and Triton/JIT builds are functions of the model, the GPU and the
+        # parallel sizes, and CUDA-graph capture replays a fixed list of batch sizes.
+        return Restart(False, "a GPU kernel failed during startup (loading, building kernels or "
+                       "capturing CUDA graphs runs the same kernels on the same shapes each "
+                       "start): it repeats at this configuration")  # fmt: skip
+    return Restart(True, _MAY_PASS.get(cls, "nothing shows a cause that repeats: restarted by "
+                                       "the policy, bounded by its start limit"))  # fmt: skip
+
+
+_REPEATS = {
+    CONFIG_ERROR: "SGLang rejects this configuration: the same argv fails the same way",
+    IMPORT_ERROR: "the install cannot import what SGLang needs: it fails the same way until the "
+    "environment changes",
+    MODEL_NOT_FOUND: "the model is not where the profile says: the same path or Hub id fails the "
+    "same way",
+    SPAWN_FAILED: "the program cannot be started: the same argv fails the same way",
+}
+_MAY_PASS = {
+    KERNEL_ERROR: "a GPU kernel failed while serving (the request that triggered it is gone "
+    "after a restart): it may not repeat",
+    CUDA_OOM: "GPU memory depends on what else holds the GPU and on the load: it may not repeat",
+    NCCL: "a collective failed or timed out (a peer, the network, another rank's end): it may "
+    "not repeat",
+    KILLED: "a signal from outside ended it: it may not repeat",
+    PORT_IN_USE: "the port's holder may be gone: it may not repeat",
+}
+
+
+@dataclass(frozen=True)
 class ExitVerdict:
+    """What happened (``cls``, ``message``) and whether a restart can help (``restart``; None:
+    what the class alone says)."""
+
     cls: str
     message: str
+    restart: Restart | None = None
+
+    @property
+    def judged(self) -> Restart:
+        return self.restart if self.restart is not None else restart_for(self.cls)
+
+    @property
+    def restart_helps(self) -> bool:
+        return self.judged.helps
+
+    @property
+    def restart_why(self) -> str:
+        return self.judged.why
 
     @property
     def deterministic(self) -> bool:
-        return self.cls in DETERMINISTIC
+        """It repeats at this configuration: never restarted."""
+        return not self.judged.helps
 
 
 def last_exception_line(lines: Sequence[str]) -> str | None:
@@ -285,12 +355,24 @@ def last_exception_line(lines: Sequence[str]) -> str | None:
 def classify_exit(
     returncode: int, tail: Sequence[str], *, saw_config_line: bool, was_ready: bool
 ) -> ExitVerdict:
+    """Why a server process ended (its class and the line that says so), and whether starting it
+    again can end otherwise (``restart``: restart_for the class and the phase it reached)."""
+    happened = _what_happened(
+        returncode, tail, saw_config_line=saw_config_line, was_ready=was_ready
+    )
+    return replace(happened, restart=restart_for(happened.cls, was_ready=was_ready))
+
+
+def _what_happened(
+    returncode: int, tail: Sequence[str], *, saw_config_line: bool, was_ready: bool
+) -> ExitVerdict:
     """Why a server process ended, from its exit status and the last lines it printed.
 
     In order (formats: docs/sglang-facts.md §2, tests/fixtures/crashlogs/):
     argparse's usage error with exit 2; an exception (Python, a C++ ``terminate``, a torch
     NCCL watchdog record) whose type and message name a specific cause, the root cause first
-    (import, model, port, CUDA memory, then NCCL, which other ranks' failures also cause);
+    (import, model, port, a configuration SGLang asserts against, CUDA memory, a GPU kernel,
+    then NCCL, which other ranks' failures also cause);
     a process of the server that SGLang reports dead by a signal; a signal from outside;
     any other exception: a configuration error when the main process raised it before SGLang
     accepted its configuration (the incident's ValueError), else a crash.
@@ -307,6 +389,10 @@ def classify_exit(
         cause = min(specific, key=lambda f: (_CAUSE_ORDER.index(f.cls or ""), -f.line))
         return ExitVerdict(cause.cls or CRASHED, cause.text)
     self_kill = _last_index(lines, _SELF_KILL_MARKS)
+    if self_kill is None:
+        # A traceback through a subprocess's entry point is SGLang's own failure even when the
+        # excerpt lost the line it logs before it kills its tree: the -9 is its self-kill.
+        self_kill = _last_match(lines, _SUBPROCESS_FRAME)
     dead_child = _dead_child(lines)
     if dead_child is not None:
         index, child_signal, text = dead_child
@@ -341,8 +427,11 @@ def classify_exit(
     return ExitVerdict(CRASHED, f"exited with code {returncode}")
 
 
-# The root cause first: a rank's CUDA OOM or crash makes the other ranks' collectives fail.
-_CAUSE_ORDER = (IMPORT_ERROR, MODEL_NOT_FOUND, PORT_IN_USE, CUDA_OOM, NCCL)
+# The root cause first: a rank's CUDA OOM, kernel fault or crash makes the other ranks'
+# collectives fail.
+_CAUSE_ORDER = (
+    IMPORT_ERROR, MODEL_NOT_FOUND, PORT_IN_USE, CONFIG_ERROR, CUDA_OOM, KERNEL_ERROR, NCCL,
+)  # fmt: skip
 # Signals sent from outside (kill, the OOM killer, a stop) as opposed to a crash of the
 # process itself (SIGSEGV, SIGBUS, SIGABRT ...). 128 + N is how a shell or container reports N.
 _EXTERNAL_SIGNALS = (signal.SIGKILL, signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
@@ -360,8 +449,10 @@ _SELF_KILL_MARKS = (
 _EXTERNAL_STOP_MARKS = ("sigterm received. signum=",)
 # Exceptions and fatal errors, by the first line of their text.
 _TORCH_RANK = re.compile(r"^\[rank\d+\]:\s?")
-# torch's C++ error records: ``[E1206 18:44:16.997991020 ProcessGroupNCCL.cpp:1515] ...``
-_TORCH_ERROR_RECORD = re.compile(r"^\[E\d{4} [^\]]*\] ")
+# torch's C++ error records: ``[E1206 18:44:16.997991020 ProcessGroupNCCL.cpp:1515] ...``, the
+# month without its leading zero (``[E210 ...`` is 10 February). Two processes writing at once
+# glue one to the middle of another's line: it is searched for, not only at the start.
+_TORCH_ERROR_RECORD = re.compile(r"\[E\d{3,4} \d\d:\d\d:\d\d\.\d+ [^\]]*\] ")
 _CPP_TERMINATE = re.compile(r"^terminate called after throwing an instance of '(?P<type>[^']+)'")
 _UVICORN_ERROR = re.compile(r"^ERROR:\s+\[Errno (?P<errno>\d+)\] ")
 _ARGPARSE_ERROR = re.compile(r"^(?:usage: )?[\w.\-/ ]+: error: \S")
@@ -378,6 +469,12 @@ _SUBPROCESS_FRAME = re.compile(
     r"\bin run_(?:scheduler|detokenizer|data_parallel_controller)_process"
 )
 _CHAIN_SUPERSEDED = "during handling of the above exception, another exception occurred"
+# torch's trailer of a CUDA error a kernel raised; on its own (the error's line cut from the
+# excerpt) it is still the evidence of one.
+_CUDA_ERROR_TRAILER = "CUDA kernel errors might be asynchronously reported"
+_ORPHAN_CUDA_ERROR = "CUDA error"
+# The innermost frame of a traceback: ``File "...", line N, in <module>`` is an import running.
+_FRAME = re.compile(r'^File "[^"]*", line \d+, in (?P<function>\S+)')
 
 _MISSING_MODEL_TYPES = (
     "RepositoryNotFoundError",
@@ -408,6 +505,33 @@ _OOM_MARKS = (
     "cuda error: out of memory",
     "hip out of memory",
     "not enough memory. please try to increase --mem-fraction-static",
+)
+# GPU kernels (KERNEL_ERROR): torch's CUDA errors a kernel raises, Triton's compiler refusing or
+# not fitting a kernel, a JIT build of one (torch's cpp_extension runs ninja), Marlin's shape
+# checks (TORCH_CHECKs in gptq_marlin_repack / gptq_marlin_gemm: a TP size that splits a weight
+# off the kernel's tiles). "CUDA error: out of memory" is CUDA_OOM, checked first.
+_KERNEL_TYPES = ("OutOfResources", "CompilationError", "PTXASError")
+_KERNEL_MARKS = (
+    "an illegal memory access was encountered",
+    "an illegal instruction was encountered",
+    "misaligned address",
+    "unspecified launch failure",
+    "device-side assert triggered",
+    "triton error [cuda]",
+    "no kernel image is available for execution",
+    "out of resource: shared memory",
+    "invalid thread config",
+    "error building extension",
+    "command '['ninja', '-v']' returned non-zero exit status",
+)
+_MARLIN_SHAPE = re.compile(r"\b(?:size|prob)_[kmn] = \d+ is not divisible by (?:tile|thread)_")
+# SGLang's checks of its parallel sizes against the model (ensure_divisibility's "X is not
+# divisible by Y" over heads, experts, vocabulary; its asserts on tp/dp/ep sizes): they hold or
+# fail the same way for this argv and model, in whichever process makes them.
+_PARALLEL_CHECK = re.compile(
+    r"\bis not divisible by \d|\bmust be divisible by\b"
+    r"|\b(?:tp|dp|pp|ep|cp|attn_tp|attn_dp|moe_tp|moe_ep|moe_dp)_size\b"
+    r"|\b(?:tensor|data|pipeline|expert) parallel size\b"
 )
 _NCCL_TYPES = ("DistBackendError", "DistNetworkError", "DistStoreError")
 _NCCL_MARKS = (
@@ -451,7 +575,7 @@ def _failures(tail: Sequence[str], lines: Sequence[str]) -> list[_Failure]:
         failure = _failure_at(index, text, tail, lines)
         if failure is not None:
             exc_type, shown, detail = failure
-            cls = _specific_class(exc_type, detail)
+            cls = _specific_class(exc_type, detail, at_import=_raised_at_import(index, lines))
             python = bool(_EXCEPTION_LINE.match(shown))
             found.append(_Failure(index, shown, cls, process, python))
     return found
@@ -466,6 +590,10 @@ def _failure_at(
         if exc_type.endswith("Warning") or _superseded(index, tail, lines):
             return None
         return exc_type, text, _message(index, tail, lines)
+    if text.startswith(_CUDA_ERROR_TRAILER) and (
+        index == 0 or not _EXCEPTION_LINE.match(lines[index - 1])
+    ):  # the trailer follows its error's line at once: without one, the excerpt lost it
+        return _ORPHAN_CUDA_ERROR, text, text.lower()
     terminate = _CPP_TERMINATE.match(text)
     if terminate is not None:  # a C++ exception: its what() follows
         what = next((t for t in lines[index + 1 : index + 4] if t.startswith("what():")), "")
@@ -473,9 +601,10 @@ def _failure_at(
         return terminate.group("type"), (what or text), detail
     if text.startswith("Fatal Python error: "):
         return "Fatal Python error", text, text.lower()
-    record = _TORCH_ERROR_RECORD.match(text)
+    record = _TORCH_ERROR_RECORD.search(text)
     if record is not None and "watchdog caught collective operation timeout" in text.lower():
-        return "c10::DistBackendError", text[record.end() :], text.lower()
+        shown = text[record.end() :]
+        return "c10::DistBackendError", shown, shown.lower()
     uvicorn = _UVICORN_ERROR.match(text)
     if uvicorn is not None:
         return "uvicorn", text, text.lower()
@@ -498,21 +627,37 @@ def _message(index: int, tail: Sequence[str], lines: Sequence[str]) -> str:
 
 
 def _superseded(index: int, tail: Sequence[str], lines: Sequence[str]) -> bool:
-    """Raised while handling this exception, another one followed and ended the process."""
+    """Raised while handling this exception, another one followed and ended the process. When
+    the excerpt ends before that other one, this one is the best evidence there is."""
     for later in range(index + 1, min(index + 10, len(lines))):
         text = lines[later]
         if _CHAIN_SUPERSEDED in text.lower():
-            return True
+            return any(_EXCEPTION_LINE.match(after) for after in lines[later + 1 :])
         if text.startswith(("Traceback", "The above exception")) or log_record(tail[later]):
             return False
     return False
 
 
-def _specific_class(exc_type: str, detail: str) -> str | None:
-    """The cause an exception names by its type and message, if it names one."""
+def _raised_at_import(index: int, lines: Sequence[str]) -> bool:
+    """The traceback ending at line ``index`` was raised by a module's own top level: its
+    innermost frame is ``in <module>`` (an import running), not a function it called."""
+    for earlier in range(index - 1, max(index - 6, -1), -1):
+        frame = _FRAME.match(lines[earlier])
+        if frame is not None:
+            return frame.group("function") == "<module>"
+    return False
+
+
+def _specific_class(exc_type: str, detail: str, *, at_import: bool = False) -> str | None:
+    """The cause an exception names by its type and message (and, for an AttributeError, where
+    it was raised), if it names one."""
     name = exc_type.rsplit(".", 1)[-1].rsplit(":", 1)[-1]
-    if name in ("ModuleNotFoundError", "ImportError") or (
-        name == "OSError" and ("undefined symbol" in detail or "shared object file" in detail)
+    if (
+        name in ("ModuleNotFoundError", "ImportError")
+        or (name == "OSError" and ("undefined symbol" in detail or "shared object file" in detail))
+        # a module's top level reading what its dependency lacks (a torch, transformers or
+        # sgl_kernel of another release), or an import circle
+        or (name == "AttributeError" and (at_import or "partially initialized module" in detail))
     ):
         return IMPORT_ERROR
     if (
@@ -525,6 +670,15 @@ def _specific_class(exc_type: str, detail: str) -> str | None:
         return PORT_IN_USE
     if name == "OutOfMemoryError" or any(mark in detail for mark in _OOM_MARKS):
         return CUDA_OOM
+    if (
+        name in _KERNEL_TYPES
+        or exc_type == _ORPHAN_CUDA_ERROR
+        or any(mark in detail for mark in _KERNEL_MARKS)
+        or _MARLIN_SHAPE.search(detail)
+    ):
+        return KERNEL_ERROR
+    if name in ("AssertionError", "ValueError") and _PARALLEL_CHECK.search(detail):
+        return CONFIG_ERROR
     if name in _NCCL_TYPES or any(mark in detail for mark in _NCCL_MARKS):
         return NCCL
     return None
@@ -564,6 +718,13 @@ def _past_config(tail: Sequence[str]) -> bool:
         if record is not None and (record.rank is not None or config_line_payload(line)):
             return True
     return False
+
+
+def _last_match(lines: Sequence[str], pattern: re.Pattern[str]) -> int | None:
+    for index in range(len(lines) - 1, -1, -1):
+        if pattern.search(lines[index]):
+            return index
+    return None
 
 
 def _last_index(lines: Sequence[str], marks: Iterable[str]) -> int | None:
@@ -1649,15 +1810,21 @@ class GroupFailure:
     returncode: int | None  # the failed rank's (restart=on-failure looks at it)
     generation: int
     at: float  # monotonic: when the coordinator learnt of it
+    restart: Restart | None = None  # the failed rank's restart verdict; None: its class's
+
+    @property
+    def verdict(self) -> ExitVerdict:
+        return ExitVerdict(self.cls, self.message, self.restart)
 
     @property
     def deterministic(self) -> bool:
-        return self.cls in DETERMINISTIC
+        return self.verdict.deterministic
 
     def as_dict(self) -> dict[str, Any]:
         return {
             "rank": self.rank, "node": self.node, "cls": self.cls, "message": self.message,
             "returncode": self.returncode, "generation": self.generation,
+            "restart_helps": self.verdict.restart_helps, "restart_why": self.verdict.restart_why,
         }  # fmt: skip
 
 
@@ -2145,10 +2312,15 @@ class GroupCoordinator:
                 cls = _short_text(message.get("cls"), CRASHED) or CRASHED
                 why = _short_text(message.get("message"), "exited")
                 returncode = _integer(message.get("returncode"))
+                helps = message.get("restart_helps")  # a member of an older agent sends none
+                restart = (
+                    Restart(helps, _short_text(message.get("restart_why")))
+                    if isinstance(helps, bool) else None
+                )  # fmt: skip
                 failure = GroupFailure(
                     rank, member.node, cls, f"{name}: {why}",
                     LOST_RETURNCODE if returncode is None else returncode,
-                    generation or 0, self._clock.monotonic(),
+                    generation or 0, self._clock.monotonic(), restart,
                 )  # fmt: skip
                 # An old generation's end is no cause of this one's (messages in flight).
                 if self._running and generation == self.generation:
@@ -2498,11 +2670,12 @@ class Supervisor:
     def _apply_policy(
         self, verdict: ExitVerdict, returncode: int, consecutive_failures: int, cause: str = ""
     ) -> float | None:
-        """The restart policy after a run that ended on its own: FATAL (deterministic, start
-        limit) or EXITED (the policy does not restart it), recorded, and None; or BACKOFF and
-        the delay before the next start. ``cause`` ends each message (a group's failed rank)."""
+        """The restart policy after a run that ended on its own: FATAL (the restart verdict says
+        it repeats at this configuration; the start limit) or EXITED (the policy does not restart
+        it), recorded, and None; or BACKOFF and the delay before the next start. ``cause`` ends
+        each message (a group's failed rank)."""
         if verdict.deterministic:
-            message = f"{verdict.cls}: not restarting (deterministic){cause}"
+            message = f"{verdict.cls}: not restarting ({verdict.restart_why}){cause}"
             self._change_state(FATAL, message=message)
             self._event("fatal", reason=verdict.cls)
             return None
@@ -2741,6 +2914,8 @@ class Supervisor:
             "signal": _signal_name(-returncode) if returncode < 0 else None,
             "class": verdict.cls,
             "message": verdict.message,
+            "restart_helps": verdict.restart_helps,
+            "restart_why": verdict.restart_why,
             "at": self.clock.wall(),
             "was_ready": bool(self.state["ready"]),
             "swept_pids": [],
@@ -2833,7 +3008,7 @@ class Supervisor:
             if failure is None:
                 return None
             self._interrupted_by = failure
-            return ExitVerdict(failure.cls, failure.message)
+            return failure.verdict
         if self._member_link is not None:
             command = self._member_link.interrupting(self._generation)
             if command is None:
@@ -3058,7 +3233,7 @@ class Supervisor:
                 return self._end_as_a_member_left(coordinator, failure, reply_s)
             consecutive_failures = 1 if was_ready else consecutive_failures + 1
             delay = self._apply_policy(
-                ExitVerdict(failure.cls, failure.message),
+                failure.verdict,
                 returncode if failure.returncode is None else failure.returncode,
                 consecutive_failures,
                 cause=f": {failure.message}",
@@ -3113,7 +3288,7 @@ class Supervisor:
                 GroupFailure(
                     0, group.nodes[0], verdict.cls, f"{group.name(0)}: {verdict.message}",
                     returncode, generation,
-                    self.clock.monotonic() if noticed is None else noticed,
+                    self.clock.monotonic() if noticed is None else noticed, verdict.judged,
                 )
             )  # fmt: skip
             reason = f"group failure: {own[0].message}"
@@ -3133,8 +3308,12 @@ class Supervisor:
         if failure.rank != 0 and isinstance(last_exit, dict):
             # rank 0's run ended for the failed rank: its verdict is that rank's
             self._update(
-                last_exit=dict(last_exit, **{"class": failure.cls, "message": failure.message})
-            )
+                last_exit=dict(
+                    last_exit, **{"class": failure.cls, "message": failure.message},
+                    restart_helps=failure.verdict.restart_helps,
+                    restart_why=failure.verdict.restart_why,
+                )
+            )  # fmt: skip
         self._show_group()
         self._event("group-failure", **failure.as_dict())
         return failure
@@ -3211,6 +3390,8 @@ class Supervisor:
             link.send(
                 "exited", generation=generation, run_id=run_id, cls=verdict.cls,
                 message=verdict.message[:GROUP_TEXT_MAX], returncode=returncode,
+                restart_helps=verdict.restart_helps,
+                restart_why=verdict.restart_why[:GROUP_TEXT_MAX],
             )  # fmt: skip
             message = f"exited ({verdict.cls}): waiting for the group coordinator"
         if self.state["state"] == BACKOFF:  # a spawn that failed leaves it there

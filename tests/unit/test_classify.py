@@ -50,7 +50,8 @@ def test_argparse_error_exit_2_is_a_config_error_with_the_usage_error_line() -> 
         was_ready=False,
     )
     assert (verdict.cls, verdict.message) == (
-        CONFIG_ERROR, "sglang serve: error: unrecognized arguments: --x 1"
+        CONFIG_ERROR,
+        "sglang serve: error: unrecognized arguments: --x 1",
     )
 
 
@@ -292,7 +293,10 @@ def test_an_exception_raised_during_handling_of_another_supersedes_it() -> None:
         "ValueError: unsupported attention backend",
     ]
     verdict = classify_exit(1, tail, saw_config_line=False, was_ready=False)
-    assert (verdict.cls, verdict.message) == (CONFIG_ERROR, "ValueError: unsupported attention backend")
+    assert (verdict.cls, verdict.message) == (
+        CONFIG_ERROR,
+        "ValueError: unsupported attention backend",
+    )
 
 
 @pytest.mark.parametrize(
@@ -416,9 +420,7 @@ def corpus_tail(name: str) -> tuple[list[str], bool, bool, int]:
 
 def classify_corpus(name: str) -> ExitVerdict:
     tail, saw_config_line, was_ready, returncode = corpus_tail(name)
-    return classify_exit(
-        returncode, tail, saw_config_line=saw_config_line, was_ready=was_ready
-    )
+    return classify_exit(returncode, tail, saw_config_line=saw_config_line, was_ready=was_ready)
 
 
 def test_a_parallelism_assertion_in_a_scheduler_is_a_config_error_that_repeats() -> None:
@@ -430,9 +432,7 @@ def test_a_parallelism_assertion_in_a_scheduler_is_a_config_error_that_repeats()
     assert "this configuration" in verdict.restart_why
 
 
-def test_a_tp_size_assertion_of_the_main_process_after_its_config_line_is_a_config_error() -> (
-    None
-):
+def test_a_tp_size_assertion_of_the_main_process_after_its_config_line_is_a_config_error() -> None:
     tail = [
         "[2025-03-18 15:24:52] server_args=ServerArgs(model_path='/m', tp_size=3)",
         "Traceback (most recent call last):",
@@ -543,9 +543,7 @@ def test_an_attribute_error_raised_while_importing_is_an_import_error() -> None:
     assert not verdict.restart_helps
 
 
-def test_an_attribute_error_inside_a_function_before_the_config_line_stays_a_config_error() -> (
-    None
-):
+def test_an_attribute_error_inside_a_function_before_the_config_line_stays_a_config_error() -> None:
     tail = [
         "Traceback (most recent call last):",
         '  File "/sgl/launch_server.py", line 11, in <module>',

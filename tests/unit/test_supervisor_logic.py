@@ -380,7 +380,9 @@ def test_the_same_traceback_after_the_config_line_is_a_crash_and_restarts(
 
 # The restart verdict, not the class, decides (issue 25): what repeats at this configuration is
 # never restarted, what may not repeat is, whatever its class.
-SCHEDULER_FAILED = "[2026-11-29 07:43:10 TP0] Scheduler hit an exception: Traceback (most recent call last):"
+SCHEDULER_FAILED = (
+    "[2026-11-29 07:43:10 TP0] Scheduler hit an exception: Traceback (most recent call last):"
+)
 SELF_KILL = "[2026-11-29 07:43:10] Received sigquit from a child process. It usually means the child failed."
 
 
