@@ -13,6 +13,7 @@ from pathlib import Path
 from orchestrator.commands.ops import LogTail
 from orchestrator.errors import ExitCode
 from orchestrator.model import Host
+from orchestrator.remote import agent
 from orchestrator.remote.agent import LogSink
 from orchestrator.transport.local import LocalTransport
 from tests.conftest import REPO
@@ -101,9 +102,12 @@ def test_runs_lists_each_run_and_logs_picks_one_by_prefix_or_from_the_end(
     assert table.code == ExitCode.OK
     header, *lines = table.out.splitlines()
     assert header.split() == ["RUN", "STARTED", "(UTC)", "ENDED", "(UTC)", "DURATION", "READY",
-                              "AFTER", "VERDICT"]  # fmt: skip
+                              "AFTER", "VERDICT", "RESTART"]  # fmt: skip
     assert [line.split()[0] for line in lines] == [row["run_id"] for row in rows]
-    assert all(line.endswith("cuda-oom (SIGKILL)") for line in lines)
+    # what happened, then whether a restart can help and why (issue 25)
+    oom_restart = f"may help: {agent.restart_for(agent.CUDA_OOM).why}"
+    assert all(line.endswith(f"cuda-oom (SIGKILL)  {oom_restart}") for line in lines), lines
+    assert all(row["exit"]["restart_helps"] for row in rows)
 
     second = rows[1]["run_id"]
     for pick in ("0002", second, "-2"):
