@@ -384,7 +384,11 @@ def _what_happened(
         if usage is not None:
             return ExitVerdict(CONFIG_ERROR, usage)
     failures = _failures(tail, lines)
-    specific = [f for f in failures if f.cls is not None]
+    # A server that was READY had its configuration accepted and served: an assertion of its
+    # sizes then is about a request, no verdict on the configuration.
+    specific = [
+        f for f in failures if f.cls is not None and not (was_ready and f.cls == CONFIG_ERROR)
+    ]
     if specific:
         cause = min(specific, key=lambda f: (_CAUSE_ORDER.index(f.cls or ""), -f.line))
         return ExitVerdict(cause.cls or CRASHED, cause.text)

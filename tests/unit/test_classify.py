@@ -605,3 +605,14 @@ def test_a_verdict_without_its_own_restart_verdict_takes_its_classs() -> None:
     assert not ExitVerdict(CONFIG_ERROR, "m").restart_helps
     assert ExitVerdict(CRASHED, "m").restart_helps
     assert not ExitVerdict(CRASHED, "m", Restart(False, "the same argv")).restart_helps
+
+
+def test_a_divisibility_error_while_serving_is_no_config_error_and_is_restarted() -> None:
+    # the configuration was accepted and served: a request's own ValueError is no verdict on it
+    tail = [
+        "[2026-11-29 08:00:01 TP0] Scheduler hit an exception: Traceback (most recent call last):",
+        "ValueError: input length 4097 must be divisible by 8 for this kernel",
+    ]
+    verdict = classify_exit(-signal.SIGKILL, tail, saw_config_line=True, was_ready=True)
+    assert verdict.cls == CRASHED
+    assert verdict.restart_helps
