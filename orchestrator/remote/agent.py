@@ -463,6 +463,10 @@ _ARGPARSE_ERROR = re.compile(r"^(?:usage: )?[\w.\-/ ]+: error: \S")
 # "Rank 0 scheduler is dead" + "Exit code: -9" (0.4.1+); "Child process unexpectedly failed with
 # an exit code 9" / "exitcode=9" (SIGCHLD handler; a raw wait status: the signal in its low bits).
 _SCHEDULER_DEAD = re.compile(r"scheduler is dead\.")
+# 0.5.x: the main process raises "Rank N scheduler died during initialization (exit code: -9).
+# If exit code is -9 (SIGKILL), ..." out of its wait (entrypoints/engine.py _scheduler_died_error),
+# the exit code being multiprocessing's: -N for signal N.
+_SCHEDULER_DIED = re.compile(r"scheduler died during initialization \(exit code: (?P<code>-?\d+)\)")
 _EXIT_CODE = re.compile(r"Exit code: (?P<code>-?\d+)$")
 _CHILD_FAILED = re.compile(
     r"Child process unexpectedly failed with (?:an exit code |exitcode=)(\d+)"
@@ -478,7 +482,14 @@ _CHAIN_SUPERSEDED = "during handling of the above exception, another exception o
 _CUDA_ERROR_TRAILER = "CUDA kernel errors might be asynchronously reported"
 _ORPHAN_CUDA_ERROR = "CUDA error"
 # The innermost frame of a traceback: ``File "...", line N, in <module>`` is an import running.
-_FRAME = re.compile(r'^File "[^"]*", line \d+, in (?P<function>\S+)')
+_FRAME = re.compile(r'^File "(?P<path>[^"]*)", line \d+, in (?P<function>\S+)')
+# GPU kernel libraries: their Python wrappers check the shapes, dtypes and GPUs their kernels
+# support (aiter's MLA decode asserts the head count, DeepGEMM its scale layouts, Triton's
+# front end its operand types) before they launch or build anything.
+_KERNEL_LIBRARY = re.compile(r"/(?:aiter|flashinfer|sgl_kernel|deep_gemm|flash_attn|triton)/")
+_KERNEL_LIBRARY_CHECKS = ("AssertionError", "ValueError", "NotImplementedError")
+# Python's own text for a module that lacks a name (not an object's attribute: a bug's).
+_MODULE_LACKS = re.compile(r"^attributeerror: module '[^']+' has no attribute ")
 
 _MISSING_MODEL_TYPES = (
     "RepositoryNotFoundError",
@@ -508,6 +519,7 @@ _OOM_MARKS = (
     "cuda out of memory",
     "cuda error: out of memory",
     "hip out of memory",
+    "cublas_status_alloc_failed",  # cuBLAS could not allocate its workspace
     "not enough memory. please try to increase --mem-fraction-static",
 )
 # GPU kernels (KERNEL_ERROR): torch's CUDA errors a kernel raises, Triton's compiler refusing or
@@ -523,12 +535,18 @@ _KERNEL_MARKS = (
     "device-side assert triggered",
     "triton error [cuda]",
     "no kernel image is available for execution",
+    "invalid device function",  # the build has no code for this GPU (CUDA's and HIP's text)
+    "cublas_status_",  # torch's TORCH_CUDABLAS_CHECK: cuBLAS refused or failed a GEMM
     "out of resource: shared memory",
     "invalid thread config",
     "error building extension",
     "command '['ninja', '-v']' returned non-zero exit status",
 )
-_MARLIN_SHAPE = re.compile(r"\b(?:size|prob)_[kmn] = \d+ is not divisible by (?:tile|thread)_")
+_MARLIN_SHAPE = re.compile(
+    r"\b(?:size|prob)_[kmn] = \d+ is not divisible by (?:tile|thread)_"
+    # SGLang's (and vLLM's) marlin_utils: a TP partition off the kernel's thread tiles
+    r"|\bis not divisible by\s+(?:min_thread_[kn]|min_[kn]_threads)\b"
+)
 # SGLang's checks of its parallel sizes against the model (ensure_divisibility's "X is not
 # divisible by Y" over heads, experts, vocabulary; its asserts on tp/dp/ep sizes): they hold or
 # fail the same way for this argv and model, in whichever process makes them.
@@ -536,6 +554,10 @@ _PARALLEL_CHECK = re.compile(
     r"\bis not divisible by \d|\bmust be divisible by\b"
     r"|\b(?:tp|dp|pp|ep|cp|attn_tp|attn_dp|moe_tp|moe_ep|moe_dp)_size\b"
     r"|\b(?:tensor|data|pipeline|expert) parallel size\b"
+    # fp8.py, blockwise_int8.py, qoq.py, marlin_utils.py: a TP partition of a weight off the
+    # checkpoint's quantization blocks or groups ("Weight output_partition_size = 576 is not
+    # divisible by weight quantization block_n = 128"); a kernel's tiles are _MARLIN_SHAPE's
+    r"|\b\w+_(?:size_per_partition|partition_size) = \d+ is not divisible by\b"
 )
 _NCCL_TYPES = ("DistBackendError", "DistNetworkError", "DistStoreError")
 _NCCL_MARKS = (
@@ -579,7 +601,12 @@ def _failures(tail: Sequence[str], lines: Sequence[str]) -> list[_Failure]:
         failure = _failure_at(index, text, tail, lines)
         if failure is not None:
             exc_type, shown, detail = failure
-            cls = _specific_class(exc_type, detail, at_import=_raised_at_import(index, lines))
+            cls = _specific_class(
+                exc_type,
+                detail,
+                at_import=_raised_at_import(index, lines),
+                in_kernel_library=_raised_in_kernel_library(index, lines),
+            )
             python = bool(_EXCEPTION_LINE.match(shown))
             found.append(_Failure(index, shown, cls, process, python))
     return found
@@ -642,19 +669,33 @@ def _superseded(index: int, tail: Sequence[str], lines: Sequence[str]) -> bool:
     return False
 
 
-def _raised_at_import(index: int, lines: Sequence[str]) -> bool:
-    """The traceback ending at line ``index`` was raised by a module's own top level: its
-    innermost frame is ``in <module>`` (an import running), not a function it called."""
+def _innermost_frame(index: int, lines: Sequence[str]) -> re.Match[str] | None:
+    """The last ``File "...", line N, in f`` line of the traceback ending at line ``index``."""
     for earlier in range(index - 1, max(index - 6, -1), -1):
         frame = _FRAME.match(lines[earlier])
         if frame is not None:
-            return frame.group("function") == "<module>"
-    return False
+            return frame
+    return None
 
 
-def _specific_class(exc_type: str, detail: str, *, at_import: bool = False) -> str | None:
-    """The cause an exception names by its type and message (and, for an AttributeError, where
-    it was raised), if it names one."""
+def _raised_at_import(index: int, lines: Sequence[str]) -> bool:
+    """The traceback ending at line ``index`` was raised by a module's own top level: its
+    innermost frame is ``in <module>`` (an import running), not a function it called."""
+    frame = _innermost_frame(index, lines)
+    return frame is not None and frame.group("function") == "<module>"
+
+
+def _raised_in_kernel_library(index: int, lines: Sequence[str]) -> bool:
+    """The traceback ending at line ``index`` was raised by a GPU kernel library's own code."""
+    frame = _innermost_frame(index, lines)
+    return frame is not None and _KERNEL_LIBRARY.search(frame.group("path")) is not None
+
+
+def _specific_class(
+    exc_type: str, detail: str, *, at_import: bool = False, in_kernel_library: bool = False
+) -> str | None:
+    """The cause an exception names by its type and message (and, for an AttributeError or a
+    failed check, where it was raised), if it names one."""
     name = exc_type.rsplit(".", 1)[-1].rsplit(":", 1)[-1]
     if (
         name in ("ModuleNotFoundError", "ImportError")
@@ -662,6 +703,8 @@ def _specific_class(exc_type: str, detail: str, *, at_import: bool = False) -> s
         # a module's top level reading what its dependency lacks (a torch, transformers or
         # sgl_kernel of another release), or an import circle
         or (name == "AttributeError" and (at_import or "partially initialized module" in detail))
+        # a module of another release than its caller's (vllm._custom_ops without silu_and_mul)
+        or (name == "AttributeError" and _MODULE_LACKS.match(detail) is not None)
     ):
         return IMPORT_ERROR
     if (
@@ -679,6 +722,7 @@ def _specific_class(exc_type: str, detail: str, *, at_import: bool = False) -> s
         or exc_type == _ORPHAN_CUDA_ERROR
         or any(mark in detail for mark in _KERNEL_MARKS)
         or _MARLIN_SHAPE.search(detail)
+        or (in_kernel_library and name in _KERNEL_LIBRARY_CHECKS)
     ):
         return KERNEL_ERROR
     if name in ("AssertionError", "ValueError") and _PARALLEL_CHECK.search(detail):
@@ -705,6 +749,9 @@ def _dead_child(lines: Sequence[str]) -> tuple[int, int, str] | None:
         status = int(child.group(1)) if child else 0
         if child and status & 0x7F in _REPORTED_SIGNALS:  # the raw wait status of waitpid
             found = (index, status & 0x7F, text)
+        died = _SCHEDULER_DIED.search(text)
+        if died and -int(died.group("code")) in _REPORTED_SIGNALS:
+            found = (index, -int(died.group("code")), text[: died.end()])
         if _SCHEDULER_DEAD.search(text):
             for later in lines[index + 1 : index + 4]:
                 code = _EXIT_CODE.search(later)

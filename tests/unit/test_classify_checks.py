@@ -1,0 +1,190 @@
+"""Exit classification of what SGLang, torch and the GPU kernel libraries report about their own
+checks: a scheduler that died while SGLang waited for it (the 0.5.x wording), a weight partition
+that a TP size splits off a quantization block or off a kernel's tiles, a module that lacks a name
+its caller needs, a GPU without code for a kernel, cuBLAS's statuses, a kernel library refusing
+its inputs. The lines are SGLang's and torch's own texts (sources in each test)."""
+
+from __future__ import annotations
+
+import signal
+
+from orchestrator.remote.agent import (
+    CONFIG_ERROR,
+    CRASHED,
+    CUDA_OOM,
+    IMPORT_ERROR,
+    KERNEL_ERROR,
+    KILLED,
+    classify_exit,
+)
+
+# sglang/srt/entrypoints/engine.py _scheduler_died_error (0.5.11 line 1216, 0.5.23 line 2000):
+# raised by the main process out of _wait_for_scheduler_ready when a scheduler's pipe closes or
+# the process is no longer alive, its exitcode being multiprocessing's (-N for signal N).
+MAIN_WAIT = [
+    "Traceback (most recent call last):",
+    '  File "/usr/lib/python3.12/runpy.py", line 198, in _run_module_as_main',
+    '  File "/opt/sglang/lib/python3.12/site-packages/sglang/launch_server.py", line 32, in '
+    "<module>",
+    "    run_server(server_args)",
+    '  File "/opt/sglang/lib/python3.12/site-packages/sglang/srt/entrypoints/engine.py", line '
+    "1233, in _wait_for_scheduler_ready",
+    "    raise _scheduler_died_error(j, scheduler_procs[j])",
+]
+
+
+def died(code: int) -> str:
+    return (
+        f"RuntimeError: Rank 0 scheduler died during initialization (exit code: {code}). If exit "
+        "code is -9 (SIGKILL), a common cause is the OS OOM killer. Run `dmesg -T | grep -i oom` "
+        "to check."
+    )
+
+
+def test_a_scheduler_that_died_during_initialization_by_sigkill_was_killed() -> None:
+    tail = [
+        "[2026-11-30 10:00:01 TP0] Load weight begin. avail mem=78.50 GB",
+        *MAIN_WAIT,
+        died(-9),
+    ]
+    verdict = classify_exit(1, tail, saw_config_line=True, was_ready=False)
+    assert verdict.cls == KILLED
+    assert "scheduler died during initialization (exit code: -9)" in verdict.message
+    assert "SIGKILL" in verdict.message
+    assert verdict.restart_helps
+
+
+def test_a_scheduler_that_died_during_initialization_by_sigsegv_crashed() -> None:
+    tail = ["[2026-11-30 10:00:01 TP0] Capture cuda graph begin.", *MAIN_WAIT, died(-11)]
+    verdict = classify_exit(1, tail, saw_config_line=True, was_ready=False)
+    assert verdict.cls == CRASHED
+    assert verdict.message.endswith("crashed with SIGSEGV")
+
+
+def test_a_scheduler_that_reported_its_own_failure_is_judged_by_that_failure() -> None:
+    # sglang#25118: the scheduler's traceback, then the main process's report (exit code -3)
+    tail = [
+        "[2026-05-13 02:15:18 DP2 TP2] Scheduler hit an exception: Traceback (most recent call "
+        "last):",
+        '  File "/sgl-workspace/sglang/python/sglang/srt/distributed/utils.py", line 23, in '
+        "ensure_divisibility",
+        "AssertionError: 16 is not divisible by 6",
+        "",
+        *MAIN_WAIT,
+        died(-3),
+    ]
+    verdict = classify_exit(1, tail, saw_config_line=True, was_ready=False)
+    assert (verdict.cls, verdict.message) == (
+        CONFIG_ERROR,
+        "AssertionError: 16 is not divisible by 6",
+    )
+
+
+def test_a_weight_partition_off_marlins_thread_tiles_is_a_kernel_error() -> None:
+    # sglang/srt/layers/quantization/marlin_utils.py verify_marlin_supports_shape (as vLLM's)
+    tail = [
+        "[2026-11-30 10:00:01 TP0] Scheduler hit an exception: Traceback (most recent call last):",
+        "ValueError: Weight input_size_per_partition = 14784 is not divisible by min_thread_k = "
+        "128. Consider reducing tensor_parallel_size or running with --quantization gptq.",
+    ]
+    verdict = classify_exit(-signal.SIGKILL, tail, saw_config_line=True, was_ready=False)
+    assert verdict.cls == KERNEL_ERROR
+    assert not verdict.restart_helps
+    # the f-string of output_size_per_partition's check puts two blanks before min_thread_n
+    tail[1] = (
+        "ValueError: Weight output_size_per_partition = 2736 is not divisible by  min_thread_n = "
+        "64. Consider reducing tensor_parallel_size or running with --quantization gptq."
+    )
+    assert classify_exit(-9, tail, saw_config_line=True, was_ready=False).cls == KERNEL_ERROR
+
+
+def test_a_weight_partition_off_the_checkpoints_quantization_blocks_is_a_config_error() -> None:
+    # sglang#3491 (one line pasted): sglang/srt/layers/quantization/fp8.py create_weights
+    tail = [
+        "ValueError: Weight output_partition_size = 576 is not divisible by weight quantization "
+        "block_n = 128."
+    ]
+    verdict = classify_exit(-signal.SIGKILL, tail, saw_config_line=True, was_ready=False)
+    assert verdict.cls == CONFIG_ERROR
+    assert not verdict.restart_helps
+
+
+def test_a_module_that_lacks_a_name_its_caller_needs_is_an_install_mismatch() -> None:
+    # sglang#3392: raised inside a function while capturing CUDA graphs, not by an import
+    tail = [
+        "[2025-02-08 05:57:37 TP6] Scheduler hit an exception: Traceback (most recent call last):",
+        '  File "/home/deepseek/sglang/python/sglang/srt/layers/moe/fused_moe_triton/fused_moe.py",'
+        " line 992, in fused_experts_impl",
+        "    ops.silu_and_mul(intermediate_cache2, intermediate_cache1.view(-1, N))",
+        "AttributeError: module 'vllm._custom_ops' has no attribute 'silu_and_mul'",
+    ]
+    verdict = classify_exit(-signal.SIGKILL, tail, saw_config_line=True, was_ready=False)
+    assert verdict.cls == IMPORT_ERROR
+    assert not verdict.restart_helps
+
+
+def test_an_objects_missing_attribute_inside_a_function_is_still_a_crash() -> None:
+    tail = [
+        "[2025-09-22 08:10:54] Scheduler hit an exception: Traceback (most recent call last):",
+        '  File "/sgl/srt/model_executor/cuda_graph_runner.py", line 366, in capture',
+        "AttributeError: 'NoneType' object has no attribute 'get_seqlens_expanded'",
+    ]
+    verdict = classify_exit(-signal.SIGKILL, tail, saw_config_line=True, was_ready=False)
+    assert verdict.cls == CRASHED
+
+
+def test_a_gpu_without_code_for_a_kernel_is_a_kernel_error() -> None:
+    # torch's HIP build: hipErrorInvalidDeviceFunction (CUDA: cudaErrorInvalidDeviceFunction)
+    tail = [
+        "[2025-04-27 07:30:56 TP0] Scheduler hit an exception: Traceback (most recent call last):",
+        "RuntimeError: HIP error: invalid device function",
+        "HIP kernel errors might be asynchronously reported at some other API call, so the "
+        "stacktrace below might be incorrect.",
+    ]
+    verdict = classify_exit(-signal.SIGKILL, tail, saw_config_line=True, was_ready=False)
+    assert verdict.cls == KERNEL_ERROR
+
+
+def test_cublas_refusing_a_gemm_is_a_kernel_error_and_its_allocation_failure_an_oom() -> None:
+    # torch's TORCH_CUDABLAS_CHECK: "CUDA error: <status> when calling `...`"
+    tail = [
+        "[2025-04-29 09:06:52 TP0] Scheduler hit an exception: Traceback (most recent call last):",
+        "RuntimeError: CUDA error: CUBLAS_STATUS_NOT_SUPPORTED when calling `cublasLtMatmul( ... )`",
+    ]
+    verdict = classify_exit(-signal.SIGKILL, tail, saw_config_line=True, was_ready=True)
+    assert verdict.cls == KERNEL_ERROR
+    tail[1] = (
+        "RuntimeError: CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`"
+    )
+    assert classify_exit(-9, tail, saw_config_line=True, was_ready=True).cls == CUDA_OOM
+
+
+def test_a_kernel_library_refusing_its_inputs_is_a_kernel_error() -> None:
+    # sglang#7847: aiter's MLA decode asserts the head count per rank while capturing
+    tail = [
+        "[2025-07-08 07:10:20 TP0] Scheduler hit an exception: Traceback (most recent call last):",
+        '  File "/sgl-workspace/sglang/python/sglang/srt/layers/attention/aiter_backend.py", line '
+        "657, in forward_decode",
+        "    mla_decode_fwd(",
+        '  File "/sgl-workspace/aiter/aiter/mla.py", line 107, in get_meta_param',
+        '    assert nhead in get_mgc, f"{nhead=} not supported"',
+        "           ^^^^^^^^^^^^^^^^",
+        "AssertionError: nhead=8 not supported",
+    ]
+    verdict = classify_exit(-signal.SIGKILL, tail, saw_config_line=True, was_ready=False)
+    assert verdict.cls == KERNEL_ERROR
+    assert not verdict.restart_helps
+
+
+def test_an_assertion_of_sglangs_own_code_stays_a_crash() -> None:
+    # sglang#25118's scheduler: SGLang's KV pool asserting its dtype, not a kernel's check
+    tail = [
+        "[2026-05-13 02:15:18 DP2 TP2] Scheduler hit an exception: Traceback (most recent call "
+        "last):",
+        '  File "/sgl-workspace/sglang/python/sglang/srt/mem_cache/deepseekv4_memory_pool.py", '
+        "line 144, in create_buffer",
+        "    assert self.store_dtype == torch.uint8",
+        "AssertionError",
+    ]
+    verdict = classify_exit(-signal.SIGKILL, tail, saw_config_line=True, was_ready=False)
+    assert verdict.cls == CRASHED
