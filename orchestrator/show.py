@@ -349,6 +349,8 @@ def restart_verdict(ended: ExitInfo) -> str:
 def run_ended(event: RunEnded, *, at_line_start: bool = True) -> list[Text]:
     """The marker between two runs in ``orch logs -f``, and at the deployment's end."""
     head = f"-- run {event.run_id} ended: {run_verdict(event.verdict)}; "
+    if event.verdict is not None and event.verdict.cls != STOPPED:
+        head += f"{restart_verdict(event.verdict)}; "  # as status, runs and up say it
     if event.next_run is not None:
         tail = f"following run {event.next_run} --"
     else:

@@ -19,7 +19,11 @@ from orchestrator.transport.local import LocalTransport
 from tests.conftest import REPO
 from tests.e2e.conftest import Workspace
 
-MARKER = re.compile(r"^-- run (\S+) ended: (.*?); (.*) --\n", re.MULTILINE)
+MARKER = re.compile(
+    r"^-- run (\S+) ended: (.*?); (?:restart (?:may|will not) help: [^;]*; )?(.*) --\n",
+    re.MULTILINE,
+)
+RESTART = re.compile(r"^-- run \S+ ended: [^;]*; restart may help: GPU memory ", re.MULTILINE)
 # Every start dies of CUDA OOM after loading; the third start within the window is FATAL.
 OOM_LOOP = {"ORCH_STANDIN_FAIL": "cuda-oom", "ORCH_STANDIN_LOAD_S": "1.5"}
 OOM_RESTART = {"mode": "on-failure", "delay_s": 0.2, "max_delay_s": 1, "start_limit": 3}
@@ -61,6 +65,7 @@ def test_logs_follow_goes_on_with_each_restart_and_ends_with_the_verdict(
     assert follower.returncode == ExitCode.CUDA_OOM, (out, err)
     markers = MARKER.findall(out)
     assert len(markers) >= 2, out  # the follower saw at least one restart
+    assert len(RESTART.findall(out)) == len(markers), out  # each with the agent's restart verdict
     runs = [run_id for run_id, _, _ in markers]
     for (_, verdict, after), following in zip(markers, [*runs[1:], None], strict=True):
         assert verdict == "cuda-oom (SIGKILL)"

@@ -9,7 +9,7 @@ from typing import Any
 
 from orchestrator import show
 from orchestrator.commands.follow import exit_code_of, failure_outcome
-from orchestrator.commands.ops import RunsView, StatusRow
+from orchestrator.commands.ops import RunEnded, RunsView, StatusRow
 from orchestrator.errors import ExitCode
 from orchestrator.protocol import RunInfo, decode_state
 from orchestrator.remote import agent
@@ -72,6 +72,32 @@ def test_runs_shows_each_runs_restart_verdict_in_text_and_json() -> None:
     (run,) = show.runs_json(view)["runs"]
     assert run["exit"]["restart_helps"] is True
     assert run["exit"]["restart_why"].startswith("a GPU kernel failed while serving")
+
+
+def _marker(event: RunEnded) -> str:
+    return "".join(text.text for text in show.run_ended(event))
+
+
+def test_logs_follows_end_of_run_line_says_the_restart_verdict_and_why() -> None:
+    fatal = decode_state(ASSERTED)
+    ended = fatal.last_exit
+    last = _marker(RunEnded(RUN, ended, None, fatal.state, fatal.message, ExitCode.CONFIG_ERROR))
+    why = agent.restart_for(agent.CONFIG_ERROR).why
+    assert last == (
+        f"-- run {RUN} ended: config-error (SIGKILL); restart will not help: {why}; "
+        "FATAL: config-error: not restarting; no new run --\n"
+    )
+    served = decode_state(_state(agent.KERNEL_ERROR, "RuntimeError: CUDA error", True)).last_exit
+    between = _marker(RunEnded(RUN, served, "0003-20261201T005400Z"))
+    assert "; restart may help: a GPU kernel failed while serving" in between
+    assert between.endswith("; following run 0003-20261201T005400Z --\n")
+
+
+def test_a_run_stopped_on_request_ends_without_a_restart_verdict() -> None:
+    stopped = decode_state(_state(agent.STOPPED, "stopped on request", None)).last_exit
+    line = _marker(RunEnded(RUN, stopped, None, agent.EXITED, "", ExitCode.OK))
+    assert "restart" not in line
+    assert line.startswith(f"-- run {RUN} ended: stopped (SIGKILL); EXITED")
 
 
 def test_ups_failure_says_the_restart_verdict_and_why() -> None:
