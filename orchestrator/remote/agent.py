@@ -509,7 +509,16 @@ _MISSING_MODEL_MARKS = (
     "can't load tokenizer for",
     "trying to access a gated repo",
     "cannot access gated repo",
+    "is not a valid json file",  # transformers: a config.json cut or empty
 )
+# Code that reads the model's own files (SGLang's loader reads the safetensors index, transformers
+# the config and tokenizer files): a JSONDecodeError there is a file cut or empty, the model's.
+_MODEL_FILE_READERS = re.compile(
+    r"/sglang/srt/model_loader/|/transformers/(?:configuration|tokenization)_utils|/huggingface_hub/"
+)
+# The CUDACHECK/NCCLCHECK macros of CUDA code (vLLM's and sgl-kernel's custom all-reduce, NCCL's
+# examples): printf("Failed: Cuda error %s:%d '%s'\n", ...) and exit(EXIT_FAILURE), no exception.
+_CHECK_MACRO = re.compile(r"Failed[:,] (?P<lib>Cuda|NCCL) error \S+:\d+ '(?P<what>[^']*)'")
 _HUB_HTTP_ERROR = re.compile(r"\b(?:401|403|404) client error\b.*huggingface\.co/")
 _PORT_MARKS = ("address already in use", "[errno 98]", "errno: 98", "is used by a process already")
 # sglang/srt/utils/network.py wait_port_available: "<name> at <port> is not available in 30
@@ -541,6 +550,7 @@ _KERNEL_MARKS = (
     "invalid thread config",
     "error building extension",
     "command '['ninja', '-v']' returned non-zero exit status",
+    "ninja is required to load c++ extensions",  # torch's cpp_extension: no build at all
 )
 _MARLIN_SHAPE = re.compile(
     r"\b(?:size|prob)_[kmn] = \d+ is not divisible by (?:tile|thread)_"
@@ -606,6 +616,7 @@ def _failures(tail: Sequence[str], lines: Sequence[str]) -> list[_Failure]:
                 detail,
                 at_import=_raised_at_import(index, lines),
                 in_kernel_library=_raised_in_kernel_library(index, lines),
+                reading_model=_raised_reading_model(index, lines),
             )
             python = bool(_EXCEPTION_LINE.match(shown))
             found.append(_Failure(index, shown, cls, process, python))
@@ -630,6 +641,9 @@ def _failure_at(
         what = next((t for t in lines[index + 1 : index + 4] if t.startswith("what():")), "")
         detail = f"{text} {what}".lower()
         return terminate.group("type"), (what or text), detail
+    check = _CHECK_MACRO.search(text)
+    if check is not None:  # its text as torch words the same error: "CUDA error: ..."
+        return "CUDACHECK", text[check.start() :], f"{check['lib']} error: {check['what']}".lower()
     if text.startswith("Fatal Python error: "):
         return "Fatal Python error", text, text.lower()
     record = _TORCH_ERROR_RECORD.search(text)
@@ -685,6 +699,17 @@ def _raised_at_import(index: int, lines: Sequence[str]) -> bool:
     return frame is not None and frame.group("function") == "<module>"
 
 
+def _raised_reading_model(index: int, lines: Sequence[str]) -> bool:
+    """The traceback ending at line ``index`` passes through code that reads the model's files."""
+    for earlier in range(index - 1, max(index - 200, -1), -1):
+        frame = _FRAME.match(lines[earlier])
+        if frame is not None and _MODEL_FILE_READERS.search(frame.group("path")):
+            return True
+        if "Traceback (most recent call last)" in lines[earlier]:
+            return False
+    return False
+
+
 def _raised_in_kernel_library(index: int, lines: Sequence[str]) -> bool:
     """The traceback ending at line ``index`` was raised by a GPU kernel library's own code."""
     frame = _innermost_frame(index, lines)
@@ -692,7 +717,12 @@ def _raised_in_kernel_library(index: int, lines: Sequence[str]) -> bool:
 
 
 def _specific_class(
-    exc_type: str, detail: str, *, at_import: bool = False, in_kernel_library: bool = False
+    exc_type: str,
+    detail: str,
+    *,
+    at_import: bool = False,
+    in_kernel_library: bool = False,
+    reading_model: bool = False,
 ) -> str | None:
     """The cause an exception names by its type and message (and, for an AttributeError or a
     failed check, where it was raised), if it names one."""
@@ -710,6 +740,7 @@ def _specific_class(
     if (
         name in _MISSING_MODEL_TYPES
         or any(mark in detail for mark in _MISSING_MODEL_MARKS)
+        or (name == "JSONDecodeError" and reading_model)
         or _HUB_HTTP_ERROR.search(detail)
     ):
         return MODEL_NOT_FOUND

@@ -15,6 +15,7 @@ from orchestrator.remote.agent import (
     IMPORT_ERROR,
     KERNEL_ERROR,
     KILLED,
+    MODEL_NOT_FOUND,
     classify_exit,
 )
 
@@ -187,4 +188,71 @@ def test_an_assertion_of_sglangs_own_code_stays_a_crash() -> None:
         "AssertionError",
     ]
     verdict = classify_exit(-signal.SIGKILL, tail, saw_config_line=True, was_ready=False)
+    assert verdict.cls == CRASHED
+
+
+def test_a_jit_build_without_ninja_is_a_kernel_error() -> None:
+    # torch/utils/cpp_extension.py verify_ninja_availability (sglang#2527: wrapped by SGLang's
+    # "Capture cuda graph failed")
+    tail = [
+        "[2024-12-20 02:00:44 TP0] Scheduler hit an exception: Traceback (most recent call last):",
+        "Exception: Capture cuda graph failed: Ninja is required to load C++ extensions",
+    ]
+    verdict = classify_exit(-signal.SIGKILL, tail, saw_config_line=True, was_ready=False)
+    assert verdict.cls == KERNEL_ERROR
+    assert not verdict.restart_helps
+
+
+def test_a_kernels_own_cuda_check_that_exits_the_process_names_its_error() -> None:
+    # the CUDACHECK macro of custom all-reduce kernels (vLLM's, sgl-kernel's, NCCL's examples):
+    # printf("Failed: Cuda error %s:%d '%s'\n", ...); exit(EXIT_FAILURE) -- sglang#3667, glued to
+    # a progress bar once and then on its own line
+    tail = [
+        " 13%|██▏             | 3/23 [00:11<00:55,  2.79s/it]Failed: Cuda error /workspace/csrc/"
+        "custom_all_reduce.c",
+        "Failed: Cuda error /workspace/csrc/custom_all_reduce.cuh:368 'an illegal memory access "
+        "was encountered'",
+        "[2025-02-18 09:50:38] DataParallelController hit an exception: Traceback (most recent "
+        "call last):",
+        "EOFError",
+        "[2025-02-18 09:50:38] Received sigquit from a child proces. It usually means the child "
+        "failed.",
+    ]
+    verdict = classify_exit(-signal.SIGKILL, tail, saw_config_line=True, was_ready=False)
+    assert verdict.cls == KERNEL_ERROR
+    assert verdict.message.startswith("Failed: Cuda error /workspace/csrc/custom_all_reduce.cuh")
+    tail[1] = "Failed: Cuda error /workspace/csrc/custom_all_reduce.cuh:368 'out of memory'"
+    assert classify_exit(-9, tail, saw_config_line=True, was_ready=False).cls == CUDA_OOM
+
+
+def test_a_model_file_that_is_not_json_is_the_models_fault() -> None:
+    # sglang#5035: model_loader/weight_utils.py json.load of model.safetensors.index.json
+    tail = [
+        "[2025-04-03 17:50:31 TP3] Scheduler hit an exception: Traceback (most recent call last):",
+        '  File "/usr/local/lib/python3.10/dist-packages/sglang/srt/model_loader/weight_utils.py",'
+        " line 322, in filter_duplicate_safetensors_files",
+        '    weight_map = json.load(f)["weight_map"]',
+        '  File "/usr/lib/python3.10/json/decoder.py", line 355, in raw_decode',
+        '    raise JSONDecodeError("Expecting value", s, err.value) from None',
+        "json.decoder.JSONDecodeError: Expecting value: line 1 column 1 (char 0)",
+    ]
+    verdict = classify_exit(-signal.SIGKILL, tail, saw_config_line=True, was_ready=False)
+    assert verdict.cls == MODEL_NOT_FOUND
+    # transformers' configuration_utils: its own words for a config.json that is not JSON
+    config = [
+        "OSError: It looks like the config file at '/models/m/config.json' is not a valid JSON "
+        "file."
+    ]
+    assert classify_exit(1, config, saw_config_line=False, was_ready=False).cls == MODEL_NOT_FOUND
+
+
+def test_a_requests_json_that_does_not_parse_is_no_fault_of_the_model() -> None:
+    tail = [
+        "[2025-04-03 17:50:31 TP0] Scheduler hit an exception: Traceback (most recent call last):",
+        '  File "/sgl/srt/constrained/xgrammar_backend.py", line 160, in dispatch_json',
+        "    schema = json.loads(key_string)",
+        '  File "/usr/lib/python3.10/json/decoder.py", line 355, in raw_decode',
+        "json.decoder.JSONDecodeError: Expecting value: line 1 column 1 (char 0)",
+    ]
+    verdict = classify_exit(-signal.SIGKILL, tail, saw_config_line=True, was_ready=True)
     assert verdict.cls == CRASHED
