@@ -408,7 +408,10 @@ def _what_happened(
                 return ExitVerdict(CRASHED, f"{text}: crashed with {name}")
             why = " (the kernel's OOM killer, or kill -9)" if child_signal == signal.SIGKILL else ""
             return ExitVerdict(KILLED, f"{text}: killed by {name}{why}")
-    generic = failures[-1] if failures else None
+    # abort() ends a process after the failure it reports (a C++ exception's what(), a CUDA
+    # error): that failure, when the tail shows one, says more than "Aborted"
+    said = [f for f in failures if f.text != _ABORTED] or failures
+    generic = said[-1] if said else None
     external = _last_index(lines, _EXTERNAL_STOP_MARKS)
     if number in _EXTERNAL_SIGNALS or external is not None:
         if external is not None:
@@ -477,6 +480,7 @@ _SUBPROCESS_FRAME = re.compile(
     r"\bin run_(?:scheduler|detokenizer|data_parallel_controller)_process"
 )
 _CHAIN_SUPERSEDED = "during handling of the above exception, another exception occurred"
+_ABORTED = "Fatal Python error: Aborted"
 # torch's trailer of a CUDA error a kernel raised; on its own (the error's line cut from the
 # excerpt) it is still the evidence of one.
 _CUDA_ERROR_TRAILER = "CUDA kernel errors might be asynchronously reported"
@@ -488,6 +492,8 @@ _FRAME = re.compile(r'^File "(?P<path>[^"]*)", line \d+, in (?P<function>\S+)')
 # front end its operand types) before they launch or build anything.
 _KERNEL_LIBRARY = re.compile(r"/(?:aiter|flashinfer|sgl_kernel|deep_gemm|flash_attn|triton)/")
 _KERNEL_LIBRARY_CHECKS = ("AssertionError", "ValueError", "NotImplementedError")
+# What code of two releases that do not fit raises while a module is imported.
+_IMPORT_TIME_MISFITS = ("ValueError", "TypeError", "AttributeError", "NameError")
 # Python's own text for a module that lacks a name (not an object's attribute: a bug's).
 _MODULE_LACKS = re.compile(r"^attributeerror: module '[^']+' has no attribute ")
 
@@ -518,7 +524,12 @@ _MODEL_FILE_READERS = re.compile(
 )
 # The CUDACHECK/NCCLCHECK macros of CUDA code (vLLM's and sgl-kernel's custom all-reduce, NCCL's
 # examples): printf("Failed: Cuda error %s:%d '%s'\n", ...) and exit(EXIT_FAILURE), no exception.
-_CHECK_MACRO = re.compile(r"Failed[:,] (?P<lib>Cuda|NCCL) error \S+:\d+ '(?P<what>[^']*)'")
+_CHECK_MACRO = re.compile(r"Failed[:,] (?P<lib>Cuda|CUDA|NCCL) error \S+:\d+ '(?P<what>[^']*)'")
+# A CUDA error torch or a check names on a line of its own: what the trailer below it is about.
+_NAMED_DEVICE_ERROR = re.compile(r"\b(?:CUDA|HIP) error: .*")
+# torch's NCCL watchdog reports any CUDA error it meets while checking a collective's completion
+# as a c10::DistBackendError: with a CUDA error in it, the collective is not what failed.
+_CARRIES_CUDA_ERROR = "cuda error: "
 _HUB_HTTP_ERROR = re.compile(r"\b(?:401|403|404) client error\b.*huggingface\.co/")
 _PORT_MARKS = ("address already in use", "[errno 98]", "errno: 98", "is used by a process already")
 # sglang/srt/utils/network.py wait_port_available: "<name> at <port> is not available in 30
@@ -542,9 +553,15 @@ _KERNEL_MARKS = (
     "misaligned address",
     "unspecified launch failure",
     "device-side assert triggered",
-    "triton error [cuda]",
+    "triton error [",  # Triton's launcher: the driver's error for a launch ([CUDA] or [HIP])
     "no kernel image is available for execution",
     "invalid device function",  # the build has no code for this GPU (CUDA's and HIP's text)
+    # CUDA's launch errors (cudaErrorInvalidConfiguration, ...LaunchOutOfResources,
+    # ...CooperativeLaunchTooLarge), whichever check prints them
+    "invalid configuration argument",
+    "too many resources requested for launch",
+    "too many blocks in cooperative launch",
+    "passmanager::run failed",  # Triton's MLIR passes cannot lower the kernel
     "cublas_status_",  # torch's TORCH_CUDABLAS_CHECK: cuBLAS refused or failed a GEMM
     "out of resource: shared memory",
     "invalid thread config",
@@ -617,6 +634,7 @@ def _failures(tail: Sequence[str], lines: Sequence[str]) -> list[_Failure]:
                 at_import=_raised_at_import(index, lines),
                 in_kernel_library=_raised_in_kernel_library(index, lines),
                 reading_model=_raised_reading_model(index, lines),
+                importing=_raised_while_importing(index, lines),
             )
             python = bool(_EXCEPTION_LINE.match(shown))
             found.append(_Failure(index, shown, cls, process, python))
@@ -635,6 +653,9 @@ def _failure_at(
     if text.startswith(_CUDA_ERROR_TRAILER) and (
         index == 0 or not _EXCEPTION_LINE.match(lines[index - 1])
     ):  # the trailer follows its error's line at once: without one, the excerpt lost it
+        named = _NAMED_DEVICE_ERROR.search(lines[index - 1]) if index else None
+        if named is not None:  # on another record's line (torch's watchdog, glued output)
+            return "named CUDA error", named.group(0), named.group(0).lower()
         return _ORPHAN_CUDA_ERROR, text, text.lower()
     terminate = _CPP_TERMINATE.match(text)
     if terminate is not None:  # a C++ exception: its what() follows
@@ -699,15 +720,30 @@ def _raised_at_import(index: int, lines: Sequence[str]) -> bool:
     return frame is not None and frame.group("function") == "<module>"
 
 
+def _traceback_frames(index: int, lines: Sequence[str]) -> list[re.Match[str]]:
+    """The ``File "...", line N, in f`` lines of the traceback ending at line ``index``, outermost
+    first (back to its ``Traceback (most recent call last)`` line, 300 lines at most)."""
+    frames: list[re.Match[str]] = []
+    for earlier in range(index - 1, max(index - 300, -1), -1):
+        if "Traceback (most recent call last)" in lines[earlier]:
+            break
+        frame = _FRAME.match(lines[earlier])
+        if frame is not None:
+            frames.append(frame)
+    return frames[::-1]
+
+
 def _raised_reading_model(index: int, lines: Sequence[str]) -> bool:
     """The traceback ending at line ``index`` passes through code that reads the model's files."""
-    for earlier in range(index - 1, max(index - 200, -1), -1):
-        frame = _FRAME.match(lines[earlier])
-        if frame is not None and _MODEL_FILE_READERS.search(frame.group("path")):
-            return True
-        if "Traceback (most recent call last)" in lines[earlier]:
-            return False
-    return False
+    return any(_MODEL_FILE_READERS.search(f.group("path")) for f in _traceback_frames(index, lines))
+
+
+def _raised_while_importing(index: int, lines: Sequence[str]) -> bool:
+    """The traceback ending at line ``index`` runs inside an import: a module's top level below
+    the entry point's own (``in <module>`` past the first), or importlib's machinery."""
+    frames = _traceback_frames(index, lines)
+    tops = [f for f in frames if f.group("function") == "<module>"]
+    return len(tops) > 1 or any("importlib._bootstrap" in f.group("path") for f in frames)
 
 
 def _raised_in_kernel_library(index: int, lines: Sequence[str]) -> bool:
@@ -723,6 +759,7 @@ def _specific_class(
     at_import: bool = False,
     in_kernel_library: bool = False,
     reading_model: bool = False,
+    importing: bool = False,
 ) -> str | None:
     """The cause an exception names by its type and message (and, for an AttributeError or a
     failed check, where it was raised), if it names one."""
@@ -735,6 +772,12 @@ def _specific_class(
         or (name == "AttributeError" and (at_import or "partially initialized module" in detail))
         # a module of another release than its caller's (vllm._custom_ops without silu_and_mul)
         or (name == "AttributeError" and _MODULE_LACKS.match(detail) is not None)
+        # packages that do not fit together fail while one imports another (transformers
+        # refusing SGLang's registration of a name it already has)
+        or (importing and name in _IMPORT_TIME_MISFITS)
+        # SGLang's assert_pkg_version: "<pkg> with minimum required version V is not installed",
+        # "<pkg> is installed with version U, which is less than the minimum required version V"
+        or "minimum required version" in detail
     ):
         return IMPORT_ERROR
     if (
@@ -758,7 +801,9 @@ def _specific_class(
         return KERNEL_ERROR
     if name in ("AssertionError", "ValueError") and _PARALLEL_CHECK.search(detail):
         return CONFIG_ERROR
-    if name in _NCCL_TYPES or any(mark in detail for mark in _NCCL_MARKS):
+    if (name in _NCCL_TYPES and _CARRIES_CUDA_ERROR not in detail) or any(
+        mark in detail for mark in _NCCL_MARKS
+    ):
         return NCCL
     return None
 

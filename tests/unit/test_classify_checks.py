@@ -256,3 +256,99 @@ def test_a_requests_json_that_does_not_parse_is_no_fault_of_the_model() -> None:
     ]
     verdict = classify_exit(-signal.SIGKILL, tail, saw_config_line=True, was_ready=True)
     assert verdict.cls == CRASHED
+
+
+def test_a_kernel_launch_the_gpu_refuses_is_a_kernel_error() -> None:
+    # CUDA's launch errors as kernels' own checks print them: flashinfer's "<op> failed with error
+    # code <cudaGetErrorString>" (sglang#3304), DeepEP's "Failed: CUDA error <file>:<line> '...'"
+    # (sglang#6056), Triton's launcher on HIP "Triton Error [HIP]: ..." (sglang#3400)
+    head = "[2025-02-04 21:18:29 DP3 TP3] TpModelWorkerClient hit an exception: Traceback (most "
+    for line in (
+        "RuntimeError: RMSNorm failed with error code invalid configuration argument",
+        "RuntimeError: Failed: CUDA error /media/ssd1/DeepEP/csrc/kernels/internode_ll.cu:341 "
+        "'too many blocks in cooperative launch'",
+        "RuntimeError: Triton Error [HIP]:  Code: 1, Messsage: invalid argument",
+        "RuntimeError: CUDA error: too many resources requested for launch",
+    ):
+        verdict = classify_exit(-9, [head + "recent call last):", line], saw_config_line=True,
+                                was_ready=False)  # fmt: skip
+        assert verdict.cls == KERNEL_ERROR, line
+
+
+def test_a_triton_kernel_its_compiler_cannot_lower_is_a_kernel_error() -> None:
+    # sglang#5705: Triton's MLIR pass manager (triton/backends/*/compiler.py, pm.run(mod))
+    tail = [
+        "/sgl/srt/layers/moe/ep_moe/kernels.py:606:42: error: Unsupported conversion from "
+        "'f8E4M3FN' to 'f16'",
+        "[2025-04-24 07:50:01 TP2] TpModelWorkerClient hit an exception: Traceback (most recent "
+        "call last):",
+        '  File "/usr/local/lib/python3.10/dist-packages/triton/backends/nvidia/compiler.py", line '
+        "216, in make_ttgir",
+        "    pm.run(mod)",
+        "RuntimeError: PassManager::run failed",
+    ]
+    verdict = classify_exit(-9, tail, saw_config_line=True, was_ready=True)
+    assert verdict.cls == KERNEL_ERROR
+
+
+def test_a_gpu_hardware_fault_is_neither_a_kernels_nor_ncclss() -> None:
+    # sglang#3204: an uncorrectable ECC error, seen by a kernel's CUDACHECK and by torch's NCCL
+    # watchdog (a c10::DistBackendError that carries a CUDA error, not a collective's failure)
+    watchdog = (
+        "[rank1]:[E129 08:52:51.685329145 ProcessGroupNCCL.cpp:1595] [PG ID 2 PG GUID 3 Rank 1] "
+        "Process group watchdog thread terminated with exception: CUDA error: uncorrectable ECC "
+        "error encountered"
+    )
+    trailer = (
+        "CUDA kernel errors might be asynchronously reported at some other API call, so the "
+        "stacktrace below might be incorrect."
+    )
+    tail = [
+        "  9%|▊         | 2/23 [00:08<01:20,  3.82s/it]" + watchdog,
+        trailer,
+        "Failed: Cuda error /workspace/csrc/custom_all_reduce.cuh:364 'uncorrectable ECC error "
+        "encountered'",
+        "terminate called after throwing an instance of 'c10::DistBackendError'",
+        "  what():  [PG ID 2 PG GUID 3 Rank 1] Process group watchdog thread terminated with "
+        "exception: CUDA error: uncorrectable ECC error encountered",
+        trailer,
+        "Fatal Python error: Aborted",
+    ]
+    verdict = classify_exit(-signal.SIGABRT, tail, saw_config_line=True, was_ready=False)
+    assert verdict.cls == CRASHED
+    assert "uncorrectable ECC error" in verdict.message
+
+
+def test_sglangs_own_dependency_check_is_an_import_error() -> None:
+    # sglang/srt/utils (assert_pkg_version): the two texts it raises
+    for message in (
+        "Exception: flashinfer_python with minimum required version 0.2.5 is not installed. "
+        "Please uninstall the old version and reinstall the latest version by following the "
+        "instructions at https://docs.flashinfer.ai/installation.html.",
+        "Exception: sgl-kernel is installed with version 0.0.9.post1, which is less than the "
+        "minimum required version 0.1.0. Please reinstall the latest version",
+    ):
+        verdict = classify_exit(1, ["Traceback (most recent call last):", message],
+                                saw_config_line=True, was_ready=False)  # fmt: skip
+        assert (verdict.cls, verdict.restart_helps) == (IMPORT_ERROR, False), message
+
+
+def test_any_failure_while_a_library_module_is_imported_is_an_import_error() -> None:
+    # sglang#4159: SGLang's config module registers with transformers at import time, and the
+    # installed transformers already has that name (a release that does not fit)
+    tail = [
+        "Traceback (most recent call last):",
+        '  File "/usr/lib/python3.10/runpy.py", line 196, in _run_module_as_main',
+        '  File "/sgl-workspace/sglang/python/sglang/launch_server.py", line 6, in <module>',
+        "    from sglang.srt.entrypoints.http_server import launch_server",
+        '  File "/sgl-workspace/sglang/python/sglang/srt/configs/qwen2_5_vl_config.py", line 1005,'
+        " in <module>",
+        "    AutoImageProcessor.register(Qwen2_5_VLConfig, None, Qwen2_5_VLImageProcessor, None)",
+        '  File "/usr/local/lib/python3.10/dist-packages/transformers/models/auto/'
+        'image_processing_auto.py", line 628, in register',
+        "    raise ValueError(f\"'{key}' is already used by a Transformers model.\")",
+        "ValueError: '<class 'sglang.srt.configs.qwen2_5_vl_config.Qwen2_5_VLConfig'>' is already "
+        "used by a Transformers model.",
+    ]
+    verdict = classify_exit(1, tail, saw_config_line=False, was_ready=False)
+    assert verdict.cls == IMPORT_ERROR
