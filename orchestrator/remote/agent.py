@@ -397,6 +397,8 @@ def _what_happened(
         # A traceback through a subprocess's entry point is SGLang's own failure even when the
         # excerpt lost the line it logs before it kills its tree: the -9 is its self-kill.
         self_kill = _last_match(lines, _SUBPROCESS_FRAME)
+    if self_kill is None:
+        self_kill = _last_match(lines, _COMPONENT_FAILED)
     dead_child = _dead_child(lines)
     if dead_child is not None:
         index, child_signal, text = dead_child
@@ -452,6 +454,10 @@ _SELF_KILL_MARKS = (
     "hit an exception",  # Scheduler, TpModelWorkerClient, DetokenizerManager ...
     "crashed with exit code",
 )
+# SGLang 0.1-0.3's record of a failed process, before it killed its tree: logger.error("Exception
+# in ControllerSingle:\n" + traceback) then kill_parent_process() ("Exception in ModelTpServer:",
+# "Exception in ModelRpcClient:" likewise). Python's "Exception in thread X:" is not one.
+_COMPONENT_FAILED = re.compile(r"^Exception in (?!thread\b)[A-Z]\w*:$")
 # SGLang's own record of a stop it was asked for from outside.
 _EXTERNAL_STOP_MARKS = ("sigterm received. signum=",)
 # Exceptions and fatal errors, by the first line of their text.
@@ -492,6 +498,12 @@ _FRAME = re.compile(r'^File "(?P<path>[^"]*)", line \d+, in (?P<function>\S+)')
 # front end its operand types) before they launch or build anything.
 _KERNEL_LIBRARY = re.compile(r"/(?:aiter|flashinfer|sgl_kernel|deep_gemm|flash_attn|triton)/")
 _KERNEL_LIBRARY_CHECKS = ("AssertionError", "ValueError", "NotImplementedError")
+_REQUIRES_PACKAGE = re.compile(r'\brequires "?[\w.\-]+"? to be installed\b')
+# A JIT build's compiler failing (Triton builds its launcher stubs with gcc, torch's cpp_extension
+# and flashinfer run ninja, DeepGEMM nvcc): subprocess's CalledProcessError names the command.
+_COMPILER_FAILED = re.compile(
+    r"command '\['[^']*\b(?:gcc|g\+\+|cc|c\+\+|clang|clang\+\+|nvcc|hipcc|ninja)'"
+)
 # What code of two releases that do not fit raises while a module is imported.
 _IMPORT_TIME_MISFITS = ("ValueError", "TypeError", "AttributeError", "NameError")
 # Python's own text for a module that lacks a name (not an object's attribute: a bug's).
@@ -525,6 +537,8 @@ _MODEL_FILE_READERS = re.compile(
 # The CUDACHECK/NCCLCHECK macros of CUDA code (vLLM's and sgl-kernel's custom all-reduce, NCCL's
 # examples): printf("Failed: Cuda error %s:%d '%s'\n", ...) and exit(EXIT_FAILURE), no exception.
 _CHECK_MACRO = re.compile(r"Failed[:,] (?P<lib>Cuda|CUDA|NCCL) error \S+:\d+ '(?P<what>[^']*)'")
+# flashinfer's FLASHINFER_CUDA_CALL: "CUDA Error: <string> (<code>) <file>: line N at function ...".
+_FLASHINFER_CUDA_CALL = re.compile(r"CUDA Error: (?P<what>.+?) \(\d+\) \S+: line \d+ at function")
 # A CUDA error torch or a check names on a line of its own: what the trailer below it is about.
 _NAMED_DEVICE_ERROR = re.compile(r"\b(?:CUDA|HIP) error: .*")
 # torch's NCCL watchdog reports any CUDA error it meets while checking a collective's completion
@@ -541,6 +555,8 @@ _OOM_MARKS = (
     "hip out of memory",
     "cublas_status_alloc_failed",  # cuBLAS could not allocate its workspace
     "not enough memory. please try to increase --mem-fraction-static",
+    "not enought memory. please try to increase --mem-fraction-static",  # SGLang 0.1's spelling
+    "failed with error out of memory",  # flashinfer's ops: "<Op> failed with error <string>"
 )
 # GPU kernels (KERNEL_ERROR): torch's CUDA errors a kernel raises, Triton's compiler refusing or
 # not fitting a kernel, a JIT build of one (torch's cpp_extension runs ninja), Marlin's shape
@@ -625,6 +641,8 @@ def _failures(tail: Sequence[str], lines: Sequence[str]) -> list[_Failure]:
             process = record.rank or "main"
         elif process == "main" and _SUBPROCESS_FRAME.search(text):
             process = "scheduler"  # a traceback through a subprocess's entry point
+        elif _COMPONENT_FAILED.match(text):
+            process = "scheduler"  # SGLang 0.1-0.3's report of one of its processes
         failure = _failure_at(index, text, tail, lines)
         if failure is not None:
             exc_type, shown, detail = failure
@@ -665,6 +683,9 @@ def _failure_at(
     check = _CHECK_MACRO.search(text)
     if check is not None:  # its text as torch words the same error: "CUDA error: ..."
         return "CUDACHECK", text[check.start() :], f"{check['lib']} error: {check['what']}".lower()
+    call = _FLASHINFER_CUDA_CALL.search(text)
+    if call is not None:
+        return "CUDACHECK", text[call.start() :], f"cuda error: {call['what']}".lower()
     if text.startswith("Fatal Python error: "):
         return "Fatal Python error", text, text.lower()
     record = _TORCH_ERROR_RECORD.search(text)
@@ -778,6 +799,9 @@ def _specific_class(
         # SGLang's assert_pkg_version: "<pkg> with minimum required version V is not installed",
         # "<pkg> is installed with version U, which is less than the minimum required version V"
         or "minimum required version" in detail
+        # a library's own words for a package it needs (FastAPI: 'Form data requires
+        # "python-multipart" to be installed.')
+        or _REQUIRES_PACKAGE.search(detail) is not None
     ):
         return IMPORT_ERROR
     if (
@@ -797,6 +821,7 @@ def _specific_class(
         or any(mark in detail for mark in _KERNEL_MARKS)
         or _MARLIN_SHAPE.search(detail)
         or (in_kernel_library and name in _KERNEL_LIBRARY_CHECKS)
+        or (name == "CalledProcessError" and _COMPILER_FAILED.search(detail) is not None)
     ):
         return KERNEL_ERROR
     if name in ("AssertionError", "ValueError") and _PARALLEL_CHECK.search(detail):

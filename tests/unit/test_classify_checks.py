@@ -352,3 +352,74 @@ def test_any_failure_while_a_library_module_is_imported_is_an_import_error() -> 
     ]
     verdict = classify_exit(1, tail, saw_config_line=False, was_ready=False)
     assert verdict.cls == IMPORT_ERROR
+
+
+def test_sglang_0_2s_exception_in_component_line_is_its_own_failure_not_a_kill() -> None:
+    # SGLang 0.1-0.3: logger.error("Exception in ControllerSingle:\n" + traceback), then
+    # kill_parent_process() (SIGKILL); the TP worker logs "Exception in ModelTpServer:" first
+    tail = [
+        "Exception in ModelTpServer:",
+        "Traceback (most recent call last):",
+        '  File "/sgl/srt/managers/controller/tp_worker.py", line 209, in exposed_step',
+        "AssertionError",
+        "",
+        "Exception in ControllerSingle:",
+        "Traceback (most recent call last):",
+        "AssertionError",
+    ]
+    verdict = classify_exit(-signal.SIGKILL, tail, saw_config_line=True, was_ready=True)
+    assert verdict.cls == CRASHED
+    # Python's own "Exception in thread ..." (threading's excepthook) is no such report
+    tail = ["Exception in thread Thread-1:", "Traceback (most recent call last):", "ValueError: x"]
+    assert classify_exit(-9, tail, saw_config_line=True, was_ready=True).cls == KILLED
+
+
+def test_flashinfers_cuda_error_lines_name_their_error() -> None:
+    # flashinfer's FLASHINFER_CUDA_CALL: "CUDA Error: <string> (<code>) <file>: line N at function
+    # <call>", and its ops' "<Op> failed with error <string>" (sglang#109, #1058)
+    tail = [
+        "CUDA Error: out of memory (2) /sglang/3rdparty/flashinfer/include/flashinfer/handler.cuh: "
+        "line 100 at function cudaMallocAsync(&float_buffer_, tmp_size, stream_)",
+        "Exception in ModelTpServer:",
+        "Traceback (most recent call last):",
+        "RuntimeError: BatchDecodeWithPagedKVCache failed with error out of memory",
+    ]
+    assert classify_exit(-9, tail, saw_config_line=True, was_ready=True).cls == CUDA_OOM
+    tail = [tail[0].replace("out of memory (2)", "no kernel image is available for execution on "
+                            "the device (209)")]  # fmt: skip
+    assert classify_exit(1, tail, saw_config_line=True, was_ready=False).cls == KERNEL_ERROR
+
+
+def test_sglang_0_1s_not_enough_memory_spelling_is_an_oom() -> None:
+    # SGLang 0.1.x's router: raise RuntimeError("Not enought memory. Please try to increase ...")
+    tail = [
+        "router init state: Traceback (most recent call last):",
+        "RuntimeError: Not enought memory. Please try to increase --mem-fraction-static.",
+    ]
+    assert classify_exit(1, tail, saw_config_line=True, was_ready=False).cls == CUDA_OOM
+
+
+def test_a_library_saying_a_package_must_be_installed_is_an_import_error() -> None:
+    # FastAPI (sglang#949): RuntimeError: Form data requires "python-multipart" to be installed.
+    tail = [
+        "Traceback (most recent call last):",
+        '  File "/usr/local/lib/python3.10/dist-packages/fastapi/dependencies/utils.py", line 100',
+        'RuntimeError: Form data requires "python-multipart" to be installed.',
+    ]
+    assert classify_exit(1, tail, saw_config_line=True, was_ready=False).cls == IMPORT_ERROR
+
+
+def test_a_compiler_that_fails_a_jit_build_is_a_kernel_error() -> None:
+    # Triton builds its launcher with gcc (sglang#1240); torch's cpp_extension and flashinfer run
+    # ninja, DeepGEMM nvcc
+    tail = [
+        "Traceback (most recent call last):",
+        "subprocess.CalledProcessError: Command '['/usr/bin/gcc', '/tmp/tmpx4yubctp/main.c', "
+        "'-O3', '-shared', '-fPIC', '-o', '/tmp/tmpx4yubctp/cuda_utils.cpython-310-x86_64-linux-"
+        "gnu.so', '-lcuda']' returned non-zero exit status 1.",
+    ]
+    assert classify_exit(1, tail, saw_config_line=True, was_ready=False).cls == KERNEL_ERROR
+    tail[1] = (
+        "subprocess.CalledProcessError: Command '['git', 'clone', 'x']' returned non-zero exit"
+    )
+    assert classify_exit(1, tail, saw_config_line=True, was_ready=False).cls == CRASHED
