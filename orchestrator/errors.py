@@ -47,6 +47,8 @@ class ExitCode(enum.IntEnum):
     SPAWN_FAILED = 29  # the server could not be started at all (exec failed): never restarted
     GROUP = 30  # a launch group did not form or fell apart: a node never joined, the rendezvous
     # did not complete, a supervisor of the group was lost (the class names which: group-*)
+    KERNEL_ERROR = 31  # the server died: a GPU kernel failed (a CUDA error it raised, a kernel
+    # that cannot be built or loaded, a kernel's shape check); 20-29 were taken
     INTERNAL = 70  # a bug in orch (EX_SOFTWARE)
     INTERRUPTED = 130  # Ctrl-C
 

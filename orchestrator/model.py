@@ -310,12 +310,16 @@ class ExitInfo:
 
     run_id: str
     returncode: int
-    cls: str  # config-error, cuda-oom, killed, ... hung, startup-timeout, spawn-failed, stopped
+    cls: str  # config-error, cuda-oom, kernel-error, killed, ... hung, spawn-failed, stopped
     message: str
     at: float  # the host's wall clock
     was_ready: bool
     signal: str | None = None
     swept_pids: tuple[int, ...] = ()
+    # Whether starting the same argv again can end otherwise, and the evidence (the agent's
+    # restart verdict; an older agent's is what its class says).
+    restart_helps: bool = True
+    restart_why: str = ""
 
 
 @dataclass(frozen=True)

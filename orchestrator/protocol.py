@@ -12,7 +12,7 @@ from __future__ import annotations
 import base64
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from orchestrator import memory, sglang_config
@@ -30,7 +30,7 @@ from orchestrator.model import (
     frozen_map,
 )
 from orchestrator.plan import PlanAnswer, Provenance
-from orchestrator.remote.agent import PROTOCOL
+from orchestrator.remote.agent import PROTOCOL, restart_for
 from orchestrator.verify import Observation
 
 # -- the run spec: what orch sends ----------------------------------------------------------------
@@ -442,7 +442,7 @@ def decode_start(document: Any) -> StartReply:
 
 
 def _exit_info(reader: _Reader) -> ExitInfo:
-    return ExitInfo(
+    ended = ExitInfo(
         run_id=reader.text("run_id"),
         returncode=reader.integer("returncode"),
         cls=reader.text("class"),
@@ -451,6 +451,14 @@ def _exit_info(reader: _Reader) -> ExitInfo:
         was_ready=reader.flag("was_ready"),
         signal=reader.opt_text("signal"),
         swept_pids=tuple(int(pid) for pid in reader.items("swept_pids")),
+    )
+    # Agents before the restart verdict (issue 25) recorded the class alone: its verdict is the
+    # class's, as those agents applied it.
+    by_class = restart_for(ended.cls, was_ready=ended.was_ready)
+    return replace(
+        ended,
+        restart_helps=reader.flag("restart_helps", by_class.helps),
+        restart_why=reader.text("restart_why", by_class.why),
     )
 
 

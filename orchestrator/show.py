@@ -341,9 +341,16 @@ def run_verdict(ended: ExitInfo | None) -> str:
     return f"{ended.cls} ({status})"
 
 
+def restart_verdict(ended: ExitInfo) -> str:
+    """``restart will not help: <why>`` or ``restart may help: <why>`` (the agent's verdict)."""
+    return f"restart {'may help' if ended.restart_helps else 'will not help'}: {ended.restart_why}"
+
+
 def run_ended(event: RunEnded, *, at_line_start: bool = True) -> list[Text]:
     """The marker between two runs in ``orch logs -f``, and at the deployment's end."""
     head = f"-- run {event.run_id} ended: {run_verdict(event.verdict)}; "
+    if event.verdict is not None and event.verdict.cls != STOPPED:
+        head += f"{restart_verdict(event.verdict)}; "  # as status, runs and up say it
     if event.next_run is not None:
         tail = f"following run {event.next_run} --"
     else:
@@ -366,14 +373,19 @@ def _run_cells(view: RunsView, run: RunInfo) -> dict[str, Any]:
         verdict = current.state or "?"
     else:
         verdict = "no exit recorded"
+    restart = "-"
+    if run.exit is not None and run.exit.cls != STOPPED:
+        restart = restart_verdict(run.exit).removeprefix("restart ")
     return {
-        "ended_at": ended_at, "duration_s": length, "verdict": verdict,
+        "ended_at": ended_at, "duration_s": length, "verdict": verdict, "restart": restart,
         "state": current.state if current else None, "current": current is not None,
     }  # fmt: skip
 
 
 def runs_table(view: RunsView) -> str:
-    table = [("RUN", "STARTED (UTC)", "ENDED (UTC)", "DURATION", "READY AFTER", "VERDICT")]
+    table = [
+        ("RUN", "STARTED (UTC)", "ENDED (UTC)", "DURATION", "READY AFTER", "VERDICT", "RESTART")
+    ]
     for run in view.runs:
         cells = _run_cells(view, run)
         ready = None
@@ -381,7 +393,7 @@ def runs_table(view: RunsView) -> str:
             ready = run.ready_at - run.started_at
         table.append((
             run.run_id, utc(run.started_at), utc(cells["ended_at"]), duration(cells["duration_s"]),
-            duration(ready), cells["verdict"],
+            duration(ready), cells["verdict"], cells["restart"],
         ))  # fmt: skip
     return grid(table)
 
@@ -399,6 +411,7 @@ def runs_json(view: RunsView) -> dict[str, Any]:
                 "class": run.exit.cls, "returncode": run.exit.returncode,
                 "signal": run.exit.signal, "message": run.exit.message,
                 "was_ready": run.exit.was_ready, "swept_pids": list(run.exit.swept_pids),
+                "restart_helps": run.exit.restart_helps, "restart_why": run.exit.restart_why,
             },
         })  # fmt: skip
     return {"profile": view.profile, "host": view.host, "runs": rows}
@@ -445,7 +458,8 @@ def status_table(rows: Sequence[StatusRow], *, wide: bool = False) -> str:
         else:
             last = "-"
             if state.last_exit is not None and state.last_exit.cls != STOPPED:
-                last = f"{state.last_exit.cls}: {state.last_exit.message}"
+                ended = state.last_exit
+                last = f"{ended.cls}: {ended.message}; {restart_verdict(ended)}"
             if state.state == FATAL and state.message:  # why it is not restarted
                 last = state.message if last == "-" else f"{state.message}; last: {last}"
             commit = (state.git_commit or "-")[:10] + ("+dirty" if state.git_dirty else "")

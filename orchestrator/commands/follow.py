@@ -23,9 +23,9 @@ from orchestrator.remote.agent import (
     CONFIG_ERROR,
     CRASHED,
     CUDA_OOM,
-    DETERMINISTIC,
     HUNG,
     IMPORT_ERROR,
+    KERNEL_ERROR,
     KILLED,
     LOST,
     MODEL_NOT_FOUND,
@@ -35,6 +35,7 @@ from orchestrator.remote.agent import (
     SPAWN_FAILED,
     STARTUP_TIMEOUT,
     TERMINAL_STATES,
+    restart_for,
 )
 from orchestrator.supervise import Agent, InspectRequest, WatchSilent
 
@@ -57,6 +58,7 @@ EXIT_CODES = {
     IMPORT_ERROR: ExitCode.IMPORT_ERROR,
     MODEL_NOT_FOUND: ExitCode.MODEL_NOT_FOUND,
     NCCL: ExitCode.NCCL,
+    KERNEL_ERROR: ExitCode.KERNEL_ERROR,
     CRASHED: ExitCode.CRASHED,
     HUNG: ExitCode.HUNG,
     STARTUP_TIMEOUT: ExitCode.STARTUP_TIMEOUT,
@@ -292,16 +294,19 @@ def failure_outcome(
     state: RunState, cls: str, message: str, last_lines: tuple[str, ...]
 ) -> Outcome:
     hint: str | None
-    if cls in DETERMINISTIC:
-        hint = (
-            "a configuration error is deterministic: not restarted"
-            if cls == CONFIG_ERROR
-            else f"{cls} is deterministic: not restarted"
-        )
-    elif state.state == BACKOFF:
-        hint = f"the agent restarts it ({state.message}); orch status / orch down"
+    ended = state.last_exit
+    # The agent's restart verdict of this run (an agent before it: the class's own)
+    if ended is not None and ended.cls == cls:
+        helps, why = ended.restart_helps, ended.restart_why
     else:
-        hint = state.message or None
+        judged = restart_for(cls)
+        helps, why = judged.helps, judged.why
+    if not helps:
+        hint = f"not restarted: {why}"
+    elif state.state == BACKOFF:
+        hint = f"the agent restarts it ({state.message}): {why}; orch status / orch down"
+    else:
+        hint = f"{state.message}: {why}" if state.message else why
     run = state.last_exit.run_id if state.last_exit else state.run_id
     return Outcome(
         ok=False,

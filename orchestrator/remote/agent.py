@@ -223,7 +223,8 @@ def is_gate_activated_line(line: str) -> bool:
     )
 
 
-# Exit classes; the deterministic ones are never restarted (the same argv fails the same way).
+# Exit classes: what happened. Whether a restart can help is a separate verdict (Restart below),
+# decided from the class and the evidence: the supervisor restarts by that, never by the class.
 CONFIG_ERROR = "config-error"
 CUDA_OOM = "cuda-oom"
 KILLED = "killed"
@@ -231,6 +232,10 @@ PORT_IN_USE = "port-in-use"
 IMPORT_ERROR = "import-error"
 MODEL_NOT_FOUND = "model-not-found"
 NCCL = "nccl"
+# A GPU kernel failed: a CUDA error a kernel raised (illegal memory access, misaligned address,
+# device-side assert), a kernel that cannot be built or loaded (Triton's compiler and its
+# OutOfResources, a JIT build), a kernel's own shape check (Marlin's tiles).
+KERNEL_ERROR = "kernel-error"
 CRASHED = "crashed"
 STOPPED = "stopped"
 # Verdicts of the supervisor itself, not of classify_exit: it stopped a server that stopped
@@ -243,6 +248,8 @@ SPAWN_FAILED = "spawn-failed"
 # The supervisor took over a running server whose own supervisor had died (``adopt``): it is
 # not its child, so its exit status cannot be known.
 LOST = "lost"
+# The classes that repeat at this configuration whatever the phase (the same argv, install and
+# model path fail the same way); a kernel error repeats when it happens during the startup.
 DETERMINISTIC = (CONFIG_ERROR, IMPORT_ERROR, MODEL_NOT_FOUND, SPAWN_FAILED)
 
 # Every process of a run carries both (children inherit them), for the sweep after the group kill.
@@ -250,8 +257,10 @@ RUN_ID_ENV = "ORCH_RUN_ID"
 DEPLOYMENT_ENV = "ORCH_DEPLOYMENT_DIR"
 
 # ``ExcType: message`` (``Exception: ...`` and a message starting on the next line included).
+# Triton's OutOfResources is the one failure type whose name ends in none of the usual words.
 _EXCEPTION_LINE = re.compile(
-    r"^(?:[A-Za-z_][\w]*\.)*(?:[A-Z]\w*)?(?:Error|Exception|Exit|Interrupt|Warning)(?::(?: .*)?)?$"
+    r"^(?:[A-Za-z_][\w]*\.)*(?:[A-Z]\w*)?(?:Error|Exception|Exit|Interrupt|Warning|OutOfResources)"
+    r"(?::(?: .*)?)?$"
 )
 
 
@@ -264,13 +273,74 @@ _EXCEPTION_LINE = re.compile(
 
 
 @dataclass(frozen=True)
+class Restart:
+    """Whether starting the same argv again can end otherwise (``helps``), and the evidence."""
+
+    helps: bool
+    why: str
+
+
+def restart_for(cls: str, *, was_ready: bool = False) -> Restart:
+    """The restart verdict a class carries: what repeats at this configuration is never
+    restarted (a restart loop proves nothing); what may not repeat is restarted by the policy,
+    whose start limit bounds the rest."""
+    if cls in DETERMINISTIC:
+        return Restart(False, _REPEATS[cls])
+    if cls == KERNEL_ERROR and not was_ready:
+        # SGLang's startup runs the same kernels on the same shapes on every start: weight repacks
+        # (Marlin's tile checks) and Triton/JIT builds are functions of the model, the GPU and the
+        # parallel sizes, and CUDA-graph capture replays a fixed list of batch sizes.
+        return Restart(False, "a GPU kernel failed during startup (loading, building kernels or "
+                       "capturing CUDA graphs runs the same kernels on the same shapes each "
+                       "start): it repeats at this configuration")  # fmt: skip
+    return Restart(True, _MAY_PASS.get(cls, "nothing shows a cause that repeats: restarted by "
+                                       "the policy, bounded by its start limit"))  # fmt: skip
+
+
+_REPEATS = {
+    CONFIG_ERROR: "SGLang rejects this configuration: the same argv fails the same way",
+    IMPORT_ERROR: "the install cannot import what SGLang needs: it fails the same way until the "
+    "environment changes",
+    MODEL_NOT_FOUND: "the model is not where the profile says: the same path or Hub id fails the "
+    "same way",
+    SPAWN_FAILED: "the program cannot be started: the same argv fails the same way",
+}
+_MAY_PASS = {
+    KERNEL_ERROR: "a GPU kernel failed while serving (the request that triggered it is gone "
+    "after a restart): it may not repeat",
+    CUDA_OOM: "GPU memory depends on what else holds the GPU and on the load: it may not repeat",
+    NCCL: "a collective failed or timed out (a peer, the network, another rank's end): it may "
+    "not repeat",
+    KILLED: "a signal from outside ended it: it may not repeat",
+    PORT_IN_USE: "the port's holder may be gone: it may not repeat",
+}
+
+
+@dataclass(frozen=True)
 class ExitVerdict:
+    """What happened (``cls``, ``message``) and whether a restart can help (``restart``; None:
+    what the class alone says)."""
+
     cls: str
     message: str
+    restart: Restart | None = None
+
+    @property
+    def judged(self) -> Restart:
+        return self.restart if self.restart is not None else restart_for(self.cls)
+
+    @property
+    def restart_helps(self) -> bool:
+        return self.judged.helps
+
+    @property
+    def restart_why(self) -> str:
+        return self.judged.why
 
     @property
     def deterministic(self) -> bool:
-        return self.cls in DETERMINISTIC
+        """It repeats at this configuration: never restarted."""
+        return not self.judged.helps
 
 
 def last_exception_line(lines: Sequence[str]) -> str | None:
@@ -285,12 +355,24 @@ def last_exception_line(lines: Sequence[str]) -> str | None:
 def classify_exit(
     returncode: int, tail: Sequence[str], *, saw_config_line: bool, was_ready: bool
 ) -> ExitVerdict:
+    """Why a server process ended (its class and the line that says so), and whether starting it
+    again can end otherwise (``restart``: restart_for the class and the phase it reached)."""
+    happened = _what_happened(
+        returncode, tail, saw_config_line=saw_config_line, was_ready=was_ready
+    )
+    return replace(happened, restart=restart_for(happened.cls, was_ready=was_ready))
+
+
+def _what_happened(
+    returncode: int, tail: Sequence[str], *, saw_config_line: bool, was_ready: bool
+) -> ExitVerdict:
     """Why a server process ended, from its exit status and the last lines it printed.
 
     In order (formats: docs/sglang-facts.md §2, tests/fixtures/crashlogs/):
     argparse's usage error with exit 2; an exception (Python, a C++ ``terminate``, a torch
     NCCL watchdog record) whose type and message name a specific cause, the root cause first
-    (import, model, port, CUDA memory, then NCCL, which other ranks' failures also cause);
+    (import, model, port, a configuration SGLang asserts against, CUDA memory, a GPU kernel,
+    then NCCL, which other ranks' failures also cause);
     a process of the server that SGLang reports dead by a signal; a signal from outside;
     any other exception: a configuration error when the main process raised it before SGLang
     accepted its configuration (the incident's ValueError), else a crash.
@@ -302,11 +384,21 @@ def classify_exit(
         if usage is not None:
             return ExitVerdict(CONFIG_ERROR, usage)
     failures = _failures(tail, lines)
-    specific = [f for f in failures if f.cls is not None]
+    # A server that was READY had its configuration accepted and served: an assertion of its
+    # sizes then is about a request, no verdict on the configuration.
+    specific = [
+        f for f in failures if f.cls is not None and not (was_ready and f.cls == CONFIG_ERROR)
+    ]
     if specific:
         cause = min(specific, key=lambda f: (_CAUSE_ORDER.index(f.cls or ""), -f.line))
         return ExitVerdict(cause.cls or CRASHED, cause.text)
     self_kill = _last_index(lines, _SELF_KILL_MARKS)
+    if self_kill is None:
+        # A traceback through a subprocess's entry point is SGLang's own failure even when the
+        # excerpt lost the line it logs before it kills its tree: the -9 is its self-kill.
+        self_kill = _last_match(lines, _SUBPROCESS_FRAME)
+    if self_kill is None:
+        self_kill = _last_match(lines, _COMPONENT_FAILED)
     dead_child = _dead_child(lines)
     if dead_child is not None:
         index, child_signal, text = dead_child
@@ -318,7 +410,10 @@ def classify_exit(
                 return ExitVerdict(CRASHED, f"{text}: crashed with {name}")
             why = " (the kernel's OOM killer, or kill -9)" if child_signal == signal.SIGKILL else ""
             return ExitVerdict(KILLED, f"{text}: killed by {name}{why}")
-    generic = failures[-1] if failures else None
+    # abort() ends a process after the failure it reports (a C++ exception's what(), a CUDA
+    # error): that failure, when the tail shows one, says more than "Aborted"
+    said = [f for f in failures if f.text != _ABORTED] or failures
+    generic = said[-1] if said else None
     external = _last_index(lines, _EXTERNAL_STOP_MARKS)
     if number in _EXTERNAL_SIGNALS or external is not None:
         if external is not None:
@@ -341,8 +436,11 @@ def classify_exit(
     return ExitVerdict(CRASHED, f"exited with code {returncode}")
 
 
-# The root cause first: a rank's CUDA OOM or crash makes the other ranks' collectives fail.
-_CAUSE_ORDER = (IMPORT_ERROR, MODEL_NOT_FOUND, PORT_IN_USE, CUDA_OOM, NCCL)
+# The root cause first: a rank's CUDA OOM, kernel fault or crash makes the other ranks'
+# collectives fail.
+_CAUSE_ORDER = (
+    IMPORT_ERROR, MODEL_NOT_FOUND, PORT_IN_USE, CONFIG_ERROR, CUDA_OOM, KERNEL_ERROR, NCCL,
+)  # fmt: skip
 # Signals sent from outside (kill, the OOM killer, a stop) as opposed to a crash of the
 # process itself (SIGSEGV, SIGBUS, SIGABRT ...). 128 + N is how a shell or container reports N.
 _EXTERNAL_SIGNALS = (signal.SIGKILL, signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
@@ -356,18 +454,28 @@ _SELF_KILL_MARKS = (
     "hit an exception",  # Scheduler, TpModelWorkerClient, DetokenizerManager ...
     "crashed with exit code",
 )
+# SGLang 0.1-0.3's record of a failed process, before it killed its tree: logger.error("Exception
+# in ControllerSingle:\n" + traceback) then kill_parent_process() ("Exception in ModelTpServer:",
+# "Exception in ModelRpcClient:" likewise). Python's "Exception in thread X:" is not one.
+_COMPONENT_FAILED = re.compile(r"^Exception in (?!thread\b)[A-Z]\w*:$")
 # SGLang's own record of a stop it was asked for from outside.
 _EXTERNAL_STOP_MARKS = ("sigterm received. signum=",)
 # Exceptions and fatal errors, by the first line of their text.
 _TORCH_RANK = re.compile(r"^\[rank\d+\]:\s?")
-# torch's C++ error records: ``[E1206 18:44:16.997991020 ProcessGroupNCCL.cpp:1515] ...``
-_TORCH_ERROR_RECORD = re.compile(r"^\[E\d{4} [^\]]*\] ")
+# torch's C++ error records: ``[E1206 18:44:16.997991020 ProcessGroupNCCL.cpp:1515] ...``, the
+# month without its leading zero (``[E210 ...`` is 10 February). Two processes writing at once
+# glue one to the middle of another's line: it is searched for, not only at the start.
+_TORCH_ERROR_RECORD = re.compile(r"\[E\d{3,4} \d\d:\d\d:\d\d\.\d+ [^\]]*\] ")
 _CPP_TERMINATE = re.compile(r"^terminate called after throwing an instance of '(?P<type>[^']+)'")
 _UVICORN_ERROR = re.compile(r"^ERROR:\s+\[Errno (?P<errno>\d+)\] ")
 _ARGPARSE_ERROR = re.compile(r"^(?:usage: )?[\w.\-/ ]+: error: \S")
 # "Rank 0 scheduler is dead" + "Exit code: -9" (0.4.1+); "Child process unexpectedly failed with
 # an exit code 9" / "exitcode=9" (SIGCHLD handler; a raw wait status: the signal in its low bits).
 _SCHEDULER_DEAD = re.compile(r"scheduler is dead\.")
+# 0.5.x: the main process raises "Rank N scheduler died during initialization (exit code: -9).
+# If exit code is -9 (SIGKILL), ..." out of its wait (entrypoints/engine.py _scheduler_died_error),
+# the exit code being multiprocessing's: -N for signal N.
+_SCHEDULER_DIED = re.compile(r"scheduler died during initialization \(exit code: (?P<code>-?\d+)\)")
 _EXIT_CODE = re.compile(r"Exit code: (?P<code>-?\d+)$")
 _CHILD_FAILED = re.compile(
     r"Child process unexpectedly failed with (?:an exit code |exitcode=)(\d+)"
@@ -378,6 +486,28 @@ _SUBPROCESS_FRAME = re.compile(
     r"\bin run_(?:scheduler|detokenizer|data_parallel_controller)_process"
 )
 _CHAIN_SUPERSEDED = "during handling of the above exception, another exception occurred"
+_ABORTED = "Fatal Python error: Aborted"
+# torch's trailer of a CUDA error a kernel raised; on its own (the error's line cut from the
+# excerpt) it is still the evidence of one.
+_CUDA_ERROR_TRAILER = "CUDA kernel errors might be asynchronously reported"
+_ORPHAN_CUDA_ERROR = "CUDA error"
+# The innermost frame of a traceback: ``File "...", line N, in <module>`` is an import running.
+_FRAME = re.compile(r'^File "(?P<path>[^"]*)", line \d+, in (?P<function>\S+)')
+# GPU kernel libraries: their Python wrappers check the shapes, dtypes and GPUs their kernels
+# support (aiter's MLA decode asserts the head count, DeepGEMM its scale layouts, Triton's
+# front end its operand types) before they launch or build anything.
+_KERNEL_LIBRARY = re.compile(r"/(?:aiter|flashinfer|sgl_kernel|deep_gemm|flash_attn|triton)/")
+_KERNEL_LIBRARY_CHECKS = ("AssertionError", "ValueError", "NotImplementedError")
+_REQUIRES_PACKAGE = re.compile(r'\brequires "?[\w.\-]+"? to be installed\b')
+# A JIT build's compiler failing (Triton builds its launcher stubs with gcc, torch's cpp_extension
+# and flashinfer run ninja, DeepGEMM nvcc): subprocess's CalledProcessError names the command.
+_COMPILER_FAILED = re.compile(
+    r"command '\['[^']*\b(?:gcc|g\+\+|cc|c\+\+|clang|clang\+\+|nvcc|hipcc|ninja)'"
+)
+# What code of two releases that do not fit raises while a module is imported.
+_IMPORT_TIME_MISFITS = ("ValueError", "TypeError", "AttributeError", "NameError")
+# Python's own text for a module that lacks a name (not an object's attribute: a bug's).
+_MODULE_LACKS = re.compile(r"^attributeerror: module '[^']+' has no attribute ")
 
 _MISSING_MODEL_TYPES = (
     "RepositoryNotFoundError",
@@ -397,7 +527,23 @@ _MISSING_MODEL_MARKS = (
     "can't load tokenizer for",
     "trying to access a gated repo",
     "cannot access gated repo",
+    "is not a valid json file",  # transformers: a config.json cut or empty
 )
+# Code that reads the model's own files (SGLang's loader reads the safetensors index, transformers
+# the config and tokenizer files): a JSONDecodeError there is a file cut or empty, the model's.
+_MODEL_FILE_READERS = re.compile(
+    r"/sglang/srt/model_loader/|/transformers/(?:configuration|tokenization)_utils|/huggingface_hub/"
+)
+# The CUDACHECK/NCCLCHECK macros of CUDA code (vLLM's and sgl-kernel's custom all-reduce, NCCL's
+# examples): printf("Failed: Cuda error %s:%d '%s'\n", ...) and exit(EXIT_FAILURE), no exception.
+_CHECK_MACRO = re.compile(r"Failed[:,] (?P<lib>Cuda|CUDA|NCCL) error \S+:\d+ '(?P<what>[^']*)'")
+# flashinfer's FLASHINFER_CUDA_CALL: "CUDA Error: <string> (<code>) <file>: line N at function ...".
+_FLASHINFER_CUDA_CALL = re.compile(r"CUDA Error: (?P<what>.+?) \(\d+\) \S+: line \d+ at function")
+# A CUDA error torch or a check names on a line of its own: what the trailer below it is about.
+_NAMED_DEVICE_ERROR = re.compile(r"\b(?:CUDA|HIP) error: .*")
+# torch's NCCL watchdog reports any CUDA error it meets while checking a collective's completion
+# as a c10::DistBackendError: with a CUDA error in it, the collective is not what failed.
+_CARRIES_CUDA_ERROR = "cuda error: "
 _HUB_HTTP_ERROR = re.compile(r"\b(?:401|403|404) client error\b.*huggingface\.co/")
 _PORT_MARKS = ("address already in use", "[errno 98]", "errno: 98", "is used by a process already")
 # sglang/srt/utils/network.py wait_port_available: "<name> at <port> is not available in 30
@@ -407,7 +553,54 @@ _OOM_MARKS = (
     "cuda out of memory",
     "cuda error: out of memory",
     "hip out of memory",
+    "cublas_status_alloc_failed",  # cuBLAS could not allocate its workspace
     "not enough memory. please try to increase --mem-fraction-static",
+    "not enought memory. please try to increase --mem-fraction-static",  # SGLang 0.1's spelling
+    "failed with error out of memory",  # flashinfer's ops: "<Op> failed with error <string>"
+)
+# GPU kernels (KERNEL_ERROR): torch's CUDA errors a kernel raises, Triton's compiler refusing or
+# not fitting a kernel, a JIT build of one (torch's cpp_extension runs ninja), Marlin's shape
+# checks (TORCH_CHECKs in gptq_marlin_repack / gptq_marlin_gemm: a TP size that splits a weight
+# off the kernel's tiles). "CUDA error: out of memory" is CUDA_OOM, checked first.
+_KERNEL_TYPES = ("OutOfResources", "CompilationError", "PTXASError")
+_KERNEL_MARKS = (
+    "an illegal memory access was encountered",
+    "an illegal instruction was encountered",
+    "misaligned address",
+    "unspecified launch failure",
+    "device-side assert triggered",
+    "triton error [",  # Triton's launcher: the driver's error for a launch ([CUDA] or [HIP])
+    "no kernel image is available for execution",
+    "invalid device function",  # the build has no code for this GPU (CUDA's and HIP's text)
+    # CUDA's launch errors (cudaErrorInvalidConfiguration, ...LaunchOutOfResources,
+    # ...CooperativeLaunchTooLarge), whichever check prints them
+    "invalid configuration argument",
+    "too many resources requested for launch",
+    "too many blocks in cooperative launch",
+    "passmanager::run failed",  # Triton's MLIR passes cannot lower the kernel
+    "cublas_status_",  # torch's TORCH_CUDABLAS_CHECK: cuBLAS refused or failed a GEMM
+    "out of resource: shared memory",
+    "invalid thread config",
+    "error building extension",
+    "command '['ninja', '-v']' returned non-zero exit status",
+    "ninja is required to load c++ extensions",  # torch's cpp_extension: no build at all
+)
+_MARLIN_SHAPE = re.compile(
+    r"\b(?:size|prob)_[kmn] = \d+ is not divisible by (?:tile|thread)_"
+    # SGLang's (and vLLM's) marlin_utils: a TP partition off the kernel's thread tiles
+    r"|\bis not divisible by\s+(?:min_thread_[kn]|min_[kn]_threads)\b"
+)
+# SGLang's checks of its parallel sizes against the model (ensure_divisibility's "X is not
+# divisible by Y" over heads, experts, vocabulary; its asserts on tp/dp/ep sizes): they hold or
+# fail the same way for this argv and model, in whichever process makes them.
+_PARALLEL_CHECK = re.compile(
+    r"\bis not divisible by \d|\bmust be divisible by\b"
+    r"|\b(?:tp|dp|pp|ep|cp|attn_tp|attn_dp|moe_tp|moe_ep|moe_dp)_size\b"
+    r"|\b(?:tensor|data|pipeline|expert) parallel size\b"
+    # fp8.py, blockwise_int8.py, qoq.py, marlin_utils.py: a TP partition of a weight off the
+    # checkpoint's quantization blocks or groups ("Weight output_partition_size = 576 is not
+    # divisible by weight quantization block_n = 128"); a kernel's tiles are _MARLIN_SHAPE's
+    r"|\b\w+_(?:size_per_partition|partition_size) = \d+ is not divisible by\b"
 )
 _NCCL_TYPES = ("DistBackendError", "DistNetworkError", "DistStoreError")
 _NCCL_MARKS = (
@@ -448,10 +641,19 @@ def _failures(tail: Sequence[str], lines: Sequence[str]) -> list[_Failure]:
             process = record.rank or "main"
         elif process == "main" and _SUBPROCESS_FRAME.search(text):
             process = "scheduler"  # a traceback through a subprocess's entry point
+        elif _COMPONENT_FAILED.match(text):
+            process = "scheduler"  # SGLang 0.1-0.3's report of one of its processes
         failure = _failure_at(index, text, tail, lines)
         if failure is not None:
             exc_type, shown, detail = failure
-            cls = _specific_class(exc_type, detail)
+            cls = _specific_class(
+                exc_type,
+                detail,
+                at_import=_raised_at_import(index, lines),
+                in_kernel_library=_raised_in_kernel_library(index, lines),
+                reading_model=_raised_reading_model(index, lines),
+                importing=_raised_while_importing(index, lines),
+            )
             python = bool(_EXCEPTION_LINE.match(shown))
             found.append(_Failure(index, shown, cls, process, python))
     return found
@@ -466,16 +668,30 @@ def _failure_at(
         if exc_type.endswith("Warning") or _superseded(index, tail, lines):
             return None
         return exc_type, text, _message(index, tail, lines)
+    if text.startswith(_CUDA_ERROR_TRAILER) and (
+        index == 0 or not _EXCEPTION_LINE.match(lines[index - 1])
+    ):  # the trailer follows its error's line at once: without one, the excerpt lost it
+        named = _NAMED_DEVICE_ERROR.search(lines[index - 1]) if index else None
+        if named is not None:  # on another record's line (torch's watchdog, glued output)
+            return "named CUDA error", named.group(0), named.group(0).lower()
+        return _ORPHAN_CUDA_ERROR, text, text.lower()
     terminate = _CPP_TERMINATE.match(text)
     if terminate is not None:  # a C++ exception: its what() follows
         what = next((t for t in lines[index + 1 : index + 4] if t.startswith("what():")), "")
         detail = f"{text} {what}".lower()
         return terminate.group("type"), (what or text), detail
+    check = _CHECK_MACRO.search(text)
+    if check is not None:  # its text as torch words the same error: "CUDA error: ..."
+        return "CUDACHECK", text[check.start() :], f"{check['lib']} error: {check['what']}".lower()
+    call = _FLASHINFER_CUDA_CALL.search(text)
+    if call is not None:
+        return "CUDACHECK", text[call.start() :], f"cuda error: {call['what']}".lower()
     if text.startswith("Fatal Python error: "):
         return "Fatal Python error", text, text.lower()
-    record = _TORCH_ERROR_RECORD.match(text)
+    record = _TORCH_ERROR_RECORD.search(text)
     if record is not None and "watchdog caught collective operation timeout" in text.lower():
-        return "c10::DistBackendError", text[record.end() :], text.lower()
+        shown = text[record.end() :]
+        return "c10::DistBackendError", shown, shown.lower()
     uvicorn = _UVICORN_ERROR.match(text)
     if uvicorn is not None:
         return "uvicorn", text, text.lower()
@@ -498,26 +714,100 @@ def _message(index: int, tail: Sequence[str], lines: Sequence[str]) -> str:
 
 
 def _superseded(index: int, tail: Sequence[str], lines: Sequence[str]) -> bool:
-    """Raised while handling this exception, another one followed and ended the process."""
+    """Raised while handling this exception, another one followed and ended the process. When
+    the excerpt ends before that other one, this one is the best evidence there is."""
     for later in range(index + 1, min(index + 10, len(lines))):
         text = lines[later]
         if _CHAIN_SUPERSEDED in text.lower():
-            return True
+            return any(_EXCEPTION_LINE.match(after) for after in lines[later + 1 :])
         if text.startswith(("Traceback", "The above exception")) or log_record(tail[later]):
             return False
     return False
 
 
-def _specific_class(exc_type: str, detail: str) -> str | None:
-    """The cause an exception names by its type and message, if it names one."""
+def _innermost_frame(index: int, lines: Sequence[str]) -> re.Match[str] | None:
+    """The last ``File "...", line N, in f`` line of the traceback ending at line ``index``."""
+    for earlier in range(index - 1, max(index - 6, -1), -1):
+        frame = _FRAME.match(lines[earlier])
+        if frame is not None:
+            return frame
+    return None
+
+
+def _raised_at_import(index: int, lines: Sequence[str]) -> bool:
+    """The traceback ending at line ``index`` was raised by a module's own top level: its
+    innermost frame is ``in <module>`` (an import running), not a function it called."""
+    frame = _innermost_frame(index, lines)
+    return frame is not None and frame.group("function") == "<module>"
+
+
+def _traceback_frames(index: int, lines: Sequence[str]) -> list[re.Match[str]]:
+    """The ``File "...", line N, in f`` lines of the traceback ending at line ``index``, outermost
+    first (back to its ``Traceback (most recent call last)`` line, 300 lines at most)."""
+    frames: list[re.Match[str]] = []
+    for earlier in range(index - 1, max(index - 300, -1), -1):
+        if "Traceback (most recent call last)" in lines[earlier]:
+            break
+        frame = _FRAME.match(lines[earlier])
+        if frame is not None:
+            frames.append(frame)
+    return frames[::-1]
+
+
+def _raised_reading_model(index: int, lines: Sequence[str]) -> bool:
+    """The traceback ending at line ``index`` passes through code that reads the model's files."""
+    return any(_MODEL_FILE_READERS.search(f.group("path")) for f in _traceback_frames(index, lines))
+
+
+def _raised_while_importing(index: int, lines: Sequence[str]) -> bool:
+    """The traceback ending at line ``index`` runs inside an import: a module's top level below
+    the entry point's own (``in <module>`` past the first), or importlib's machinery."""
+    frames = _traceback_frames(index, lines)
+    tops = [f for f in frames if f.group("function") == "<module>"]
+    return len(tops) > 1 or any("importlib._bootstrap" in f.group("path") for f in frames)
+
+
+def _raised_in_kernel_library(index: int, lines: Sequence[str]) -> bool:
+    """The traceback ending at line ``index`` was raised by a GPU kernel library's own code."""
+    frame = _innermost_frame(index, lines)
+    return frame is not None and _KERNEL_LIBRARY.search(frame.group("path")) is not None
+
+
+def _specific_class(
+    exc_type: str,
+    detail: str,
+    *,
+    at_import: bool = False,
+    in_kernel_library: bool = False,
+    reading_model: bool = False,
+    importing: bool = False,
+) -> str | None:
+    """The cause an exception names by its type and message (and, for an AttributeError or a
+    failed check, where it was raised), if it names one."""
     name = exc_type.rsplit(".", 1)[-1].rsplit(":", 1)[-1]
-    if name in ("ModuleNotFoundError", "ImportError") or (
-        name == "OSError" and ("undefined symbol" in detail or "shared object file" in detail)
+    if (
+        name in ("ModuleNotFoundError", "ImportError")
+        or (name == "OSError" and ("undefined symbol" in detail or "shared object file" in detail))
+        # a module's top level reading what its dependency lacks (a torch, transformers or
+        # sgl_kernel of another release), or an import circle
+        or (name == "AttributeError" and (at_import or "partially initialized module" in detail))
+        # a module of another release than its caller's (vllm._custom_ops without silu_and_mul)
+        or (name == "AttributeError" and _MODULE_LACKS.match(detail) is not None)
+        # packages that do not fit together fail while one imports another (transformers
+        # refusing SGLang's registration of a name it already has)
+        or (importing and name in _IMPORT_TIME_MISFITS)
+        # SGLang's assert_pkg_version: "<pkg> with minimum required version V is not installed",
+        # "<pkg> is installed with version U, which is less than the minimum required version V"
+        or "minimum required version" in detail
+        # a library's own words for a package it needs (FastAPI: 'Form data requires
+        # "python-multipart" to be installed.')
+        or _REQUIRES_PACKAGE.search(detail) is not None
     ):
         return IMPORT_ERROR
     if (
         name in _MISSING_MODEL_TYPES
         or any(mark in detail for mark in _MISSING_MODEL_MARKS)
+        or (name == "JSONDecodeError" and reading_model)
         or _HUB_HTTP_ERROR.search(detail)
     ):
         return MODEL_NOT_FOUND
@@ -525,7 +815,20 @@ def _specific_class(exc_type: str, detail: str) -> str | None:
         return PORT_IN_USE
     if name == "OutOfMemoryError" or any(mark in detail for mark in _OOM_MARKS):
         return CUDA_OOM
-    if name in _NCCL_TYPES or any(mark in detail for mark in _NCCL_MARKS):
+    if (
+        name in _KERNEL_TYPES
+        or exc_type == _ORPHAN_CUDA_ERROR
+        or any(mark in detail for mark in _KERNEL_MARKS)
+        or _MARLIN_SHAPE.search(detail)
+        or (in_kernel_library and name in _KERNEL_LIBRARY_CHECKS)
+        or (name == "CalledProcessError" and _COMPILER_FAILED.search(detail) is not None)
+    ):
+        return KERNEL_ERROR
+    if name in ("AssertionError", "ValueError") and _PARALLEL_CHECK.search(detail):
+        return CONFIG_ERROR
+    if (name in _NCCL_TYPES and _CARRIES_CUDA_ERROR not in detail) or any(
+        mark in detail for mark in _NCCL_MARKS
+    ):
         return NCCL
     return None
 
@@ -547,6 +850,9 @@ def _dead_child(lines: Sequence[str]) -> tuple[int, int, str] | None:
         status = int(child.group(1)) if child else 0
         if child and status & 0x7F in _REPORTED_SIGNALS:  # the raw wait status of waitpid
             found = (index, status & 0x7F, text)
+        died = _SCHEDULER_DIED.search(text)
+        if died and -int(died.group("code")) in _REPORTED_SIGNALS:
+            found = (index, -int(died.group("code")), text[: died.end()])
         if _SCHEDULER_DEAD.search(text):
             for later in lines[index + 1 : index + 4]:
                 code = _EXIT_CODE.search(later)
@@ -564,6 +870,13 @@ def _past_config(tail: Sequence[str]) -> bool:
         if record is not None and (record.rank is not None or config_line_payload(line)):
             return True
     return False
+
+
+def _last_match(lines: Sequence[str], pattern: re.Pattern[str]) -> int | None:
+    for index in range(len(lines) - 1, -1, -1):
+        if pattern.search(lines[index]):
+            return index
+    return None
 
 
 def _last_index(lines: Sequence[str], marks: Iterable[str]) -> int | None:
@@ -1649,15 +1962,21 @@ class GroupFailure:
     returncode: int | None  # the failed rank's (restart=on-failure looks at it)
     generation: int
     at: float  # monotonic: when the coordinator learnt of it
+    restart: Restart | None = None  # the failed rank's restart verdict; None: its class's
+
+    @property
+    def verdict(self) -> ExitVerdict:
+        return ExitVerdict(self.cls, self.message, self.restart)
 
     @property
     def deterministic(self) -> bool:
-        return self.cls in DETERMINISTIC
+        return self.verdict.deterministic
 
     def as_dict(self) -> dict[str, Any]:
         return {
             "rank": self.rank, "node": self.node, "cls": self.cls, "message": self.message,
             "returncode": self.returncode, "generation": self.generation,
+            "restart_helps": self.verdict.restart_helps, "restart_why": self.verdict.restart_why,
         }  # fmt: skip
 
 
@@ -2145,10 +2464,15 @@ class GroupCoordinator:
                 cls = _short_text(message.get("cls"), CRASHED) or CRASHED
                 why = _short_text(message.get("message"), "exited")
                 returncode = _integer(message.get("returncode"))
+                helps = message.get("restart_helps")  # a member of an older agent sends none
+                restart = (
+                    Restart(helps, _short_text(message.get("restart_why")))
+                    if isinstance(helps, bool) else None
+                )  # fmt: skip
                 failure = GroupFailure(
                     rank, member.node, cls, f"{name}: {why}",
                     LOST_RETURNCODE if returncode is None else returncode,
-                    generation or 0, self._clock.monotonic(),
+                    generation or 0, self._clock.monotonic(), restart,
                 )  # fmt: skip
                 # An old generation's end is no cause of this one's (messages in flight).
                 if self._running and generation == self.generation:
@@ -2498,11 +2822,12 @@ class Supervisor:
     def _apply_policy(
         self, verdict: ExitVerdict, returncode: int, consecutive_failures: int, cause: str = ""
     ) -> float | None:
-        """The restart policy after a run that ended on its own: FATAL (deterministic, start
-        limit) or EXITED (the policy does not restart it), recorded, and None; or BACKOFF and
-        the delay before the next start. ``cause`` ends each message (a group's failed rank)."""
+        """The restart policy after a run that ended on its own: FATAL (the restart verdict says
+        it repeats at this configuration; the start limit) or EXITED (the policy does not restart
+        it), recorded, and None; or BACKOFF and the delay before the next start. ``cause`` ends
+        each message (a group's failed rank)."""
         if verdict.deterministic:
-            message = f"{verdict.cls}: not restarting (deterministic){cause}"
+            message = f"{verdict.cls}: not restarting ({verdict.restart_why}){cause}"
             self._change_state(FATAL, message=message)
             self._event("fatal", reason=verdict.cls)
             return None
@@ -2741,6 +3066,8 @@ class Supervisor:
             "signal": _signal_name(-returncode) if returncode < 0 else None,
             "class": verdict.cls,
             "message": verdict.message,
+            "restart_helps": verdict.restart_helps,
+            "restart_why": verdict.restart_why,
             "at": self.clock.wall(),
             "was_ready": bool(self.state["ready"]),
             "swept_pids": [],
@@ -2833,7 +3160,7 @@ class Supervisor:
             if failure is None:
                 return None
             self._interrupted_by = failure
-            return ExitVerdict(failure.cls, failure.message)
+            return failure.verdict
         if self._member_link is not None:
             command = self._member_link.interrupting(self._generation)
             if command is None:
@@ -3058,7 +3385,7 @@ class Supervisor:
                 return self._end_as_a_member_left(coordinator, failure, reply_s)
             consecutive_failures = 1 if was_ready else consecutive_failures + 1
             delay = self._apply_policy(
-                ExitVerdict(failure.cls, failure.message),
+                failure.verdict,
                 returncode if failure.returncode is None else failure.returncode,
                 consecutive_failures,
                 cause=f": {failure.message}",
@@ -3113,7 +3440,7 @@ class Supervisor:
                 GroupFailure(
                     0, group.nodes[0], verdict.cls, f"{group.name(0)}: {verdict.message}",
                     returncode, generation,
-                    self.clock.monotonic() if noticed is None else noticed,
+                    self.clock.monotonic() if noticed is None else noticed, verdict.judged,
                 )
             )  # fmt: skip
             reason = f"group failure: {own[0].message}"
@@ -3133,8 +3460,12 @@ class Supervisor:
         if failure.rank != 0 and isinstance(last_exit, dict):
             # rank 0's run ended for the failed rank: its verdict is that rank's
             self._update(
-                last_exit=dict(last_exit, **{"class": failure.cls, "message": failure.message})
-            )
+                last_exit=dict(
+                    last_exit, **{"class": failure.cls, "message": failure.message},
+                    restart_helps=failure.verdict.restart_helps,
+                    restart_why=failure.verdict.restart_why,
+                )
+            )  # fmt: skip
         self._show_group()
         self._event("group-failure", **failure.as_dict())
         return failure
@@ -3211,6 +3542,8 @@ class Supervisor:
             link.send(
                 "exited", generation=generation, run_id=run_id, cls=verdict.cls,
                 message=verdict.message[:GROUP_TEXT_MAX], returncode=returncode,
+                restart_helps=verdict.restart_helps,
+                restart_why=verdict.restart_why[:GROUP_TEXT_MAX],
             )  # fmt: skip
             message = f"exited ({verdict.cls}): waiting for the group coordinator"
         if self.state["state"] == BACKOFF:  # a spawn that failed leaves it there

@@ -328,11 +328,14 @@ def test_a_config_error_on_a_member_is_fatal_for_the_group_naming_it_never_resta
     member = ranks.start(1, CONFIG_ERROR)
     rank0 = coordinator.wait_for(agent.FATAL)
     assert rank0["message"] == (
-        "config-error: not restarting (deterministic): "
+        f"config-error: not restarting ({agent.restart_for(agent.CONFIG_ERROR).why}): "
         "rank 1 (node-b): ValueError: bad mamba strategy"
     )
     assert rank0["group"]["failure"]["cls"] == agent.CONFIG_ERROR
+    # the member's restart verdict travelled with its class, and names the failed rank's cause
+    assert rank0["group"]["failure"]["restart_helps"] is False
     assert rank0["last_exit"]["class"] == agent.CONFIG_ERROR
+    assert rank0["last_exit"]["restart_helps"] is False
     assert rank0["starts"] == 1
     assert rank0["restarts"] == 0
     rank1 = member.ended()

@@ -13,12 +13,17 @@ from pathlib import Path
 from orchestrator.commands.ops import LogTail
 from orchestrator.errors import ExitCode
 from orchestrator.model import Host
+from orchestrator.remote import agent
 from orchestrator.remote.agent import LogSink
 from orchestrator.transport.local import LocalTransport
 from tests.conftest import REPO
 from tests.e2e.conftest import Workspace
 
-MARKER = re.compile(r"^-- run (\S+) ended: (.*?); (.*) --\n", re.MULTILINE)
+MARKER = re.compile(
+    r"^-- run (\S+) ended: (.*?); (?:restart (?:may|will not) help: [^;]*; )?(.*) --\n",
+    re.MULTILINE,
+)
+RESTART = re.compile(r"^-- run \S+ ended: [^;]*; restart may help: GPU memory ", re.MULTILINE)
 # Every start dies of CUDA OOM after loading; the third start within the window is FATAL.
 OOM_LOOP = {"ORCH_STANDIN_FAIL": "cuda-oom", "ORCH_STANDIN_LOAD_S": "1.5"}
 OOM_RESTART = {"mode": "on-failure", "delay_s": 0.2, "max_delay_s": 1, "start_limit": 3}
@@ -60,6 +65,7 @@ def test_logs_follow_goes_on_with_each_restart_and_ends_with_the_verdict(
     assert follower.returncode == ExitCode.CUDA_OOM, (out, err)
     markers = MARKER.findall(out)
     assert len(markers) >= 2, out  # the follower saw at least one restart
+    assert len(RESTART.findall(out)) == len(markers), out  # each with the agent's restart verdict
     runs = [run_id for run_id, _, _ in markers]
     for (_, verdict, after), following in zip(markers, [*runs[1:], None], strict=True):
         assert verdict == "cuda-oom (SIGKILL)"
@@ -101,9 +107,12 @@ def test_runs_lists_each_run_and_logs_picks_one_by_prefix_or_from_the_end(
     assert table.code == ExitCode.OK
     header, *lines = table.out.splitlines()
     assert header.split() == ["RUN", "STARTED", "(UTC)", "ENDED", "(UTC)", "DURATION", "READY",
-                              "AFTER", "VERDICT"]  # fmt: skip
+                              "AFTER", "VERDICT", "RESTART"]  # fmt: skip
     assert [line.split()[0] for line in lines] == [row["run_id"] for row in rows]
-    assert all(line.endswith("cuda-oom (SIGKILL)") for line in lines)
+    # what happened, then whether a restart can help and why (issue 25)
+    oom_restart = f"may help: {agent.restart_for(agent.CUDA_OOM).why}"
+    assert all(line.endswith(f"cuda-oom (SIGKILL)  {oom_restart}") for line in lines), lines
+    assert all(row["exit"]["restart_helps"] for row in rows)
 
     second = rows[1]["run_id"]
     for pick in ("0002", second, "-2"):

@@ -11,13 +11,16 @@ from orchestrator.remote.agent import (
     CRASHED,
     CUDA_OOM,
     IMPORT_ERROR,
+    KERNEL_ERROR,
     KILLED,
     MODEL_NOT_FOUND,
     NCCL,
     PORT_IN_USE,
     ExitVerdict,
+    Restart,
     RestartPolicy,
     classify_exit,
+    restart_for,
 )
 from tests.conftest import capture_lines
 
@@ -46,8 +49,9 @@ def test_argparse_error_exit_2_is_a_config_error_with_the_usage_error_line() -> 
         saw_config_line=False,
         was_ready=False,
     )
-    assert verdict == ExitVerdict(
-        CONFIG_ERROR, "sglang serve: error: unrecognized arguments: --x 1"
+    assert (verdict.cls, verdict.message) == (
+        CONFIG_ERROR,
+        "sglang serve: error: unrecognized arguments: --x 1",
     )
 
 
@@ -149,14 +153,13 @@ def test_runtime_failures_by_their_lines(lines: list[str], cls: str) -> None:
 def test_traceback_after_the_config_line_is_a_crash_not_a_config_error() -> None:
     lines = ["[2026-11-29 07:42:55] server_args=ServerArgs(model_path='/m')", "RuntimeError: boom"]
     verdict = classify_exit(1, lines, saw_config_line=True, was_ready=False)
-    assert verdict == ExitVerdict(CRASHED, "RuntimeError: boom")
+    assert (verdict.cls, verdict.message) == (CRASHED, "RuntimeError: boom")
     assert not verdict.deterministic
 
 
 def test_silent_exit_is_crashed_with_the_code() -> None:
-    assert classify_exit(3, [], saw_config_line=True, was_ready=True) == ExitVerdict(
-        CRASHED, "exited with code 3"
-    )
+    verdict = classify_exit(3, [], saw_config_line=True, was_ready=True)
+    assert (verdict.cls, verdict.message) == (CRASHED, "exited with code 3")
 
 
 def test_backoff_grows_exponentially_to_the_cap() -> None:
@@ -192,7 +195,7 @@ def test_verdict_messages_lose_the_log_prefix_with_milliseconds_and_rank() -> No
         "[2026-11-29 07:42:55.124 DP1 TP3] RuntimeError: boom",
     ]
     verdict = classify_exit(1, lines, saw_config_line=True, was_ready=True)
-    assert verdict == ExitVerdict(CRASHED, "RuntimeError: boom")
+    assert (verdict.cls, verdict.message) == (CRASHED, "RuntimeError: boom")
 
 
 # -- structure, not keywords (issue 10 §3) ------------------------------------------------------
@@ -216,13 +219,13 @@ def test_a_crash_after_the_config_dump_is_not_nccl(capture: str) -> None:
         "[2026-11-29 07:42:59] Received sigquit from a child process. It usually means the child failed.",
     ]  # fmt: skip
     verdict = classify_exit(-signal.SIGKILL, tail, saw_config_line=True, was_ready=False)
-    assert verdict == ExitVerdict(CRASHED, "KeyError: 'rope_theta'")
+    assert (verdict.cls, verdict.message) == (CRASHED, "KeyError: 'rope_theta'")
 
 
 def test_a_silent_exit_after_the_config_dump_is_crashed_not_nccl() -> None:
     (config,) = capture_lines("server_args-logline-0511-simcuda.txt")
     verdict = classify_exit(1, [config], saw_config_line=True, was_ready=True)
-    assert verdict == ExitVerdict(CRASHED, "exited with code 1")
+    assert (verdict.cls, verdict.message) == (CRASHED, "exited with code 1")
 
 
 def test_an_oom_whose_message_mentions_nccl_is_an_oom() -> None:
@@ -244,7 +247,7 @@ def test_a_ranks_oom_is_the_cause_of_the_other_ranks_nccl_errors() -> None:
         "[2026-11-29 07:42:55] Received sigquit from a child process. It usually means the child failed.",
     ]  # fmt: skip
     verdict = classify_exit(-signal.SIGKILL, tail, saw_config_line=True, was_ready=True)
-    assert verdict == ExitVerdict(CUDA_OOM, tail[1])
+    assert (verdict.cls, verdict.message) == (CUDA_OOM, tail[1])
 
 
 def test_a_missing_model_directory_is_model_not_found_on_real_sglang_output() -> None:
@@ -276,7 +279,7 @@ def test_ordinary_records_with_a_failure_phrase_are_not_evidence() -> None:
         "RuntimeError: boom",
     ]  # fmt: skip
     verdict = classify_exit(1, tail, saw_config_line=True, was_ready=False)
-    assert verdict == ExitVerdict(CRASHED, "RuntimeError: boom")
+    assert (verdict.cls, verdict.message) == (CRASHED, "RuntimeError: boom")
 
 
 def test_an_exception_raised_during_handling_of_another_supersedes_it() -> None:
@@ -290,7 +293,10 @@ def test_an_exception_raised_during_handling_of_another_supersedes_it() -> None:
         "ValueError: unsupported attention backend",
     ]
     verdict = classify_exit(1, tail, saw_config_line=False, was_ready=False)
-    assert verdict == ExitVerdict(CONFIG_ERROR, "ValueError: unsupported attention backend")
+    assert (verdict.cls, verdict.message) == (
+        CONFIG_ERROR,
+        "ValueError: unsupported attention backend",
+    )
 
 
 @pytest.mark.parametrize(
@@ -321,15 +327,15 @@ def test_children_sglang_killed_itself_after_a_failure_are_not_the_cause() -> No
         "[2026-11-29 07:42:59] Child process unexpectedly failed with exitcode=9. pid=4712",
     ]  # fmt: skip
     verdict = classify_exit(-signal.SIGKILL, tail, saw_config_line=True, was_ready=True)
-    assert verdict == ExitVerdict(CRASHED, "AssertionError: bad shape")
+    assert (verdict.cls, verdict.message) == (CRASHED, "AssertionError: bad shape")
 
 
 def test_a_crash_signal_is_crashed_not_killed() -> None:
     verdict = classify_exit(-signal.SIGSEGV, ["Fatal Python error: Segmentation fault"],
                             saw_config_line=True, was_ready=True)  # fmt: skip
-    assert verdict == ExitVerdict(CRASHED, "Fatal Python error: Segmentation fault")
+    assert (verdict.cls, verdict.message) == (CRASHED, "Fatal Python error: Segmentation fault")
     verdict = classify_exit(139, [], saw_config_line=True, was_ready=True)
-    assert verdict == ExitVerdict(CRASHED, "crashed with SIGSEGV")
+    assert (verdict.cls, verdict.message) == (CRASHED, "crashed with SIGSEGV")
 
 
 def test_a_segfault_before_the_config_line_is_not_a_config_error() -> None:
@@ -355,7 +361,7 @@ def test_a_scheduler_traceback_without_its_report_line_is_still_sglangs_failure(
         "Exception: Capture cuda graph failed: [gloo/transport/tcp/pair.cc:534] Connection closed",
     ]
     verdict = classify_exit(-signal.SIGKILL, tail, saw_config_line=True, was_ready=False)
-    assert verdict == ExitVerdict(CRASHED, tail[-1])
+    assert (verdict.cls, verdict.message) == (CRASHED, tail[-1])
 
 
 def test_port_in_use_from_sglangs_own_port_check() -> None:
@@ -398,3 +404,215 @@ def test_a_stop_sglang_logged_is_killed() -> None:
 def test_import_error_message_on_the_next_line() -> None:
     tail = ["ImportError: ", "[sgl_kernel] CRITICAL: Could not load any common_ops library!"]
     assert classify_exit(1, tail, saw_config_line=False, was_ready=False).cls == IMPORT_ERROR
+
+
+# -- issue 25: classes the classifier missed on real logs, and the restart verdict --------------
+
+
+def corpus_tail(name: str) -> tuple[list[str], bool, bool, int]:
+    """A corpus log (tests/fixtures/crashlogs/<class>/<name>) as the supervisor would hold it:
+    its last lines, whether SGLang had logged its configuration, READY, and its exit status."""
+    from tests.unit.test_crash_corpus import CORPUS, TAIL_LINES, load
+
+    log = load(next(CORPUS.glob(f"*/{name}")))
+    return list(log.lines[-TAIL_LINES:]), log.saw_config_line, log.was_ready, log.returncode
+
+
+def classify_corpus(name: str) -> ExitVerdict:
+    tail, saw_config_line, was_ready, returncode = corpus_tail(name)
+    return classify_exit(returncode, tail, saw_config_line=saw_config_line, was_ready=was_ready)
+
+
+def test_a_parallelism_assertion_in_a_scheduler_is_a_config_error_that_repeats() -> None:
+    # gpustack#4769: TP 6 does not divide the vision tower's 16 heads, in every rank
+    verdict = classify_corpus("gpustack-4769-vision-heads-not-divisible-by-tp6.log")
+    assert verdict.cls == CONFIG_ERROR
+    assert verdict.message == "AssertionError: 16 is not divisible by 6"
+    assert not verdict.restart_helps
+    assert "this configuration" in verdict.restart_why
+
+
+def test_a_tp_size_assertion_of_the_main_process_after_its_config_line_is_a_config_error() -> None:
+    tail = [
+        "[2025-03-18 15:24:52] server_args=ServerArgs(model_path='/m', tp_size=3)",
+        "Traceback (most recent call last):",
+        '  File "/sgl/srt/configs/model_config.py", line 212, in __init__',
+        "ValueError: Total number of attention heads (28) must be divisible by tensor parallel "
+        "size (3).",
+    ]
+    verdict = classify_exit(1, tail, saw_config_line=True, was_ready=False)
+    assert (verdict.cls, verdict.restart_helps) == (CONFIG_ERROR, False)
+
+
+def test_an_nccl_watchdog_record_dated_in_a_month_before_october_is_nccl() -> None:
+    # sglang#3424: the all-gather watchdog record is dated E210 (three digits), wrapped in two
+    verdict = classify_corpus("sglang-3424-watchdog-allgather-e210-wrapped.log")
+    assert verdict.cls == NCCL
+    assert "OpType=_ALLGATHER_BASE" not in verdict.message or "Watchdog" in verdict.message
+    assert verdict.restart_helps  # a timed-out collective is no property of the argv
+
+
+def test_an_nccl_watchdog_record_glued_to_another_processs_line_is_nccl() -> None:
+    tail = [
+        "Extension modules: numpy.random._generator, torch._C, torch._C._nested[rank0]:[E223 "
+        "11:14:34.009113793 ProcessGroupNCCL.cpp:1595] [PG ID 2 PG GUID 3 Rank 0] Process group "
+        "watchdog thread terminated with exception: [Rank 0] Watchdog caught collective operation "
+        "timeout: WorkNCCL(SeqNum=91885, OpType=ALLREDUCE) ran for 600053 milliseconds before "
+        "timing out.",
+        "Exception raised from checkTimeout at ../torch/csrc/distributed/c10d/"
+        "ProcessGroupNCCL.cpp:618 (most recent call first):",
+    ]
+    verdict = classify_exit(-signal.SIGABRT, tail, saw_config_line=True, was_ready=True)
+    assert verdict.cls == NCCL
+    assert verdict.message.startswith("[PG ID 2 PG GUID 3 Rank 0] Process group watchdog")
+
+
+def test_an_illegal_memory_access_during_cuda_graph_capture_is_a_kernel_error_that_repeats() -> (
+    None
+):
+    # sglang#5029: the scheduler's end of traceback only, no self-kill line in the paste
+    verdict = classify_corpus("sglang-5029-deepseek-r1-capture-illegal-memory-access.log")
+    assert verdict.cls == KERNEL_ERROR
+    assert verdict.message.startswith("Exception: Capture cuda graph failed: RuntimeError: CUDA")
+    assert not verdict.restart_helps
+
+
+def test_a_cuda_error_whose_line_the_paste_lost_is_a_kernel_error_by_torchs_trailer() -> None:
+    verdict = classify_corpus("sglang-pr3613-torch-compile-cuda-error-in-capture.log")
+    assert verdict.cls == KERNEL_ERROR
+
+
+def test_a_kernel_build_that_failed_during_capture_is_a_kernel_error() -> None:
+    # sglang#5389: flashinfer's JIT build (ninja) failed while TP0 captured its CUDA graphs
+    verdict = classify_corpus("sglang-5389-flashinfer-jit-ninja-failed-in-capture.log")
+    assert verdict.cls == KERNEL_ERROR
+    assert not verdict.restart_helps
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        # sglang#6001's title (SGLang 0.4.6 on MI308): Triton cannot fit the kernel's shared memory
+        "triton.runtime.errors.OutOfResources: out of resource: shared memory, Required: 196608, "
+        "Hardware limit: 65536. Reducing block sizes or `num_stages` may help.",
+        # Triton's compiler rejecting a kernel (its exception type, as torch.compile prints it)
+        "triton.compiler.errors.CompilationError: at 8:11:",
+        # zai-org/GLM-4.5#23 (SGLang, --tp 4 on GLM-4.5-Air-FP8): Marlin's repack shape check
+        "RuntimeError: size_n = 5472 is not divisible by tile_n_size = 64",
+    ],
+)
+def test_kernel_compile_and_marlin_shape_failures_at_startup_are_kernel_errors(line: str) -> None:
+    tail = [
+        "[2025-07-31 10:02:11 TP0] Scheduler hit an exception: Traceback (most recent call last):",
+        '  File "/sgl/srt/managers/scheduler.py", line 2715, in run_scheduler_process',
+        line,
+        "[2025-07-31 10:02:11] Received sigquit from a child process. It usually means the child "
+        "failed.",
+    ]
+    verdict = classify_exit(-signal.SIGKILL, tail, saw_config_line=True, was_ready=False)
+    assert verdict.cls == KERNEL_ERROR
+    assert verdict.message == line
+    assert not verdict.restart_helps
+
+
+def test_a_kernel_error_while_serving_may_not_repeat_and_is_restarted() -> None:
+    tail = [
+        "[2025-07-28 11:09:15 TP0] Scheduler hit an exception: Traceback (most recent call last):",
+        "RuntimeError: CUDA error: an illegal memory access was encountered",
+    ]
+    verdict = classify_exit(-signal.SIGKILL, tail, saw_config_line=True, was_ready=True)
+    assert verdict.cls == KERNEL_ERROR
+    assert verdict.restart_helps
+    assert "serving" in verdict.restart_why
+
+
+def test_an_attribute_error_raised_while_importing_is_an_import_error() -> None:
+    tail = [
+        "Traceback (most recent call last):",
+        '  File "/opt/sglang/lib/python3.12/site-packages/sglang/launch_server.py", line 7, in '
+        "<module>",
+        "    from sglang.srt.server_args import prepare_server_args",
+        '  File "/opt/sglang/lib/python3.12/site-packages/sglang/srt/layers/quantization/fp8.py", '
+        "line 41, in <module>",
+        "    _is_fp8_fnuz = torch.float8_e4m3fnuz",
+        "                   ^^^^^^^^^^^^^^^^^^^^^",
+        "AttributeError: module 'torch' has no attribute 'float8_e4m3fnuz'",
+    ]
+    verdict = classify_exit(1, tail, saw_config_line=False, was_ready=False)
+    assert verdict.cls == IMPORT_ERROR
+    assert not verdict.restart_helps
+
+
+def test_an_attribute_error_inside_a_function_before_the_config_line_stays_a_config_error() -> None:
+    tail = [
+        "Traceback (most recent call last):",
+        '  File "/sgl/launch_server.py", line 11, in <module>',
+        "    server_args = prepare_server_args(sys.argv[1:])",
+        '  File "/sgl/srt/configs/model_config.py", line 201, in __init__',
+        "    self.hf_text_config.hidden_size // self.hf_text_config.num_attention_heads,",
+        "AttributeError: 'POINTSV15ChatConfig' object has no attribute 'hidden_size'",
+    ]
+    verdict = classify_exit(1, tail, saw_config_line=False, was_ready=False)
+    assert verdict.cls == CONFIG_ERROR
+
+
+def test_an_import_error_raised_while_composing_server_args_is_an_import_error() -> None:
+    tail = [
+        "Traceback (most recent call last):",
+        '  File "/sgl/launch_server.py", line 11, in <module>',
+        "    server_args = prepare_server_args(sys.argv[1:])",
+        '  File "/sgl/srt/server_args.py", line 4166, in prepare_server_args',
+        "    return ServerArgs.from_cli_args(raw_args)",
+        '  File "/sgl/srt/server_args.py", line 712, in __post_init__',
+        "    self._handle_attention_backend_compatibility()",
+        '  File "/sgl/srt/server_args.py", line 1488, in _handle_attention_backend_compatibility',
+        "    from sglang.srt.layers.attention.flashinfer_backend import FlashInferAttnBackend",
+        "ImportError: cannot import name 'FlashInferAttnBackend' from 'sglang.srt.layers.attention."
+        "flashinfer_backend'",
+    ]
+    verdict = classify_exit(1, tail, saw_config_line=False, was_ready=False)
+    assert (verdict.cls, verdict.restart_helps) == (IMPORT_ERROR, False)
+
+
+def test_a_scheduler_traceback_whose_end_the_paste_lost_is_sglangs_crash_not_a_kill() -> None:
+    # sglang#6342: a superseded exception, then the scheduler's traceback cut short; exit -9
+    verdict = classify_corpus("sglang-6342-fa3-capture-rng-dynamo-superseded.log")
+    assert verdict.cls == CRASHED
+
+
+@pytest.mark.parametrize(
+    ("cls", "was_ready", "helps"),
+    [
+        (CONFIG_ERROR, False, False),
+        (IMPORT_ERROR, False, False),
+        (MODEL_NOT_FOUND, False, False),
+        (KERNEL_ERROR, False, False),
+        (KERNEL_ERROR, True, True),
+        (NCCL, False, True),
+        (KILLED, True, True),
+        (CUDA_OOM, False, True),
+        (CRASHED, False, True),
+    ],
+)
+def test_the_restart_verdict_of_each_class(cls: str, was_ready: bool, helps: bool) -> None:
+    restart = restart_for(cls, was_ready=was_ready)
+    assert restart.helps is helps
+    assert restart.why
+    assert ExitVerdict(cls, "m", restart).deterministic is (not helps)
+
+
+def test_a_verdict_without_its_own_restart_verdict_takes_its_classs() -> None:
+    assert not ExitVerdict(CONFIG_ERROR, "m").restart_helps
+    assert ExitVerdict(CRASHED, "m").restart_helps
+    assert not ExitVerdict(CRASHED, "m", Restart(False, "the same argv")).restart_helps
+
+
+def test_a_divisibility_error_while_serving_is_no_config_error_and_is_restarted() -> None:
+    # the configuration was accepted and served: a request's own ValueError is no verdict on it
+    tail = [
+        "[2026-11-29 08:00:01 TP0] Scheduler hit an exception: Traceback (most recent call last):",
+        "ValueError: input length 4097 must be divisible by 8 for this kernel",
+    ]
+    verdict = classify_exit(-signal.SIGKILL, tail, saw_config_line=True, was_ready=True)
+    assert verdict.cls == CRASHED
+    assert verdict.restart_helps

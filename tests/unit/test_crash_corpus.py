@@ -1,7 +1,13 @@
 """Every crash log of the corpus (tests/fixtures/crashlogs/, real SGLang output from public issue
 threads and captures; README.md there) gets its true class from ``classify_exit``, given what the
 supervisor would give it: the exit status, the last 400 lines, and the startup phase reached.
-The confusion table is printed (``pytest -s``) and is the failure message."""
+The confusion table is printed (``pytest -s``) and is the failure message.
+
+tests/fixtures/crashlogs-holdout/ holds real logs labelled and committed before the classifier
+ran on them (issue 25, five rounds; README.md there): the classifier was not tuned on them. The
+misses a round was tuned on moved to the tuned corpus, so the figure here (>= 90 %) guards that
+later changes keep what was right untuned; the figure on unseen logs is each round's before its
+tuning (tests/fixtures/crashlogs/README.md)."""
 
 from __future__ import annotations
 
@@ -17,6 +23,7 @@ from orchestrator.remote.agent import (
     CRASHED,
     CUDA_OOM,
     IMPORT_ERROR,
+    KERNEL_ERROR,
     KILLED,
     MODEL_NOT_FOUND,
     NCCL,
@@ -26,12 +33,15 @@ from orchestrator.remote.agent import (
 from tests.conftest import REPO
 
 CORPUS = REPO / "tests" / "fixtures" / "crashlogs"
+HOLDOUT = REPO / "tests" / "fixtures" / "crashlogs-holdout"
+HOLDOUT_GOAL = 0.9  # issue 25: right on at least 90 % of the logs it was not tuned on
 CLASSES = (
     CONFIG_ERROR,
     IMPORT_ERROR,
     MODEL_NOT_FOUND,
     PORT_IN_USE,
     CUDA_OOM,
+    KERNEL_ERROR,
     NCCL,
     KILLED,
     CRASHED,
@@ -84,8 +94,23 @@ def load(path: Path) -> CrashLog:
     )
 
 
-def corpus() -> list[CrashLog]:
-    return [load(path) for path in sorted(CORPUS.glob("*/*.log"))]
+def corpus(root: Path = CORPUS) -> list[CrashLog]:
+    return [load(path) for path in sorted(root.glob("*/*.log"))]
+
+
+def classified(logs: list[CrashLog]) -> list[tuple[CrashLog, str]]:
+    results = []
+    for log in logs:
+        verdict = classify_exit(
+            log.returncode,
+            list(log.lines[-TAIL_LINES:]),
+            saw_config_line=log.saw_config_line,
+            was_ready=log.was_ready,
+        )
+        assert verdict.message, log.name
+        assert verdict.restart_why, log.name
+        results.append((log, verdict.cls))
+    return results
 
 
 def confusion_table(results: list[tuple[CrashLog, str]]) -> str:
@@ -111,22 +136,27 @@ def test_the_corpus_has_enough_real_logs_per_class() -> None:
 
 
 def test_every_corpus_log_gets_its_true_class() -> None:
-    results = []
-    for log in corpus():
-        verdict = classify_exit(
-            log.returncode,
-            list(log.lines[-TAIL_LINES:]),
-            saw_config_line=log.saw_config_line,
-            was_ready=log.was_ready,
-        )
-        assert verdict.message, log.name
-        results.append((log, verdict.cls))
+    results = classified(corpus())
     table = confusion_table(results)
     print(f"\ncrash corpus: {len(results)} logs\n{table}")  # noqa: T201 - the table, with -s
     assert all(log.cls == got for log, got in results), table
 
 
-@pytest.mark.parametrize("path", sorted(CORPUS.glob("*/*.log")), ids=lambda p: p.stem)
+def test_the_holdout_logs_get_their_true_class_at_least_nine_times_in_ten() -> None:
+    logs = corpus(HOLDOUT)
+    assert len(logs) >= 4, "the holdout set is missing"
+    for log in logs:
+        assert log.name.startswith(f"{log.cls}/"), f"{log.name} is labelled {log.cls}"
+    results = classified(logs)
+    right = sum(1 for log, got in results if log.cls == got)
+    table = confusion_table(results)
+    print(f"\nholdout: {right}/{len(results)} right\n{table}")  # noqa: T201 - the table, with -s
+    assert right >= HOLDOUT_GOAL * len(results), table
+
+
+@pytest.mark.parametrize(
+    "path", sorted([*CORPUS.glob("*/*.log"), *HOLDOUT.glob("*/*.log")]), ids=lambda p: p.stem
+)
 def test_each_corpus_log_names_its_source(path: Path) -> None:
     source = load(path)
     text = path.read_text(encoding="utf-8")

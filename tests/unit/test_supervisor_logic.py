@@ -361,7 +361,7 @@ def test_a_traceback_before_the_config_line_is_fatal_without_restart(tmp_path: P
     rejected = Script(lines=tuple((0.2, line) for line in TRACEBACK), exit_at=0.3)
     outcome = supervise(tmp_path, rejected)
     assert outcome.states == [STARTING, FATAL]
-    assert outcome.state["message"] == "config-error: not restarting (deterministic)"
+    assert outcome.state["message"].startswith("config-error: not restarting (SGLang rejects")
     assert outcome.state["last_exit"]["class"] == "config-error"
     assert outcome.state["last_exit"]["message"] == "ValueError: bad mamba strategy"
     assert outcome.spawned == 1
@@ -378,13 +378,82 @@ def test_the_same_traceback_after_the_config_line_is_a_crash_and_restarts(
     assert outcome.spawned == 2
 
 
+# The restart verdict, not the class, decides (issue 25): what repeats at this configuration is
+# never restarted, what may not repeat is, whatever its class.
+SCHEDULER_FAILED = (
+    "[2026-11-29 07:43:10 TP0] Scheduler hit an exception: Traceback (most recent call last):"
+)
+SELF_KILL = "[2026-11-29 07:43:10] Received sigquit from a child process. It usually means the child failed."
+
+
+def _dies_with(*lines: str, ready: bool = False) -> Script:
+    before = ((0.1, CONFIG), (0.2, READY_LOGGED)) if ready else ((0.1, CONFIG),)
+    return Script(
+        lines=(*before, *((0.3, line) for line in lines)),
+        exit_at=0.4,
+        returncode=-signal.SIGKILL,
+        healthy_from=0.2 if ready else None,
+    )
+
+
+def test_a_parallelism_assertion_after_the_config_line_is_fatal_not_a_restart_loop(
+    tmp_path: Path,
+) -> None:
+    asserted = _dies_with(SCHEDULER_FAILED, "AssertionError: 16 is not divisible by 6", SELF_KILL)
+    outcome = supervise(tmp_path, asserted, SERVES, stop_at=60)
+    assert outcome.states == [STARTING, RUNNING, FATAL]
+    assert outcome.spawned == 1
+    assert outcome.state["last_exit"]["class"] == "config-error"
+    assert outcome.state["last_exit"]["restart_helps"] is False
+    assert outcome.state["message"].startswith("config-error: not restarting (")
+    assert "this configuration" in outcome.state["message"]
+
+
+def test_a_kernel_error_during_startup_is_fatal(tmp_path: Path) -> None:
+    capture = _dies_with(
+        SCHEDULER_FAILED,
+        "Exception: Capture cuda graph failed: RuntimeError: CUDA error: an illegal memory access "
+        "was encountered",
+        SELF_KILL,
+    )
+    outcome = supervise(tmp_path, capture, SERVES, stop_at=60)
+    assert outcome.states == [STARTING, RUNNING, FATAL]
+    assert outcome.state["last_exit"]["class"] == "kernel-error"
+    assert outcome.of("backoff") == []
+
+
+def test_a_kernel_error_while_serving_is_restarted(tmp_path: Path) -> None:
+    serving = _dies_with(
+        SCHEDULER_FAILED, "RuntimeError: CUDA error: an illegal memory access was encountered",
+        SELF_KILL, ready=True,
+    )  # fmt: skip
+    outcome = supervise(tmp_path, serving, SERVES, stop_at=60)
+    assert outcome.of("exit")[0]["class"] == "kernel-error"
+    assert outcome.of("exit")[0]["restart_helps"] is True
+    assert BACKOFF in outcome.states
+    assert outcome.spawned == 2
+
+
+def test_an_nccl_watchdog_timeout_is_restarted(tmp_path: Path) -> None:
+    timeout = _dies_with(
+        "[rank1]:[E210 02:06:33.347835395 ProcessGroupNCCL.cpp:1595] [PG ID 2 PG GUID 3 Rank 1] "
+        "Process group watchdog thread terminated with exception: [Rank 1] Watchdog caught "
+        "collective operation timeout: WorkNCCL(SeqNum=1522789, OpType=_ALLGATHER_BASE) ran for "
+        "600003 milliseconds before timing out.",
+        ready=True,
+    )
+    outcome = supervise(tmp_path, timeout, SERVES, stop_at=60)
+    assert outcome.of("exit")[0]["class"] == "nccl"
+    assert outcome.spawned == 2
+
+
 def test_a_server_that_cannot_be_spawned_is_a_spawn_failed_verdict(tmp_path: Path) -> None:
     missing = FileNotFoundError(errno.ENOENT, "No such file or directory", "sglang")
     outcome = supervise(tmp_path, missing)
     assert outcome.states == [STARTING, FATAL]
     assert outcome.state["last_exit"]["class"] == "spawn-failed"
     assert outcome.state["last_exit"]["message"] == "cannot start sglang: No such file or directory"
-    assert outcome.state["message"] == "spawn-failed: not restarting (deterministic)"
+    assert outcome.state["message"].startswith("spawn-failed: not restarting (")
     # the run has an id, a directory and a log saying why: up finds the verdict by run id
     assert outcome.state["run_id"] == outcome.state["last_exit"]["run_id"]
     assert "cannot start sglang" in Path(outcome.state["log"]).read_text()
