@@ -41,6 +41,31 @@ def _converter(option: ArgOption) -> Callable[[str], Any]:
     return str
 
 
+def _kwargs(option: ArgOption, flags: list[str]) -> tuple[list[str], dict[str, Any]]:
+    """The flags and ``add_argument`` keywords of one option, as SGLang's parser declares it."""
+    kwargs: dict[str, Any] = {"dest": option.dest, "default": argparse.SUPPRESS}
+    if option.action in ("store_true", "custom:DeprecatedStoreTrueAction"):
+        kwargs["action"] = "store_true"
+    elif option.action == "store_false":
+        kwargs["action"] = "store_false"
+    elif option.action == "custom:BooleanOptionalAction":
+        flags = [f for f in flags if not f.startswith("--no-")]
+        kwargs["action"] = argparse.BooleanOptionalAction
+    elif option.action in ("store_const", "custom:DeprecatedStoreConstAction"):
+        kwargs.update(action="store_const", const=const_of(option))
+    elif option.action == "count":
+        kwargs["action"] = "count"
+    elif option.action == "append":
+        kwargs.update(action="append", type=_converter(option))
+    elif option.nargs == 0:
+        kwargs.update(action="store_const", const=True)
+    else:
+        kwargs["type"] = _converter(option)
+        if option.nargs is not None:
+            kwargs["nargs"] = option.nargs
+    return flags, kwargs
+
+
 def build_parser(table: ArgTable, *, with_renames: bool = True) -> argparse.ArgumentParser:
     parser = _Parser(prog="sglang", add_help=False, allow_abbrev=True)
     seen: set[str] = set()
@@ -49,26 +74,7 @@ def build_parser(table: ArgTable, *, with_renames: bool = True) -> argparse.Argu
         if not flags:
             continue
         seen.update(flags)
-        kwargs: dict[str, Any] = {"dest": option.dest, "default": argparse.SUPPRESS}
-        if option.action in ("store_true", "custom:DeprecatedStoreTrueAction"):
-            kwargs["action"] = "store_true"
-        elif option.action == "store_false":
-            kwargs["action"] = "store_false"
-        elif option.action == "custom:BooleanOptionalAction":
-            flags = [f for f in flags if not f.startswith("--no-")]
-            kwargs["action"] = argparse.BooleanOptionalAction
-        elif option.action in ("store_const", "custom:DeprecatedStoreConstAction"):
-            kwargs.update(action="store_const", const=const_of(option))
-        elif option.action == "count":
-            kwargs["action"] = "count"
-        elif option.action == "append":
-            kwargs.update(action="append", type=_converter(option))
-        elif option.nargs == 0:
-            kwargs.update(action="store_const", const=True)
-        else:
-            kwargs["type"] = _converter(option)
-            if option.nargs is not None:
-                kwargs["nargs"] = option.nargs
+        flags, kwargs = _kwargs(option, flags)
         parser.add_argument(*flags, **kwargs)
     if with_renames:
         for rename in RENAMES:
@@ -77,9 +83,9 @@ def build_parser(table: ArgTable, *, with_renames: bool = True) -> argparse.Argu
             if old in seen or new is None:
                 continue
             seen.add(old)
-            parser.add_argument(
-                old, dest=rename.new, default=argparse.SUPPRESS, type=_converter(new)
-            )
+            # the old spelling takes what the new option takes (its arity, its action)
+            (alias,), kwargs = _kwargs(new, [old])
+            parser.add_argument(alias, **kwargs)
     return parser
 
 
