@@ -291,7 +291,7 @@ def test_a_node_never_at_the_gate_is_a_rendezvous_timeout_naming_it(
         1, "node-b", agent.GROUP_RENDEZVOUS_TIMEOUT, 1,
     )  # fmt: skip
     assert failure["message"] == why
-    first = next(run for run in coordinator.events() if run["event"] == "start")["pid"]
+    first = coordinator.first_start()
     if start_limit == 1:
         rank0 = coordinator.ended()
         assert rank0["state"] == agent.FATAL
@@ -312,7 +312,7 @@ def test_a_node_never_at_the_gate_is_a_rendezvous_timeout_naming_it(
         assert coordinator.state["group"]["gate"]["generation"] == 2
         wait_until("rank 1 at generation 2", lambda: member.state["group"]["generation"] == 2)
     assert gone(first)
-    members_first = next(run for run in member.events() if run["event"] == "start")["pid"]
+    members_first = member.first_start()
     wait_until("rank 1's first server gone", lambda: gone(members_first))
 
 

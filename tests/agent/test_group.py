@@ -114,8 +114,15 @@ class Rank:
         return document
 
     def events(self) -> list[dict[str, Any]]:
-        lines = Path(self.supervisor.paths.events).read_text().splitlines()
-        return [json.loads(line) for line in lines]
+        """What the rank's supervisor recorded so far (nothing before its first record)."""
+        path = Path(self.supervisor.paths.events)
+        lines = path.read_text().splitlines() if path.exists() else []
+        return [json.loads(line) for line in lines if line.endswith("}")]
+
+    def first_start(self) -> int:
+        """The pid of the rank's first server, once its start is recorded."""
+        wait_until("a start event", lambda: any(e["event"] == "start" for e in self.events()))
+        return int(next(e for e in self.events() if e["event"] == "start")["pid"])
 
     def wait_for(self, *states: str, timeout: float = 15.0) -> dict[str, Any]:
         wait_until(f"rank in {states}", lambda: self.state["state"] in states, timeout)
