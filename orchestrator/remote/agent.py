@@ -64,6 +64,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 if TYPE_CHECKING:
+    import selectors
     import socket
     import subprocess
 
@@ -752,6 +753,16 @@ class GroupSpec:
         )
 
 
+def _is_ip_address(text: str) -> bool:
+    import ipaddress
+
+    try:
+        ipaddress.ip_address(text)
+    except ValueError:
+        return False
+    return True
+
+
 def host_port(host: str, port: int) -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
@@ -1434,7 +1445,16 @@ GROUP_REPLY_MARGIN_S = 15.0
 # once every member has joined; orch's call gives up after 60 s).
 GROUP_START_ANSWER_S = 30.0
 GROUP_LINE_MAX_BYTES = 64 << 10  # a longer line is no control message: the connection is dropped
-GROUP_PENDING_MAX = 8  # connections in their handshake at once; more are closed at once
+# Connections that have not proved they hold the key yet (the challenge sent, no valid hello):
+# held in the accept loop's selector (never a thread each), each for GROUP_HANDSHAKE_S at most
+# (a member answers its challenge in one round trip). Past the caps the oldest are closed: of
+# the newcomer's own source when it holds GROUP_PENDING_PER_SOURCE, else of the most crowded
+# source. A stranger can thus hold only its own address's slots, and never for long: only
+# members that proved the key count toward the join (issue 26: 16 idle connections re-opened as
+# they timed out kept a group from forming when 8 slots, held for lost_after_s, were all).
+GROUP_HANDSHAKE_S = 3.0
+GROUP_PENDING_PER_SOURCE = 32
+GROUP_PENDING_MAX = 128
 GROUP_REFUSED_EVENTS_MAX = 20  # refused connections recorded in events.jsonl (a scan would flood)
 GROUP_TEXT_MAX = 4000  # characters of a verdict's message carried in a control message
 _NONCE = re.compile(r"[0-9a-f]{32}")
@@ -1539,6 +1559,31 @@ class ControlLink:
         self._received += 1
         return message
 
+    @property
+    def connection(self) -> socket.socket:
+        return self._sock
+
+    def recv_available(self) -> bytes:
+        """What the peer sent, read once the connection is readable (the accept loop's
+        selector said so): LinkBroken when it closed."""
+        try:
+            chunk = self._sock.recv(1 << 16)
+        except OSError as exc:
+            raise LinkBroken("connection closed") from exc
+        if not chunk:
+            raise LinkBroken("connection closed")
+        return chunk
+
+    def feed(self, data: bytes) -> bool:
+        """Bytes the accept loop read for this connection: whether a whole line is buffered.
+        LinkBroken when the line grows past GROUP_LINE_MAX_BYTES."""
+        self._buffer += data
+        if b"\n" in self._buffer:
+            return True
+        if len(self._buffer) > GROUP_LINE_MAX_BYTES:
+            raise LinkBroken(f"it sent a line over {GROUP_LINE_MAX_BYTES} bytes")
+        return False
+
     def _read_line(self) -> bytes:
         import socket
 
@@ -1577,9 +1622,20 @@ class ControlLink:
 def greet_member(link: ControlLink, group: GroupSpec) -> int:
     """The coordinator's half of the handshake: its nonce out, then the member's ``hello``,
     signed, from a member rank, for a session that starts with that nonce. The rank."""
+    return admit_hello(link, group, challenge_member(link))
+
+
+def challenge_member(link: ControlLink) -> str:
+    """The coordinator's challenge to a new connection: its nonce."""
     nonce = secrets.token_hex(16)
     if not link.send("challenge", nonce=nonce):
         raise LinkBroken("connection closed")
+    return nonce
+
+
+def admit_hello(link: ControlLink, group: GroupSpec, nonce: str) -> int:
+    """The member's ``hello`` to the challenge ``nonce`` (read from the link, or already in its
+    buffer): the member's rank, or LinkBroken."""
     hello = link.receive()
     rank, session = hello.get("rank"), hello.get("session")
     if hello.get("type") != "hello":
@@ -1827,6 +1883,40 @@ class _MemberSeen:
         }  # fmt: skip
 
 
+@dataclass
+class _Handshake:
+    """A connection the coordinator challenged that has not answered yet."""
+
+    link: ControlLink
+    peer: str  # its source address
+    nonce: str  # the challenge's
+    accepted: float  # monotonic
+
+
+def evicted_pending(
+    pending: Sequence[tuple[str, float]], source: str, *, per_source: int, total: int
+) -> int | None:
+    """Which unanswered connection to close now that one from ``source`` arrived (``pending``:
+    every one, the newcomer included, as (source, accepted at)): the oldest of ``source`` when
+    it holds more than ``per_source``; else, when there are more than ``total``, the oldest of
+    the source holding the most; None while there is room."""
+    by_source: dict[str, list[int]] = {}
+    for index, (peer, _) in enumerate(pending):
+        by_source.setdefault(peer, []).append(index)
+
+    def oldest(indices: list[int]) -> int:
+        return min(indices, key=lambda index: pending[index][1])
+
+    if len(by_source.get(source, [])) > per_source:
+        return oldest(by_source[source])
+    if len(pending) > total:
+        crowded = max(
+            by_source.values(), key=lambda indices: (len(indices), -pending[oldest(indices)][1])
+        )
+        return oldest(crowded)
+    return None
+
+
 class GroupCoordinator:
     """Rank 0's end of the control channel: it listens on the group's control port, admits each
     member that proves it holds the key, and keeps what each one says. A member's end (its
@@ -1858,40 +1948,51 @@ class GroupCoordinator:
         self._gate: GateProgress | None = None  # this generation's, with a gated launch
         self._listener: socket.socket | None = None
         self._closing = threading.Event()
-        self._pending = 0
         self._refused = 0
+        self.listening: str | None = None  # the address the control port is bound to
 
     # -- the supervisor's side --
 
     def open(self) -> tuple[str, str] | None:
         """Bind and listen on the control port, then admit members in a thread: None, or the
-        class and message of why not."""
+        class and message of why not. Bound to rank 0's own address (``control_host``, where
+        the members reach it) when the spec says a wildcard and that address is this host's:
+        nothing else of the host is listened on (a NAT'd address, or a name, keeps the
+        wildcard)."""
         import socket
 
         group = self.group
-        address = host_port(group.control_bind, group.control_port)
-        family = socket.AF_INET6 if ":" in group.control_bind else socket.AF_INET
-        listener = socket.socket(family, socket.SOCK_STREAM)
-        # A previous group's connections in TIME_WAIT must not keep this one from binding; a
-        # listener that holds the port still does.
-        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            listener.bind((group.control_bind, group.control_port))
-            listener.listen(max(group.nnodes * 2, 8))
-        except OSError as exc:
-            listener.close()
-            if exc.errno == errno.EADDRINUSE:
-                return GROUP_PORT_IN_USE, (
-                    f"the group's control port {address} is in use on {group.nodes[0]} (another "
-                    "group's coordinator, or another program): stop it, or choose another "
-                    "group.control_port"
+        hosts = [group.control_bind]
+        if group.control_bind in _WILDCARDS and _is_ip_address(group.control_host):
+            hosts.insert(0, group.control_host)
+        for host in hosts:
+            address = host_port(host, group.control_port)
+            family = socket.AF_INET6 if ":" in host else socket.AF_INET
+            listener = socket.socket(family, socket.SOCK_STREAM)
+            # A previous group's connections in TIME_WAIT must not keep this one from binding;
+            # a listener that holds the port still does.
+            listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                listener.bind((host, group.control_port))
+                listener.listen(max(group.nnodes * 2, 64))
+            except OSError as exc:
+                listener.close()
+                if exc.errno == errno.EADDRNOTAVAIL and host != hosts[-1]:
+                    continue  # rank 0's address is not on this host: the wildcard then
+                if exc.errno == errno.EADDRINUSE:
+                    return GROUP_PORT_IN_USE, (
+                        f"the group's control port {address} is in use on {group.nodes[0]} "
+                        "(another group's coordinator, or another program): stop it, or choose "
+                        "another group.control_port"
+                    )
+                return GROUP_PORT_UNAVAILABLE, (
+                    f"cannot listen on the group's control port {address} on {group.nodes[0]}: "
+                    f"{exc.strerror or exc}"
                 )
-            return GROUP_PORT_UNAVAILABLE, (
-                f"cannot listen on the group's control port {address} on {group.nodes[0]}: "
-                f"{exc.strerror or exc}"
-            )
-        listener.settimeout(0.2)  # the accept loop looks at _closing this often
+            break
+        listener.settimeout(0.2)
         self._listener = listener
+        self.listening = address
         threading.Thread(target=self._accept, name="group-accept", daemon=True).start()
         threading.Thread(target=self._beat, name="group-heartbeat", daemon=True).start()
         return None
@@ -2058,45 +2159,106 @@ class GroupCoordinator:
                 link.send("heartbeat")
 
     def _accept(self) -> None:
-        import socket
+        """Accept connections and run their handshakes in one selector, never blocking on any
+        of them: each new one gets its challenge at once and GROUP_HANDSHAKE_S to answer it
+        (within the caps, see GROUP_PENDING_PER_SOURCE); a member that answered is handed to
+        a thread of its own (``_serve``)."""
+        import selectors
 
         listener = self._listener
         assert listener is not None  # noqa: S101 - started by open() after binding it
-        while not self._closing.is_set():
-            try:
-                connection, peer = listener.accept()
-            except socket.timeout:  # noqa: UP041 - no TimeoutError before 3.10
-                continue
-            except OSError:
-                if self._closing.is_set():
-                    return
-                self._clock.sleep(0.05)  # EMFILE and the like: try again, never spin
-                continue
-            with self._lock:
-                crowded = self._pending >= GROUP_PENDING_MAX or self._closing.is_set()
-                if not crowded:
-                    self._pending += 1
-            if crowded:
-                connection.close()
-                continue
-            connection.settimeout(self.group.lost_after_s)
-            with contextlib.suppress(OSError):
-                connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            threading.Thread(
-                target=self._serve, args=(connection, str(peer[0])), name="group-member",
-                daemon=True,
-            ).start()  # fmt: skip
-
-    def _serve(self, connection: socket.socket, peer: str) -> None:
-        link = ControlLink(connection, self.group)
+        selector = selectors.DefaultSelector()
+        selector.register(listener, selectors.EVENT_READ, None)
+        pending: list[_Handshake] = []
+        deadline_s = min(GROUP_HANDSHAKE_S, self.group.lost_after_s)
         try:
-            rank = greet_member(link, self.group)
-        except LinkBroken as exc:
-            self._refuse(link, peer, str(exc))
-            return
+            while not self._closing.is_set():
+                for key, _ in selector.select(0.2):  # _closing is looked at this often
+                    if key.data is None:
+                        self._take_connection(listener, selector, pending)
+                    else:
+                        self._read_hello(key.data, selector, pending)
+                now = self._clock.monotonic()
+                for late in [h for h in pending if now - h.accepted > deadline_s]:
+                    self._drop_handshake(
+                        late, selector, pending, f"no hello within {deadline_s:g} s"
+                    )
         finally:
-            with self._lock:
-                self._pending -= 1
+            for handshake in pending:
+                handshake.link.close()
+            selector.close()
+
+    def _take_connection(
+        self, listener: socket.socket, selector: selectors.BaseSelector, pending: list[_Handshake]
+    ) -> None:
+        import selectors
+        import socket
+
+        try:
+            connection, peer = listener.accept()
+        except (socket.timeout, BlockingIOError):  # noqa: UP041 - no TimeoutError before 3.10
+            return
+        except OSError:
+            if not self._closing.is_set():
+                self._clock.sleep(0.05)  # EMFILE and the like: try again, never spin
+            return
+        connection.settimeout(self.group.lost_after_s)
+        with contextlib.suppress(OSError):
+            connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        link = ControlLink(connection, self.group)
+        handshake = _Handshake(link, str(peer[0]), "", self._clock.monotonic())
+        pending.append(handshake)
+        index = evicted_pending(
+            [(h.peer, h.accepted) for h in pending], handshake.peer,
+            per_source=GROUP_PENDING_PER_SOURCE, total=GROUP_PENDING_MAX,
+        )  # fmt: skip
+        if index is not None:
+            oldest = pending[index]
+            crowded = sum(1 for h in pending if h.peer == oldest.peer)
+            self._drop_handshake(
+                oldest, selector, pending,
+                f"evicted: {crowded} connections from {oldest.peer} without a hello",
+            )  # fmt: skip
+        try:
+            handshake.nonce = challenge_member(link)
+        except LinkBroken as exc:
+            self._drop_handshake(handshake, selector, pending, str(exc))
+            return
+        selector.register(connection, selectors.EVENT_READ, handshake)
+
+    def _read_hello(
+        self, handshake: _Handshake, selector: selectors.BaseSelector, pending: list[_Handshake]
+    ) -> None:
+        try:
+            data = handshake.link.recv_available()
+            if not handshake.link.feed(data):
+                return
+            rank = admit_hello(handshake.link, self.group, handshake.nonce)
+        except LinkBroken as exc:
+            self._drop_handshake(handshake, selector, pending, str(exc))
+            return
+        selector.unregister(handshake.link.connection)
+        pending.remove(handshake)
+        threading.Thread(
+            target=self._serve, args=(handshake.link, rank, handshake.peer), name="group-member",
+            daemon=True,
+        ).start()  # fmt: skip
+
+    def _drop_handshake(
+        self,
+        handshake: _Handshake,
+        selector: selectors.BaseSelector,
+        pending: list[_Handshake],
+        why: str,
+    ) -> None:
+        pending.remove(handshake)
+        with contextlib.suppress(KeyError, ValueError):
+            selector.unregister(handshake.link.connection)
+        self._refuse(handshake.link, handshake.peer, why)
+
+    def _serve(self, link: ControlLink, rank: int, peer: str) -> None:
+        """A member that proved it holds the key: admitted once per rank, then heard until its
+        connection ends."""
         with self._lock:
             admitted = rank not in self._links and not self._closing.is_set()
             if admitted:
@@ -2965,6 +3127,8 @@ class Supervisor:
             "generation": coordinator.generation if coordinator is not None else self._generation,
             "failure": None if self._group_failure is None else self._group_failure.as_dict(),
         }  # fmt: skip
+        if group.is_coordinator:  # where the control port is bound (None: not yet, or not)
+            view["listening"] = None if coordinator is None else coordinator.listening
         if group.gate is not None and group.is_coordinator:
             view["gate"] = None if coordinator is None else coordinator.gate_view()
         elif group.gate is not None:  # a member: its own node's ranks at the gate
@@ -3014,6 +3178,7 @@ class Supervisor:
             failure = GroupFailure(0, group.nodes[0], cls, message, None, 0, self.clock.monotonic())
             self._group_fatal(failure)
             return 0
+        self._show_group()  # where it listens
         try:
             return self._coordinate_generations(group, coordinator)
         finally:
