@@ -308,6 +308,7 @@ def down(name: str, reply: StopReply | None) -> list[Text]:
     if reply.leftovers_killed:
         killed = list(reply.leftovers_killed)
         texts.append(line(f"  killed {len(killed)} leftover process(es): {killed}"))
+    texts.extend(line(f"  note: {note}") for note in reply.notes)
     return texts
 
 
@@ -529,4 +530,8 @@ def state_cell(state: RunState) -> str:
         notes.append("adopted" + ("; output lost" if state.output_lost else ""))
     if state.health_failures and state.state == READY:
         notes.append(f"health failed {state.health_failures}x")
+    if state.disk_full:
+        notes.append("disk full")
+    if state.output_dropped_bytes:
+        notes.append(f"{state.output_dropped_bytes:,} bytes of output dropped")
     return shown + (f" ({'; '.join(notes)})" if notes else "")

@@ -817,17 +817,53 @@ _NEW_FILE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 
 
+# A write that failed for want of room (a full disk, a quota, a file size limit): what the agent
+# writes then is dropped and counted, never its end nor its server's (issue 26).
+NO_ROOM_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
+
+
+def no_room(exc: OSError) -> bool:
+    return exc.errno in NO_ROOM_ERRNOS
+
+
+def os_error_text(exc: OSError) -> str:
+    """``no space left on device``: the error as a marker or a status says it."""
+    text = os.strerror(exc.errno) if exc.errno is not None else str(exc)
+    return text[:1].lower() + text[1:]
+
+
+# state.json's ``disk``: what found no room so far (server output, events.jsonl lines, other
+# files: state.json, a run's copies), the last error and when (the host's wall clock). ``status``
+# adds the filesystem's room now (``full``, ``free_bytes``).
+NO_DISK_TROUBLE: dict[str, Any] = {
+    "dropped_bytes": 0, "dropped_events": 0, "failed_writes": 0,
+    "last_error": None, "last_error_at": None,
+}  # fmt: skip
+DISK_LOOK_S = 1.0  # how often the supervisor brings its count of dropped output to state.json
+DISK_FULL_BYTES = 1 << 20  # less room than this on the deployment's filesystem reads "full"
+
+
 def write_json_atomic(path: str, document: dict[str, Any], mode: int = 0o600) -> None:
+    """``path`` replaced whole, or left as it was: on a failed write (a full disk) the temp file
+    is removed and the error raised; a reader never sees a truncated document."""
     temp = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"
     with contextlib.suppress(FileNotFoundError):
         os.unlink(temp)  # ours, left by a process killed mid-write (same pid and thread: rare)
+    data = (json.dumps(document, indent=1, sort_keys=True) + "\n").encode("utf-8")
     fd = os.open(temp, _NEW_FILE, mode)
-    with os.fdopen(fd, "w", encoding="utf-8") as handle:
-        json.dump(document, handle, indent=1, sort_keys=True)
-        handle.write("\n")
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(temp, path)  # replaces a symlink at ``path`` itself, never its target
+    try:
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(temp, path)  # replaces a symlink at ``path`` itself, never its target
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temp)
+        raise
 
 
 def read_json(path: str) -> dict[str, Any] | None:
@@ -877,34 +913,98 @@ class Paths:
 
 
 class LogSink:
-    """The run's log: every byte the server prints, rotated at a size cap, never truncated."""
+    """The run's log: every byte the server prints, rotated at a size cap, never truncated.
+
+    A write that fails (a full disk, a quota: NO_ROOM_ERRNOS; any OSError alike) never stops
+    the reader of the server's output, which would block the server on its full pipe: the bytes
+    are dropped and counted, and the next write that finds room puts one marker line first
+    (``[orch: N bytes of output dropped: no space left on device]``). Raw writes (no buffer): a
+    failed write loses exactly what it says."""
 
     def __init__(self, path: str, max_bytes: int, keep: int) -> None:
         self.path = path
         self.max_bytes = max_bytes
         self.keep = keep
-        self._file = os.fdopen(open_append(path), "ab")  # lives as long as the run; 0600
-        self._size = self._file.tell()
+        self.dropped_total = 0  # bytes dropped over the run
+        self.last_error: str | None = None  # why the last write failed
+        self._dropped = 0  # since the last marker
+        self._fd: int | None = None
+        self._size = 0
+        self._open()
+
+    def _open(self) -> bool:
+        """The log opened (0600, appended to); False when it cannot be now (retried later)."""
+        try:
+            self._fd = open_append(self.path)  # lives as long as the run
+        except OSError as exc:
+            self.last_error = os_error_text(exc)
+            return False
+        self._size = os.fstat(self._fd).st_size
+        return True
 
     def write(self, data: bytes) -> None:
+        if self._fd is None and not self._open():
+            self._drop(len(data))
+            return
         if self._size + len(data) > self.max_bytes and self._size > 0:
             self._rotate()
-        self._file.write(data)
-        self._file.flush()
-        self._size += len(data)
+            if self._fd is None:
+                self._drop(len(data))
+                return
+        if self._dropped:
+            marker = (
+                f"[orch: {self._dropped} bytes of output dropped: {self.last_error}]\n"
+            ).encode()
+            if self._put(marker) < len(marker):
+                self._drop(len(data))  # still no room (a piece of the marker may be there)
+                return
+            self._dropped = 0
+        written = self._put(data)
+        if written < len(data):
+            self._drop(len(data) - written)
+
+    def _put(self, data: bytes) -> int:
+        """Bytes of ``data`` written (all of them, unless a write failed)."""
+        view = memoryview(data)
+        written = 0
+        while written < len(data):
+            assert self._fd is not None  # noqa: S101 - opened by the caller
+            try:
+                count = os.write(self._fd, view[written:])
+            except OSError as exc:
+                self.last_error = os_error_text(exc)
+                break
+            written += count
+        self._size += written
+        return written
+
+    def _drop(self, count: int) -> None:
+        self._dropped += count
+        self.dropped_total += count
 
     def _rotate(self) -> None:
-        self._file.close()
-        for index in range(self.keep - 1, 0, -1):
-            older = f"{self.path}.{index}"
-            if os.path.exists(older):
-                os.replace(older, f"{self.path}.{index + 1}")
-        os.replace(self.path, f"{self.path}.1")
-        self._file = os.fdopen(open_append(self.path), "ab")
-        self._size = 0
+        assert self._fd is not None  # noqa: S101 - rotated only while open
+        os.close(self._fd)
+        self._fd = None
+        try:
+            for index in range(self.keep - 1, 0, -1):
+                older = f"{self.path}.{index}"
+                if os.path.exists(older):
+                    os.replace(older, f"{self.path}.{index + 1}")
+            os.replace(self.path, f"{self.path}.1")
+        except OSError as exc:
+            self.last_error = os_error_text(exc)
+        self._open()
 
     def close(self) -> None:
-        self._file.close()
+        if self._fd is None:
+            return
+        if self._dropped:  # the run ended while dropping: its log says so, if there is room
+            self._put(
+                f"[orch: {self._dropped} bytes of output dropped: {self.last_error}]\n".encode()
+            )
+        os.close(self._fd)
+        self._fd = None
 
 
 # A line is noted (config line, ready line, the verdict's tail) by its first LINE_SCAN_BYTES;
@@ -967,6 +1067,15 @@ class OutputWatcher:
         """The output ended: its last, unterminated line counts too."""
         self._end_line()
         self._sink.close()
+
+    @property
+    def dropped_bytes(self) -> int:
+        """Output the log could not take (a full disk): counted, never a blocked server."""
+        return self._sink.dropped_total
+
+    @property
+    def write_error(self) -> str | None:
+        return self._sink.last_error
 
     def _extend(self, piece: bytes) -> None:
         room = LINE_SCAN_BYTES - self._partial_size
@@ -2561,6 +2670,7 @@ class Supervisor:
             "health_failures": 0,  # consecutive /health failures after READY
             "adopted": False,  # a server this supervisor took over from a dead one
             "output_lost": False,  # its output went with the dead supervisor's pipe
+            "disk": dict(NO_DISK_TROUBLE),  # writes that found no room (a full disk)
             "started_at": None,
             "started_mono": None,
             "ready_at": None,
@@ -2571,6 +2681,10 @@ class Supervisor:
             "message": "",
             "meta": spec.meta,
         }
+        self._state_unsaved = False  # the last state.json write found no room: retried
+        self._events_cut = False  # events.jsonl ends in a line cut short by a full disk
+        self._dropped_before = 0  # server output dropped in the runs before this one
+        self._next_disk_look = 0.0
         self._start_times: deque[float] = deque(maxlen=max(spec.restart.start_limit, 1) * 2)
         self._run_seq = _last_run_seq(paths.runs)
         self._received_key: tuple[Any, ...] | None = None
@@ -2616,9 +2730,49 @@ class Supervisor:
     def _write(self, fields: dict[str, Any]) -> None:
         with self._state_lock:
             self.state.update(fields)
-            write_json_atomic(self.paths.state, self.state)
+            self._save_state()
         if self._member_link is not None:
             self._member_link.report(self.state, self._generation)
+
+    def _save_state(self) -> None:
+        """state.json written now; with no room for it (a full disk) the state stays in memory,
+        the previous file whole, and the next chance writes it (``_tend_disk``). Under
+        ``_state_lock``."""
+        try:
+            write_json_atomic(self.paths.state, self.state)
+        except OSError as exc:
+            if not no_room(exc):
+                raise
+            self._state_unsaved = True
+            self._disk_trouble(exc, "failed_writes")
+        else:
+            self._state_unsaved = False
+
+    def _disk_trouble(self, exc: OSError, counter: str) -> None:
+        """One more write that found no room, in state.json's ``disk`` (written when it can)."""
+        with self._state_lock:
+            disk = dict(self.state.get("disk") or NO_DISK_TROUBLE)
+            disk[counter] = int(disk.get(counter) or 0) + 1
+            disk.update(last_error=os_error_text(exc), last_error_at=self.clock.wall())
+            self.state["disk"] = disk
+
+    def _tend_disk(self, watcher: OutputWatcher | None) -> None:
+        """About once a second while the server runs: the output dropped so far into state.json,
+        and a state.json that found no room written again."""
+        now = self.clock.monotonic()
+        if now < self._next_disk_look:
+            return
+        self._next_disk_look = now + DISK_LOOK_S
+        dropped = self._dropped_before + (watcher.dropped_bytes if watcher is not None else 0)
+        disk = self.state.get("disk") or NO_DISK_TROUBLE
+        if watcher is not None and dropped != disk.get("dropped_bytes"):
+            error = watcher.write_error or disk.get("last_error")
+            self._update(disk=dict(
+                disk, dropped_bytes=dropped, last_error=error, last_error_at=self.clock.wall()
+            ))  # fmt: skip
+        elif self._state_unsaved:
+            with self._state_lock:
+                self._save_state()
 
     def fail(self, message: str) -> None:
         """The agent itself failed: FATAL, unless the state was final already."""
@@ -2626,9 +2780,27 @@ class Supervisor:
             self._change_state(FATAL, message=message)
 
     def _event(self, kind: str, **details: Any) -> None:
+        """One line of events.jsonl; dropped (counted) when the disk has no room for it."""
         record = {"at": self.clock.wall(), "event": kind, **details}
-        with os.fdopen(open_append(self.paths.events), "a", encoding="utf-8") as handle:
-            handle.write(json.dumps(record, sort_keys=True) + "\n")
+        line = (json.dumps(record, sort_keys=True) + "\n").encode("utf-8")
+        with self._state_lock:  # one writer at a time: a line cut short is ended by the next
+            if self._events_cut:
+                line = b"\n" + line
+            written = 0
+            try:
+                fd = open_append(self.paths.events)
+                try:
+                    while written < len(line):
+                        written += os.write(fd, line[written:])
+                finally:
+                    os.close(fd)
+            except OSError as exc:
+                if not no_room(exc):
+                    raise
+                self._events_cut = self._events_cut or written > 0
+                self._disk_trouble(exc, "dropped_events")
+            else:
+                self._events_cut = False
 
     # -- main loop --
 
@@ -2689,17 +2861,29 @@ class Supervisor:
         self._event("backoff", delay_s=delay, failures=consecutive_failures)
         return delay
 
-    def _new_run_dir(self) -> tuple[str, str]:
+    def _new_run_id(self) -> tuple[str, str]:
         self._run_seq += 1
         stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(self.clock.wall()))
         run_id = f"{self._run_seq:04d}-{stamp}"
-        run_dir = os.path.join(self.paths.runs, run_id)
+        return run_id, os.path.join(self.paths.runs, run_id)
+
+    def _make_run_dir(self, run_dir: str) -> None:
+        """The run's directory with its copies of the launch script and the spec (kept for
+        people and diff-effective); a copy that finds no room is left out, not the run."""
         os.makedirs(run_dir, mode=0o700, exist_ok=False)
+        copies = [("spec.json", self.paths.spec)]
         if os.path.exists(self.paths.launch_script):
-            script = _read_bytes(self.paths.launch_script)
-            _write_private(os.path.join(run_dir, "launch.sh"), script)
-        _write_private(os.path.join(run_dir, "spec.json"), _read_bytes(self.paths.spec))
-        return run_id, run_dir
+            copies.insert(0, ("launch.sh", self.paths.launch_script))
+        for name, source in copies:
+            target = os.path.join(run_dir, name)
+            try:
+                _write_private(target, _read_bytes(source))
+            except OSError as exc:
+                if not no_room(exc):
+                    raise
+                with contextlib.suppress(OSError):
+                    os.unlink(target)  # never a copy cut short
+                self._disk_trouble(exc, "failed_writes")
 
     def _run_once(self, adopted: ServerProcess | None = None) -> tuple[int, ExitVerdict, bool]:
         if adopted is not None:
@@ -2710,7 +2894,23 @@ class Supervisor:
         return self._watch(*spawned)
 
     def _spawn(self) -> tuple[ServerProcess, OutputWatcher] | ExitVerdict:
-        run_id, run_dir = self._new_run_dir()
+        run_id, run_dir = self._new_run_id()
+        try:
+            self._make_run_dir(run_dir)
+        except OSError as exc:
+            if not no_room(exc):
+                raise
+            # A full disk without room for a directory (ext4 needs a block): a run that could
+            # not start, restarted by policy as a crash (never deterministic: room comes back).
+            why = f"cannot create the run's directory {run_dir}: {os_error_text(exc)}"
+            self._disk_trouble(exc, "failed_writes")
+            self._update(
+                run_id=run_id, run_dir=None, log=None, started_at=self.clock.wall(),
+                starts=self.state["starts"] + 1, server=None, message=why,
+            )  # fmt: skip
+            verdict = ExitVerdict(CRASHED, why)
+            self._record_exit(run_id, 127, verdict)
+            return verdict
         log_path = os.path.join(run_dir, "server.log")
         env = dict(os.environ)
         env.update(self.spec.env)
@@ -2843,6 +3043,7 @@ class Supervisor:
                         ended_by = self._give_up(process, tracked, HUNG, f"{why}: stopped")
                         break
             tracked.refresh()
+            self._tend_disk(watcher)
             self.clock.wait(process.ended, 0.05)  # a death wakes it at once
         self._exit_noticed = self.clock.monotonic()
         returncode = process.wait()
@@ -2870,6 +3071,10 @@ class Supervisor:
         self._record_exit(run_id, returncode, verdict)
         swept = self._sweep(run_id, tracked)
         process.drain(5.0)
+        if watcher is not None:  # the run's dropped output counts on in the supervisor's total
+            self._next_disk_look = 0.0
+            self._tend_disk(watcher)
+            self._dropped_before += watcher.dropped_bytes
         if swept:
             last_exit = dict(self.state["last_exit"], swept_pids=swept)
             self._update(last_exit=last_exit)
@@ -2887,10 +3092,18 @@ class Supervisor:
         key = (facts.get("exe"), tuple(facts.get("argv") or ()))
         if key == self._received_key:
             return
-        self._received_key = key
         path = os.path.join(str(self.state["run_dir"]), RECEIVED_FILE)
         document = dict(facts, pid=pid, run_id=self.state["run_id"], at=self.clock.wall())
-        write_json_atomic(path, document, 0o600)
+        try:
+            write_json_atomic(path, document, 0o600)
+        except OSError as exc:
+            if not no_room(exc):
+                raise
+            if self._received_key is None:  # counted once per run: it is tried again each look
+                self._disk_trouble(exc, "failed_writes")
+                self._received_key = ()
+            return
+        self._received_key = key
         server = dict(self.state.get("server") or {"pid": pid})
         server.update(exe=facts.get("exe"), cmdline=list(key[1])[:IDENTITY_CMDLINE_ITEMS])
         self._update(received=path, server=server)
@@ -3801,20 +4014,39 @@ def _answer(fd: int, document: dict[str, Any]) -> None:
         os.close(fd)
 
 
-def cmd_status(deployment_dir: str) -> dict[str, Any]:
+def disk_room(path: str) -> dict[str, Any]:
+    """The room left on ``path``'s filesystem now, as this user may use it (root may use the
+    blocks reserved for it): ``full`` under DISK_FULL_BYTES. A quota is not seen here: the
+    supervisor's own count of failed writes says that one."""
+    try:
+        info = os.statvfs(path)
+    except OSError:
+        return {"full": False, "free_bytes": None}
+    blocks = info.f_bfree if os.geteuid() == 0 else info.f_bavail
+    free = blocks * info.f_frsize
+    return {"full": free < DISK_FULL_BYTES, "free_bytes": free}
+
+
+def cmd_status(deployment_dir: str, recorded: dict[str, Any] | None = None) -> dict[str, Any]:
     """The state as recorded, with what is true now: the supervisor and the server are alive
     only when their recorded identities match a running process (a reused pid is "gone"). A
-    dead supervisor with a live server is UNSUPERVISED."""
+    dead supervisor with a live server is UNSUPERVISED. ``recorded``: the state to start from
+    instead of state.json (a stop whose end found no room to be written)."""
     paths = Paths(deployment_dir)
-    state = read_json(paths.state) if secure_deployment(paths) else None
+    if recorded is not None:
+        state: dict[str, Any] | None = dict(recorded)
+    else:
+        state = read_json(paths.state) if secure_deployment(paths) else None
     if state is None:
         return {"protocol": PROTOCOL, "deployed": False, "deployment_dir": deployment_dir}
+    state["disk"] = dict(state.get("disk") or NO_DISK_TROUBLE, **disk_room(deployment_dir))
     agent_alive = verified_alive(recorded_identity(state, "agent", deployment_dir))
-    if not agent_alive:
+    if not agent_alive and recorded is None:
         # It may have recorded its end and exited between the read above and that check (a
         # server that died with restart=no: EXITED, then the supervisor exits): what it wrote
         # last is the truth, never "it died without an end".
         state = read_json(paths.state) or state
+        state["disk"] = dict(state.get("disk") or NO_DISK_TROUBLE, **disk_room(deployment_dir))
     server_alive = verified_alive(recorded_identity(state, "server", deployment_dir))
     state["deployed"] = True
     state["agent_alive"] = agent_alive
@@ -4055,32 +4287,54 @@ def _memory_loads(host: str, port: int) -> dict[str, Any]:
 def cmd_stop(deployment_dir: str, timeout: float) -> dict[str, Any]:
     """Stop the deployment: through its supervisor when it runs; when it died, stop the server
     it left (verified by identity) the same way and record the end in state.json, so that a
-    second stop finds nothing to do. Nothing that is not verifiably ours is signalled."""
+    second stop finds nothing to do. Nothing that is not verifiably ours is signalled. On a
+    full disk it stops all the same: what it could not write is said in ``notes`` (the answer
+    then shows the end as this stop knows it)."""
     paths = Paths(deployment_dir)
     state = read_json(paths.state) if secure_deployment(paths) else None
     if state is None:
         return {"protocol": PROTOCOL, "deployed": False, "deployment_dir": deployment_dir}
     clock = RealClock()
+    notes: list[str] = []
     agent = recorded_identity(state, "agent", deployment_dir)
+    asked = False  # its live supervisor was asked to stop, and ended by itself
     if verified_alive(agent) and agent is not None:
-        write_json_atomic(paths.stop_request, {"grace_s": timeout})
+        grace = timeout
+        try:
+            write_json_atomic(paths.stop_request, {"grace_s": timeout})
+        except OSError as exc:
+            grace = max(timeout, _spec_for(paths, state).stop_timeout_s)
+            notes.append(
+                f"{paths.stop_request}: {os_error_text(exc)}: the supervisor stopped the server "
+                "with the profile's stop_timeout_s, not --timeout"
+            )
         os.kill(int(agent["pid"]), signal.SIGTERM)
-        deadline = clock.monotonic() + timeout + 10.0 + _members_stop_s(paths, state)
+        deadline = clock.monotonic() + grace + 10.0 + _members_stop_s(paths, state)
         while verified_alive(agent) and clock.monotonic() < deadline:
             clock.sleep(0.05)
-        if verified_alive(agent):  # it did not finish in time: take over its last duty
+        asked = not verified_alive(agent)
+        if not asked:  # it did not finish in time: take over its last duty
             os.kill(int(agent["pid"]), signal.SIGKILL)
             clock.sleep(0.1)
         with contextlib.suppress(OSError):
             os.unlink(paths.stop_request)  # not read when it stopped in BACKOFF
     final = read_json(paths.state) or state
     leftovers: list[int] = []
+    unrecorded: dict[str, Any] | None = None
     if final.get("state") not in TERMINAL_STATES:
-        leftovers = _stop_for_a_dead_supervisor(paths, final, timeout, clock)
+        leftovers, stopper = _stop_for_a_dead_supervisor(paths, final, timeout, clock, asked)
+        if stopper._state_unsaved:
+            unrecorded = stopper.state
+            why = (stopper.state.get("disk") or {}).get("last_error") or "not written"
+            notes.append(
+                f"{paths.state}: {why}: the end of this stop is not recorded on the host "
+                "(orch down again once there is room records it)"
+            )
     elif final.get("run_id"):
         leftovers = _kill_leftovers(paths.root, str(final["run_id"]), {}, clock)
-    result = cmd_status(deployment_dir)
+    result = cmd_status(deployment_dir, unrecorded)
     result["leftovers_killed"] = leftovers
+    result["notes"] = notes
     return result
 
 
@@ -4096,29 +4350,37 @@ def _members_stop_s(paths: Paths, state: dict[str, Any]) -> float:
 
 
 def _stop_for_a_dead_supervisor(
-    paths: Paths, recorded: dict[str, Any], timeout: float, clock: Clock
-) -> list[int]:
+    paths: Paths, recorded: dict[str, Any], timeout: float, clock: Clock, asked: bool = False
+) -> tuple[list[int], Supervisor]:
     """The supervisor died without recording an end: stop its server if it is still the one
-    recorded (group SIGTERM, grace, SIGKILL, sweep), then record the end as it would have."""
+    recorded (group SIGTERM, grace, SIGKILL, sweep), then record the end as it would have.
+    ``asked``: it was asked to stop and ended by itself, but its end found no room (a full
+    disk): a stop on request, not a death. The pids swept and the stopper (its state)."""
     spec = _spec_for(paths, recorded)
     stopper = Supervisor(spec, paths, clock=clock)
     stopper.stop_grace_s = timeout
     stopper.resume(recorded)
     server = recorded_identity(recorded, "server", paths.root)
     run_id = str(recorded.get("run_id") or "")
-    message = f"stopped; its supervisor (pid {recorded.get('agent_pid')}) had died"
+    if asked:
+        message = "stopped (its supervisor's record of the end found no room)"
+    else:
+        message = f"stopped; its supervisor (pid {recorded.get('agent_pid')}) had died"
     if verified_alive(server) and server is not None:
         stopper._change_state(STOPPING, message="stopping (its supervisor had died)")
         process = _Adopted(server, stopper.world, clock)
         stopper._terminate(process, _Descendants(process.pid, clock, stopper.world))
         stopper._record_exit(run_id, LOST_RETURNCODE, ExitVerdict(STOPPED, message))
     elif run_id and (stopper.state.get("last_exit") or {}).get("run_id") != run_id:
-        lost = ExitVerdict(LOST, "its supervisor died and the server was gone when stopped")
-        stopper._record_exit(run_id, LOST_RETURNCODE, lost)
+        if asked:
+            ended = ExitVerdict(STOPPED, "stopped on request")
+        else:
+            ended = ExitVerdict(LOST, "its supervisor died and the server was gone when stopped")
+        stopper._record_exit(run_id, LOST_RETURNCODE, ended)
     swept = _kill_leftovers(paths.root, run_id, {}, clock) if run_id else []
     stopper._change_state(EXITED, pid=None, pgid=None, server=None, message=message)
-    stopper._event("stopped", supervisor_died=True, swept=swept)
-    return swept
+    stopper._event("stopped", supervisor_died=not asked, swept=swept)
+    return swept, stopper
 
 
 def _spec_for(paths: Paths, state: dict[str, Any]) -> Spec:
