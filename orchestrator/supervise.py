@@ -197,11 +197,15 @@ if rest[:1] == ["--carried"]:
         temp = path + "." + str(os.getpid()) + ".tmp"
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
         fd = os.open(temp, flags, 0o600)
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.rename(temp, path)
+        try:
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(data)
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.rename(temp, path)
+        except BaseException:
+            os.unlink(temp)
+            raise
 if rest[:1] == ["--stdin-first"]:
     import io
     rest, held = rest[1:], sys.stdin.buffer.read()
@@ -236,15 +240,18 @@ except (OSError, ValueError, EOFError, TypeError):
     code = None
 if code is None:
     code = compile(data, path, "exec")
+    temp = cache + "." + str(os.getpid()) + ".tmp"
     try:
         body = marshal.dumps(code)
-        temp = cache + "." + str(os.getpid()) + ".tmp"
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
         with os.fdopen(os.open(temp, flags, 0o600), "wb") as handle:
             handle.write((want + hashlib.sha256(body).hexdigest()).encode() + body)
         os.rename(temp, cache)
     except (OSError, ValueError):
-        pass
+        try:
+            os.unlink(temp)  # a full disk: never a cache cut short left behind
+        except OSError:
+            pass
 module = types.ModuleType("__main__")
 module.__file__ = path
 sys.modules["__main__"] = module

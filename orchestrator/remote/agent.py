@@ -4363,7 +4363,7 @@ def _stop_for_a_dead_supervisor(
     server = recorded_identity(recorded, "server", paths.root)
     run_id = str(recorded.get("run_id") or "")
     if asked:
-        message = "stopped (its supervisor's record of the end found no room)"
+        message = "stopped; its supervisor's record of the end found no room"
     else:
         message = f"stopped; its supervisor (pid {recorded.get('agent_pid')}) had died"
     if verified_alive(server) and server is not None:
