@@ -118,6 +118,7 @@ class RunInfo:
 class RunsReply:
     runs: tuple[RunInfo, ...]
     now: float | None  # the host's wall clock when it answered (None: an older agent)
+    skipped_events: int = 0  # lines of events.jsonl that are no event (too long, too deep)
 
 
 @dataclass(frozen=True)
@@ -481,7 +482,7 @@ def decode_runs_reply(document: Any) -> RunsReply:
             pid=run.opt_integer("pid"), exit=None if ended is None else _exit_info(ended),
         )  # fmt: skip
         runs.append(info)
-    return RunsReply(tuple(runs), reader.opt_number("now"))
+    return RunsReply(tuple(runs), reader.opt_number("now"), reader.integer("skipped_events", 0))
 
 
 def decode_tail(document: Any) -> TailReply:

@@ -384,7 +384,13 @@ def runs_table(view: RunsView) -> str:
             run.run_id, utc(run.started_at), utc(cells["ended_at"]), duration(cells["duration_s"]),
             duration(ready), cells["verdict"],
         ))  # fmt: skip
-    return grid(table)
+    text = grid(table)
+    if view.skipped_events:
+        text += (
+            f"\nnote: {view.skipped_events} lines of events.jsonl skipped (longer or nested "
+            "deeper than any event the agent writes)"
+        )
+    return text
 
 
 def runs_json(view: RunsView) -> dict[str, Any]:
@@ -402,7 +408,10 @@ def runs_json(view: RunsView) -> dict[str, Any]:
                 "was_ready": run.exit.was_ready, "swept_pids": list(run.exit.swept_pids),
             },
         })  # fmt: skip
-    return {"profile": view.profile, "host": view.host, "runs": rows}
+    return {
+        "profile": view.profile, "host": view.host, "runs": rows,
+        "skipped_events": view.skipped_events,
+    }  # fmt: skip
 
 
 def status_json(row: StatusRow) -> dict[str, object]:
