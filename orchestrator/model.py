@@ -416,6 +416,7 @@ class RunState:
     group: GroupView | None = None  # a rank of a launch group
     disk_full: bool = False  # the deployment's filesystem has (almost) no room left now
     output_dropped_bytes: int = 0  # server output its supervisor could not write (no room)
+    corrupt_state: str | None = None  # state.json is corrupt: this state was rebuilt, and why
 
     @property
     def alive(self) -> bool:

@@ -370,6 +370,7 @@ def decode_state(document: Any, *, agent_alive: bool | None = None) -> RunState:
         group=_group_view(reader.child("group")),
         disk_full=disk.flag("full"),
         output_dropped_bytes=disk.integer("dropped_bytes", 0),
+        corrupt_state=reader.opt_text("corrupt_state"),
     )
 
 

@@ -535,6 +535,8 @@ def state_cell(state: RunState) -> str:
     if state.stale:
         return f"{shown} (supervisor died; server gone)"
     notes = []
+    if state.corrupt_state:
+        notes.append("state.json corrupt")
     if state.adopted:
         notes.append("adopted" + ("; output lost" if state.output_lost else ""))
     if state.health_failures and state.state == READY:

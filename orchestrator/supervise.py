@@ -553,8 +553,10 @@ class Agent:
             return None
         try:
             document = json.loads(raw)
-        except ValueError:
+        except (ValueError, RecursionError):
             return None  # never partial (replaced atomically), but be safe
+        if not isinstance(document, dict):
+            return None  # corrupt (null, []): the agent's status says so, and finds what runs
         return decode_state(document, agent_alive=True)
 
     def stop(self, timeout: float) -> StopReply:

@@ -867,13 +867,29 @@ def write_json_atomic(path: str, document: dict[str, Any], mode: int = 0o600) ->
 
 
 def read_json(path: str) -> dict[str, Any] | None:
+    """The JSON object in ``path``; None when there is none (missing, not JSON, not an object:
+    read_state_file tells those apart for state.json)."""
+    return read_state_file(path)[0]
+
+
+def read_state_file(path: str) -> tuple[dict[str, Any] | None, str | None]:
+    """(the object, None) from ``path``; (None, None) when there is no file; (None, why) when it
+    is corrupt: not JSON, or JSON that is no object (``null``, ``[]``)."""
     try:
         fd = os.open(path, os.O_RDONLY | _NOFOLLOW)
     except FileNotFoundError:
-        return None
-    with os.fdopen(fd, encoding="utf-8") as handle:
-        data = json.load(handle)
-    return data if isinstance(data, dict) else None
+        return None, None
+    with os.fdopen(fd, "rb") as handle:
+        raw = handle.read()
+    try:
+        data = json.loads(raw)
+    except (ValueError, RecursionError):
+        return None, f"{path} holds something that is not JSON, not a state"
+    if isinstance(data, dict):
+        return data, None
+    kinds = {type(None): "null", list: "a list", str: "a string", bool: "true or false"}
+    kind = kinds.get(type(data), "a number")
+    return None, f"{path} holds {kind}, not a state"
 
 
 def open_append(path: str) -> int:
@@ -4014,6 +4030,102 @@ def _answer(fd: int, document: dict[str, Any]) -> None:
         os.close(fd)
 
 
+def _recorded_state(paths: Paths) -> dict[str, Any] | None:
+    """state.json; when it is corrupt (issue 26: ``null`` or ``[]`` made a running deployment
+    look undeployed), a state rebuilt from what runs, saying so (``corrupt_state``)."""
+    state, corrupt = read_state_file(paths.state)
+    if corrupt is None:
+        return state
+    return state_from_processes(paths, corrupt)
+
+
+CORRUPT_STATE = "UNKNOWN"  # what status shows for a rebuilt state: the recorded one is lost
+
+
+def state_from_processes(paths: Paths, why: str) -> dict[str, Any]:
+    """A deployment's state rebuilt from its processes, state.json being corrupt: the supervisor
+    is the process holding the deployment's lock (it holds it for its life) and naming the
+    deployment in its command line; the server is the process group leader carrying the
+    deployment's markers in its environment (RUN_ID_ENV, DEPLOYMENT_ENV). Each is recorded by
+    its identity now, checked like any other before a signal."""
+    supervisor = _lock_holder(paths)
+    server, run_id = _marked_server(paths.root)
+    spec = _spec_for(paths, {})
+    run_dir = os.path.join(paths.runs, run_id) if run_id else None
+    log = os.path.join(run_dir, "server.log") if run_dir else None
+    found = []
+    if supervisor is not None:
+        found.append(f"its supervisor (pid {supervisor['pid']}) by the lock it holds")
+    if server is not None:
+        found.append(f"its server (pid {server['pid']}) by its environment")
+    message = f"{why}: " + (
+        "found " + " and ".join(found) if found else "nothing of the deployment runs"
+    )
+    return {
+        "protocol": PROTOCOL, "deployment": spec.deployment, "corrupt_state": why,
+        "agent_pid": supervisor["pid"] if supervisor else None, "agent": supervisor,
+        "identity_recorded": True, "state": CORRUPT_STATE if supervisor or server else EXITED,
+        "pid": server["pid"] if server else None, "pgid": server["pid"] if server else None,
+        "server": server, "run_id": run_id, "run_dir": run_dir, "log": log, "received": None,
+        "port": spec.port, "starts": 0, "restarts": 0, "ready": False, "health_failures": 0,
+        "adopted": False, "output_lost": False, "disk": dict(NO_DISK_TROUBLE),
+        "started_at": None, "started_mono": None, "ready_at": None, "ready_by": None,
+        "state_since": None, "next_start_at": None, "last_exit": None, "message": message,
+        "meta": spec.meta,
+    }  # fmt: skip
+
+
+def _lock_holder(paths: Paths) -> dict[str, Any] | None:
+    """The identity of the process holding the deployment's lock (/proc/locks: ``1: FLOCK
+    ADVISORY WRITE PID MAJ:MIN:INODE 0 EOF``) when it names the deployment in its command line
+    (a supervisor's); None otherwise, or without /proc."""
+    try:
+        info = os.stat(paths.lock)
+        with open("/proc/locks", encoding="ascii", errors="replace") as handle:
+            lines = handle.read().splitlines()
+    except OSError:
+        return None
+    device = (os.major(info.st_dev), os.minor(info.st_dev))
+    for line in lines:
+        fields = line.split()
+        if len(fields) < 6 or fields[1] != "FLOCK" or "->" in fields:  # "->": a waiter
+            continue
+        try:
+            pid = int(fields[4])
+            major, minor, inode = fields[5].split(":")
+            held = (int(major, 16), int(minor, 16)) == device and int(inode) == info.st_ino
+        except ValueError:
+            continue
+        if held and paths.root in _cmdline(pid):
+            return process_identity(pid)
+    return None
+
+
+def _marked_server(deployment_dir: str) -> tuple[dict[str, Any] | None, str | None]:
+    """The identity and run id of the deployment's server: a process group leader (the server
+    is started in its own) whose environment carries the deployment's markers; the newest."""
+    try:
+        import psutil
+    except ImportError:
+        return None, None
+    found: list[tuple[float, int, str]] = []
+    for process in psutil.process_iter(["pid", "create_time"]):
+        pid = process.info["pid"]
+        try:
+            if pid == os.getpid() or os.getpgid(pid) != pid:
+                continue
+            environ = process.environ()
+        except (psutil.Error, OSError):
+            continue
+        run_id = environ.get(RUN_ID_ENV)
+        if environ.get(DEPLOYMENT_ENV) == deployment_dir and run_id:
+            found.append((process.info["create_time"], pid, run_id))
+    if not found:
+        return None, None
+    _, pid, run_id = max(found)
+    return process_identity(pid), run_id
+
+
 def disk_room(path: str) -> dict[str, Any]:
     """The room left on ``path``'s filesystem now, as this user may use it (root may use the
     blocks reserved for it): ``full`` under DISK_FULL_BYTES. A quota is not seen here: the
@@ -4036,7 +4148,7 @@ def cmd_status(deployment_dir: str, recorded: dict[str, Any] | None = None) -> d
     if recorded is not None:
         state: dict[str, Any] | None = dict(recorded)
     else:
-        state = read_json(paths.state) if secure_deployment(paths) else None
+        state = _recorded_state(paths) if secure_deployment(paths) else None
     if state is None:
         return {"protocol": PROTOCOL, "deployed": False, "deployment_dir": deployment_dir}
     state["disk"] = dict(state.get("disk") or NO_DISK_TROUBLE, **disk_room(deployment_dir))
@@ -4291,7 +4403,7 @@ def cmd_stop(deployment_dir: str, timeout: float) -> dict[str, Any]:
     full disk it stops all the same: what it could not write is said in ``notes`` (the answer
     then shows the end as this stop knows it)."""
     paths = Paths(deployment_dir)
-    state = read_json(paths.state) if secure_deployment(paths) else None
+    state = _recorded_state(paths) if secure_deployment(paths) else None
     if state is None:
         return {"protocol": PROTOCOL, "deployed": False, "deployment_dir": deployment_dir}
     clock = RealClock()
@@ -4360,6 +4472,9 @@ def _stop_for_a_dead_supervisor(
     stopper = Supervisor(spec, paths, clock=clock)
     stopper.stop_grace_s = timeout
     stopper.resume(recorded)
+    if stopper.state.get("state") == CORRUPT_STATE:  # rebuilt from the processes: one runs
+        stopper.state["state"] = RUNNING
+    stopper.state.pop("corrupt_state", None)  # written anew, whole
     server = recorded_identity(recorded, "server", paths.root)
     run_id = str(recorded.get("run_id") or "")
     if asked:

@@ -60,6 +60,13 @@ def _end(process: subprocess.Popen[bytes]) -> None:
     process.wait()
 
 
+def _gone(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
 def _events(deployment: Deployment) -> list[dict[str, Any]]:
     lines = (deployment.dir / "events.jsonl").read_text().splitlines()
     return [json.loads(line) for line in lines]
@@ -163,6 +170,56 @@ def test_agent_dead_server_alive_is_unsupervised_and_stop_ends_it_once(
         assert stranger.poll() is None
     finally:
         _end(stranger)
+
+
+CORRUPT_STATES = {"null": "null", "[]": "a list", "{not json": "something that is not JSON"}
+
+
+@pytest.mark.parametrize("content", list(CORRUPT_STATES))
+def test_a_corrupt_state_is_said_and_its_live_supervisor_and_server_still_found_and_stopped(
+    deployment: Deployment, content: str
+) -> None:
+    """issue 26: state.json holding null or [] made a running deployment look undeployed (and
+    anything else not JSON broke status). It is corrupt, said so; the supervisor is found by the
+    deployment's lock it holds, the server by the markers in its environment, each verified."""
+    deployment.start(SERVES)
+    ready = deployment.wait_for("READY")
+    (deployment.dir / "state.json").write_text(content)
+    status = deployment.status()
+    assert status["deployed"] is True
+    path = deployment.dir / "state.json"
+    assert status["corrupt_state"] == f"{path} holds {CORRUPT_STATES[content]}, not a state"
+    assert (status["agent_alive"], status["server_alive"]) == (True, True)
+    assert (status["agent_pid"], status["pid"]) == (ready["agent_pid"], ready["pid"])
+    assert status["run_id"] == ready["run_id"]
+    decoded = decode_state(status)
+    assert decoded.alive
+    assert decoded.corrupt_state == status["corrupt_state"]
+    stopped = deployment.stop()
+    assert stopped["state"] == "EXITED"  # the supervisor stopped it and wrote its state anew
+    assert "corrupt_state" not in stopped
+    assert _gone(ready["pid"])
+    assert _gone(ready["agent_pid"])
+
+
+@pytest.mark.parametrize("content", ["null", "[]"])
+def test_a_corrupt_state_without_a_supervisor_still_finds_and_stops_the_server(
+    deployment: Deployment, content: str
+) -> None:
+    deployment.start(SERVES)
+    ready = deployment.wait_for("READY")
+    _kill_agent(ready)
+    (deployment.dir / "state.json").write_text(content)
+    status = deployment.status()
+    assert status["state"] == "UNSUPERVISED"
+    assert (status["agent_alive"], status["server_alive"]) == (False, True)
+    assert status["pid"] == ready["pid"]
+    assert status["corrupt_state"].endswith("not a state")
+    stopped = deployment.stop()
+    assert stopped["state"] == "EXITED"
+    assert stopped["last_exit"]["class"] == "stopped"
+    assert _gone(ready["pid"])
+    assert deployment.status()["state"] == "EXITED"  # recorded: a second stop has nothing to do
 
 
 def test_adopt_takes_over_the_running_server_without_restarting_it(
