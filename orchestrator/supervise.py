@@ -54,6 +54,7 @@ from orchestrator.protocol import (
     decode_stop,
     decode_tail,
     last_json_line,
+    refused,
 )
 from orchestrator.remote import agent as agent_module
 from orchestrator.remote.agent import PROTOCOL
@@ -522,6 +523,7 @@ class Agent:
         document = self.call(
             *args, timeout=180.0, stdin=json.dumps(dict(env)).encode(), carry=with_status
         )
+        refused(document)  # an unsafe workdir or file: PreflightError naming it, with a hint
         status = document.get("status") if isinstance(document, dict) else None
         state = decode_state(status) if isinstance(status, dict) else None
         if isinstance(document, dict) and document.get("facts") == "skipped":
