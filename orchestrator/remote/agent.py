@@ -1301,6 +1301,67 @@ def check_directory(path: str, what: str) -> bool:
     return True
 
 
+def check_workdir(path: str) -> bool:
+    """check_directory's workdir, or a symlink to one (``/data`` -> a mount: common): accepted
+    when nobody else could have planted or can change it: the link is the user's or root's, in
+    a directory only they can write; every directory on the way to its target is the user's or
+    root's and not writable by group or others (a sticky one, like /tmp, excepted: others cannot
+    replace what is in it); the target is the user's own and private. False when it does not
+    exist."""
+    import stat
+
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        return False
+    if not stat.S_ISLNK(info.st_mode):
+        return check_directory(path, "workdir")
+    uid = os.getuid()
+    target = os.path.realpath(path)
+    if info.st_uid not in (uid, 0):
+        raise UnsafePath(
+            f"the workdir {path} is a symlink that belongs to uid {info.st_uid}, not to this "
+            f"user (uid {uid}) or root",
+            f"remove it, or set the workdir to a directory of your own (its target {target}, "
+            "if it is yours)",
+        )
+    holder = os.path.dirname(os.path.abspath(path))
+    held = os.stat(holder)
+    if held.st_uid not in (uid, 0) or held.st_mode & 0o022:
+        raise UnsafePath(
+            f"the workdir {path} is a symlink in {holder}, which "
+            + (
+                f"belongs to uid {held.st_uid}"
+                if held.st_uid not in (uid, 0)
+                else f"is writable by group or others (mode {held.st_mode & 0o7777:04o})"
+            ),
+            f"anyone who can write in {holder} can replace the link: set the workdir to its "
+            f"target ({target}), or chmod go-w {holder}",
+        )
+    ancestor = os.path.dirname(target)
+    ancestors = []
+    while True:
+        ancestors.append(ancestor)
+        if ancestor == os.path.dirname(ancestor):
+            break
+        ancestor = os.path.dirname(ancestor)
+    for directory in reversed(ancestors):  # from the root down
+        seen = os.lstat(directory)
+        sticky = seen.st_mode & stat.S_ISVTX
+        if seen.st_uid not in (uid, 0) or (seen.st_mode & 0o022 and not sticky):
+            why = (
+                f"belongs to uid {seen.st_uid}"
+                if seen.st_uid not in (uid, 0)
+                else f"is writable by group or others (mode {seen.st_mode & 0o7777:04o})"
+            )
+            raise UnsafePath(
+                f"the workdir {path} leads to {target} through {directory}, which {why}",
+                f"whoever can write in {directory} can replace what the link leads to: use a "
+                "workdir whose every directory only you (or root) can write",
+            )
+    return check_directory(target, "workdir")
+
+
 def check_file(path: str, what: str) -> None:
     """Refuse a file the agent writes or acts on that is a symlink or someone else's."""
     import stat
@@ -1328,7 +1389,7 @@ def secure_deployment(paths: Paths, *, create: bool = False) -> bool:
     missing (0700) and tighten the deployment's own directories to 0700. False when the
     deployment directory does not exist (and ``create`` is not set)."""
     workdir = os.path.dirname(paths.root)
-    check_directory(workdir, "workdir")
+    check_workdir(workdir)
     check_directory(os.path.join(workdir, ".orch"), "agent directory")
     if create:
         os.makedirs(paths.root, mode=0o700, exist_ok=True)

@@ -20,6 +20,7 @@ import psutil
 import pytest
 
 from orchestrator.protocol import decode_state
+from orchestrator.remote import agent
 from tests.agent.test_supervisor import (
     AGENT,
     CONFIG_LINE,
@@ -443,6 +444,60 @@ def test_a_workdir_of_another_user_is_refused(deployment: Deployment) -> None:
     reply = deployment.start(SERVES)
     assert reply["refused"] == "unsafe-path"
     assert "belongs to uid 65534" in reply["reason"]
+
+
+def _linked_workdir(tmp_path: Path) -> tuple[Path, Path]:
+    """``/data -> a mount`` in small: ``tmp_path/data`` a symlink to ``tmp_path/mnt/orch``, a
+    private directory of this user; (the link, its target)."""
+    target = tmp_path / "mnt" / "orch"
+    target.mkdir(parents=True, mode=0o700)
+    target.chmod(0o700)
+    (tmp_path / "mnt").chmod(0o755)
+    link = tmp_path / "data"
+    link.symlink_to(target)
+    return link, target
+
+
+def _secure(workdir: Path) -> None:
+    agent.secure_deployment(agent.Paths(str(workdir / "svc")), create=True)
+
+
+def test_a_workdir_linked_to_the_users_own_private_directory_is_accepted(tmp_path: Path) -> None:
+    """issue 26: ``workdir: /data`` with /data a symlink to a mount was refused outright."""
+    link, target = _linked_workdir(tmp_path)
+    _secure(link)
+    assert (target / "svc").is_dir()
+    status = _agent("status", "--dir", str(link / "svc"))
+    assert status == {"deployed": False, "deployment_dir": str(link / "svc"), "protocol": 1}
+
+
+@pytest.mark.parametrize(
+    ("attack", "says"),
+    [
+        ("target writable by others", "writable by group or others"),
+        ("link in a directory others can write", "writable by group or others"),
+        ("target of another user", "belongs to uid 65534"),
+        ("link of another user", "belongs to uid 65534"),
+    ],
+)
+def test_a_workdir_link_is_refused_when_anyone_else_could_have_planted_or_change_it(
+    tmp_path: Path, attack: str, says: str
+) -> None:
+    link, target = _linked_workdir(tmp_path)
+    if attack == "target writable by others":
+        target.chmod(0o777)
+    elif attack == "link in a directory others can write":
+        tmp_path.chmod(0o777)
+    elif os.getuid() != 0:
+        pytest.skip("needs root to give a file to another user")
+    elif attack == "target of another user":
+        os.chown(target, 65534, 65534)
+    else:
+        os.lchown(link, 65534, 65534)
+    with pytest.raises(agent.UnsafePath) as refused:
+        _secure(link)
+    assert says in refused.value.message
+    assert not (target / "svc").exists()
 
 
 def test_the_probe_env_file_never_outlives_a_failed_parse(deployment: Deployment) -> None:

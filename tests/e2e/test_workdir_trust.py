@@ -108,3 +108,17 @@ def test_up_refuses_an_unsafe_file_in_the_deployment_with_preflight_naming_it(
     assert f"state.json {deployment / 'state.json'} is a symlink: refusing to follow it" in up.err
     assert f"orch: hint: remove it (rm {deployment / 'state.json'})" in up.err
     assert victim.read_text() == "{}"
+
+
+def test_up_through_a_workdir_linked_to_a_private_directory_of_ones_own(
+    local_workspace: Workspace, tmp_path: Path
+) -> None:
+    """issue 26: ``workdir: /data`` with /data a symlink to a mount (common) was refused."""
+    target = tmp_path / "mnt" / "orch"
+    target.mkdir(parents=True, mode=0o700)
+    local_workspace.workdir.symlink_to(target)
+    name = local_workspace.profile("svc")
+    up = local_workspace.orch("up", name)
+    assert up.code == ExitCode.OK, up.err
+    assert (target / name / "state.json").exists()
+    assert local_workspace.orch("down", name).code == ExitCode.OK
