@@ -142,6 +142,7 @@ def test_a_full_disk_drops_output_with_a_marker_and_the_supervisor_serves_on(
         time.sleep(1.5)
         printed = progress(counter) - before
         assert printed >= 100, f"the server printed {printed} lines in 1.5 s: blocked on its pipe?"
+        print(f"\ndisk full: the server printed {printed} lines of {LINE_BYTES} bytes in 1.5 s")  # noqa: T201 - measured, for docs/faults.md (-s)
         full = deployment.status()
         assert full["agent_alive"], full
         assert full["server_alive"], full
@@ -164,7 +165,9 @@ def test_a_full_disk_drops_output_with_a_marker_and_the_supervisor_serves_on(
             status = deployment.status()
             return bool(status["state"] == agent.READY and status["restarts"] == 1)
 
+        freed = time.monotonic()
         wait_until("READY again after the restart", restarted)
+        print(f"room again: state.json READY (restarts 1) {time.monotonic() - freed:.2f} s later")  # noqa: T201 - measured, for docs/faults.md (-s)
         status = deployment.status()
         assert status["agent_pid"] == supervisor  # the same supervisor throughout
         assert status["last_exit"]["class"] == agent.CRASHED
