@@ -2359,7 +2359,13 @@ class GroupCoordinator:
         deadline_s = min(GROUP_HANDSHAKE_S, self.group.lost_after_s)
         try:
             while not self._closing.is_set():
-                for key, _ in selector.select(0.2):  # _closing is looked at this often
+                try:
+                    ready = selector.select(0.2)  # _closing is looked at this often
+                except (OSError, ValueError):  # the listener closed under it (close())
+                    if self._closing.is_set():
+                        return
+                    raise
+                for key, _ in ready:
                     if key.data is None:
                         self._take_connection(listener, selector, pending)
                     else:
