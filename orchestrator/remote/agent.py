@@ -2069,7 +2069,7 @@ class _MemberSeen:
         }  # fmt: skip
 
 
-@dataclass
+@dataclass(eq=False)
 class _Handshake:
     """A connection the coordinator challenged that has not answered yet."""
 
@@ -2368,7 +2368,7 @@ class GroupCoordinator:
                 for key, _ in ready:
                     if key.data is None:
                         self._take_connection(listener, selector, pending)
-                    else:
+                    elif key.data in pending:  # not evicted by a newcomer of this same batch
                         self._read_hello(key.data, selector, pending)
                 now = self._clock.monotonic()
                 for late in [h for h in pending if now - h.accepted > deadline_s]:
@@ -4501,7 +4501,9 @@ def cmd_stop(deployment_dir: str, timeout: float) -> dict[str, Any]:
     leftovers: list[int] = []
     unrecorded: dict[str, Any] | None = None
     if final.get("state") not in TERMINAL_STATES:
-        leftovers, stopper = _stop_for_a_dead_supervisor(paths, final, timeout, clock, asked)
+        # it ended on request but recorded no end: for want of room, or it died meanwhile
+        unwritten = asked and bool(disk_room(paths.root)["full"])
+        leftovers, stopper = _stop_for_a_dead_supervisor(paths, final, timeout, clock, unwritten)
         if stopper._state_unsaved:
             unrecorded = stopper.state
             why = (stopper.state.get("disk") or {}).get("last_error") or "not written"
