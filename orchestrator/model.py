@@ -418,6 +418,9 @@ class RunState:
     memory_loads: tuple[MemoryLoad, ...] = ()  # GET /v1/loads?include=memory, once READY
     memory_loads_error: str | None = None
     group: GroupView | None = None  # a rank of a launch group
+    disk_full: bool = False  # the deployment's filesystem has (almost) no room left now
+    output_dropped_bytes: int = 0  # server output its supervisor could not write (no room)
+    corrupt_state: str | None = None  # state.json is corrupt: this state was rebuilt, and why
 
     @property
     def alive(self) -> bool:

@@ -97,6 +97,7 @@ class StartReply:
 class StopReply:
     state: RunState
     leftovers_killed: tuple[int, ...]
+    notes: tuple[str, ...] = ()  # what the stop could not do or write (a full disk)
 
 
 @dataclass(frozen=True)
@@ -117,6 +118,7 @@ class RunInfo:
 class RunsReply:
     runs: tuple[RunInfo, ...]
     now: float | None  # the host's wall clock when it answered (None: an older agent)
+    skipped_events: int = 0  # lines of events.jsonl that are no event (too long, too deep)
 
 
 @dataclass(frozen=True)
@@ -323,6 +325,8 @@ def decode_state(document: Any, *, agent_alive: bool | None = None) -> RunState:
     if (raw_exit := reader.child("last_exit")) is not None:
         last_exit = _exit_info(raw_exit)
     meta = reader.child("meta") or _Reader({}, "agent state.meta")
+    # the deployment's filesystem (agents before issue 26 said nothing of it)
+    disk = reader.child("disk") or _Reader({}, "agent state.disk")
     # Agents up to this version wrote the launch digest as "plan_hash".
     digest = meta.opt_text("launch_digest") or meta.opt_text("plan_hash")
     dirty = meta.document.get("git_dirty")
@@ -364,6 +368,9 @@ def decode_state(document: Any, *, agent_alive: bool | None = None) -> RunState:
         ),
         memory_loads_error=reader.opt_text("memory_loads_error"),
         group=_group_view(reader.child("group")),
+        disk_full=disk.flag("full"),
+        output_dropped_bytes=disk.integer("dropped_bytes", 0),
+        corrupt_state=reader.opt_text("corrupt_state"),
     )
 
 
@@ -466,7 +473,8 @@ def decode_stop(document: Any) -> StopReply:
     refused(document)
     reader = _Reader(document, "agent stop")
     killed = tuple(int(pid) for pid in reader.items("leftovers_killed"))
-    return StopReply(decode_state(document), killed)
+    notes = tuple(str(note) for note in reader.items("notes"))
+    return StopReply(decode_state(document), killed, notes)
 
 
 def decode_runs_reply(document: Any) -> RunsReply:
@@ -483,7 +491,7 @@ def decode_runs_reply(document: Any) -> RunsReply:
             pid=run.opt_integer("pid"), exit=None if ended is None else _exit_info(ended),
         )  # fmt: skip
         runs.append(info)
-    return RunsReply(tuple(runs), reader.opt_number("now"))
+    return RunsReply(tuple(runs), reader.opt_number("now"), reader.integer("skipped_events", 0))
 
 
 def decode_tail(document: Any) -> TailReply:

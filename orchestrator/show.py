@@ -308,6 +308,7 @@ def down(name: str, reply: StopReply | None) -> list[Text]:
     if reply.leftovers_killed:
         killed = list(reply.leftovers_killed)
         texts.append(line(f"  killed {len(killed)} leftover process(es): {killed}"))
+    texts.extend(line(f"  note: {note}") for note in reply.notes)
     return texts
 
 
@@ -395,7 +396,13 @@ def runs_table(view: RunsView) -> str:
             run.run_id, utc(run.started_at), utc(cells["ended_at"]), duration(cells["duration_s"]),
             duration(ready), cells["verdict"], cells["restart"],
         ))  # fmt: skip
-    return grid(table)
+    text = grid(table)
+    if view.skipped_events:
+        text += (
+            f"\nnote: {view.skipped_events} lines of events.jsonl skipped (longer or nested "
+            "deeper than any event the agent writes)"
+        )
+    return text
 
 
 def runs_json(view: RunsView) -> dict[str, Any]:
@@ -414,7 +421,10 @@ def runs_json(view: RunsView) -> dict[str, Any]:
                 "restart_helps": run.exit.restart_helps, "restart_why": run.exit.restart_why,
             },
         })  # fmt: skip
-    return {"profile": view.profile, "host": view.host, "runs": rows}
+    return {
+        "profile": view.profile, "host": view.host, "runs": rows,
+        "skipped_events": view.skipped_events,
+    }  # fmt: skip
 
 
 def status_json(row: StatusRow) -> dict[str, object]:
@@ -539,8 +549,14 @@ def state_cell(state: RunState) -> str:
     if state.stale:
         return f"{shown} (supervisor died; server gone)"
     notes = []
+    if state.corrupt_state:
+        notes.append("state.json corrupt")
     if state.adopted:
         notes.append("adopted" + ("; output lost" if state.output_lost else ""))
     if state.health_failures and state.state == READY:
         notes.append(f"health failed {state.health_failures}x")
+    if state.disk_full:
+        notes.append("disk full")
+    if state.output_dropped_bytes:
+        notes.append(f"{state.output_dropped_bytes:,} bytes of output dropped")
     return shown + (f" ({'; '.join(notes)})" if notes else "")

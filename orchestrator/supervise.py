@@ -54,6 +54,7 @@ from orchestrator.protocol import (
     decode_stop,
     decode_tail,
     last_json_line,
+    refused,
 )
 from orchestrator.remote import agent as agent_module
 from orchestrator.remote.agent import PROTOCOL
@@ -197,11 +198,15 @@ if rest[:1] == ["--carried"]:
         temp = path + "." + str(os.getpid()) + ".tmp"
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
         fd = os.open(temp, flags, 0o600)
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.rename(temp, path)
+        try:
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(data)
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.rename(temp, path)
+        except BaseException:
+            os.unlink(temp)
+            raise
 if rest[:1] == ["--stdin-first"]:
     import io
     rest, held = rest[1:], sys.stdin.buffer.read()
@@ -236,15 +241,18 @@ except (OSError, ValueError, EOFError, TypeError):
     code = None
 if code is None:
     code = compile(data, path, "exec")
+    temp = cache + "." + str(os.getpid()) + ".tmp"
     try:
         body = marshal.dumps(code)
-        temp = cache + "." + str(os.getpid()) + ".tmp"
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
         with os.fdopen(os.open(temp, flags, 0o600), "wb") as handle:
             handle.write((want + hashlib.sha256(body).hexdigest()).encode() + body)
         os.rename(temp, cache)
     except (OSError, ValueError):
-        pass
+        try:
+            os.unlink(temp)  # a full disk: never a cache cut short left behind
+        except OSError:
+            pass
 module = types.ModuleType("__main__")
 module.__file__ = path
 sys.modules["__main__"] = module
@@ -515,6 +523,7 @@ class Agent:
         document = self.call(
             *args, timeout=180.0, stdin=json.dumps(dict(env)).encode(), carry=with_status
         )
+        refused(document)  # an unsafe workdir or file: PreflightError naming it, with a hint
         status = document.get("status") if isinstance(document, dict) else None
         state = decode_state(status) if isinstance(status, dict) else None
         if isinstance(document, dict) and document.get("facts") == "skipped":
@@ -546,8 +555,10 @@ class Agent:
             return None
         try:
             document = json.loads(raw)
-        except ValueError:
+        except (ValueError, RecursionError):
             return None  # never partial (replaced atomically), but be safe
+        if not isinstance(document, dict):
+            return None  # corrupt (null, []): the agent's status says so, and finds what runs
         return decode_state(document, agent_alive=True)
 
     def stop(self, timeout: float) -> StopReply:

@@ -229,9 +229,18 @@ def _verdict(current: RunState, run_id: str | None, profile: Profile) -> Outcome
         return failure_outcome(current, ended.cls, ended.message, ())
     if current.run_id == run_id and current.state == READY:
         return ready_outcome(current, profile)
-    if current.state in TERMINAL_STATES:  # another run's end, or the agent's own error
-        return failure_outcome(current, CRASHED, current.message, ())
+    if current.state in TERMINAL_STATES:  # another run's end, the group's, the agent's error
+        return failure_outcome(current, ended_class(current), current.message, ())
     return None
+
+
+def ended_class(state: RunState) -> str:
+    """The class of a deployment that ended without the followed run's exit: a launch group
+    that never formed (or fell apart before a run) names it in its failure; else a crash."""
+    failure = state.group.failure if state.group is not None else None
+    if failure is not None and failure.cls.startswith(GROUP_CLASS_PREFIX):
+        return failure.cls
+    return CRASHED
 
 
 def _timed_out(profile: Profile, current: RunState, reader: _LogReader) -> NoReturn:

@@ -31,6 +31,7 @@ from orchestrator.commands.follow import (
     POLL_S,
     Clock,
     StartupLog,
+    ended_class,
     failure_outcome,
     follow,
 )
@@ -38,7 +39,7 @@ from orchestrator.commands.ops import LogChunk, RunEnded, Stopped, Stopping
 from orchestrator.errors import Conflict, ExitCode, PreflightError, SupervisorError
 from orchestrator.model import Group, Profile, RunState
 from orchestrator.protocol import ProbeAnswer, StopReply, build_spec, health_host
-from orchestrator.remote.agent import CRASHED, READY
+from orchestrator.remote.agent import READY
 from orchestrator.supervise import Agent
 
 T = TypeVar("T")
@@ -390,7 +391,7 @@ def _members_ready(ctx: Context, launch: Launch, nodes: Sequence[Node], ready: O
         run = ready.state.run_id
         # the coordinator records the failure at once, its state only once the group stopped
         if current.state != READY or current.run_id != run or (ended and ended.run_id == run):
-            cls = ended.cls if ended is not None else CRASHED
+            cls = ended.cls if ended is not None else ended_class(current)
             message = ended.message if ended is not None else current.message
             failed = _named(failure_outcome(current, cls, message, ()))
             return _with_failed_rank_tail(nodes, failed, ctx.sleep)

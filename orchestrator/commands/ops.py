@@ -143,6 +143,7 @@ class RunsView:
     runs: tuple[RunInfo, ...]
     current: RunState | None  # state.json as recorded: the current run's live state
     now: float | None  # the host's clock when it answered (None: an older agent)
+    skipped_events: int = 0  # lines of events.jsonl that are no event (too long, too deep)
 
 
 def node_profile(ctx: Context, name: str, rank: int) -> Profile:
@@ -165,7 +166,9 @@ def runs(ctx: Context, name: str, *, rank: int = 0) -> RunsView:
     reply = agent.runs_reply()
     if not reply.runs:
         raise NotDeployed(f"{name} has no runs on {profile.host.name}", f"orch up {name}")
-    return RunsView(name, profile.host.name, reply.runs, agent.read_state(), reply.now)
+    return RunsView(
+        name, profile.host.name, reply.runs, agent.read_state(), reply.now, reply.skipped_events
+    )
 
 
 # -- logs ------------------------------------------------------------------------------------------

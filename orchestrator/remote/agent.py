@@ -64,6 +64,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 if TYPE_CHECKING:
+    import selectors
     import socket
     import subprocess
 
@@ -1065,6 +1066,16 @@ class GroupSpec:
         )
 
 
+def _is_ip_address(text: str) -> bool:
+    import ipaddress
+
+    try:
+        ipaddress.ip_address(text)
+    except ValueError:
+        return False
+    return True
+
+
 def host_port(host: str, port: int) -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
@@ -1119,27 +1130,79 @@ _NEW_FILE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 
 
+# A write that failed for want of room (a full disk, a quota, a file size limit): what the agent
+# writes then is dropped and counted, never its end nor its server's (issue 26).
+NO_ROOM_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
+
+
+def no_room(exc: OSError) -> bool:
+    return exc.errno in NO_ROOM_ERRNOS
+
+
+def os_error_text(exc: OSError) -> str:
+    """``no space left on device``: the error as a marker or a status says it."""
+    text = os.strerror(exc.errno) if exc.errno is not None else str(exc)
+    return text[:1].lower() + text[1:]
+
+
+# state.json's ``disk``: what found no room so far (server output, events.jsonl lines, other
+# files: state.json, a run's copies), the last error and when (the host's wall clock). ``status``
+# adds the filesystem's room now (``full``, ``free_bytes``).
+NO_DISK_TROUBLE: dict[str, Any] = {
+    "dropped_bytes": 0, "dropped_events": 0, "failed_writes": 0,
+    "last_error": None, "last_error_at": None,
+}  # fmt: skip
+DISK_LOOK_S = 1.0  # how often the supervisor brings its count of dropped output to state.json
+DISK_FULL_BYTES = 1 << 20  # less room than this on the deployment's filesystem reads "full"
+
+
 def write_json_atomic(path: str, document: dict[str, Any], mode: int = 0o600) -> None:
+    """``path`` replaced whole, or left as it was: on a failed write (a full disk) the temp file
+    is removed and the error raised; a reader never sees a truncated document."""
     temp = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"
     with contextlib.suppress(FileNotFoundError):
         os.unlink(temp)  # ours, left by a process killed mid-write (same pid and thread: rare)
+    data = (json.dumps(document, indent=1, sort_keys=True) + "\n").encode("utf-8")
     fd = os.open(temp, _NEW_FILE, mode)
-    with os.fdopen(fd, "w", encoding="utf-8") as handle:
-        json.dump(document, handle, indent=1, sort_keys=True)
-        handle.write("\n")
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(temp, path)  # replaces a symlink at ``path`` itself, never its target
+    try:
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(temp, path)  # replaces a symlink at ``path`` itself, never its target
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temp)
+        raise
 
 
 def read_json(path: str) -> dict[str, Any] | None:
+    """The JSON object in ``path``; None when there is none (missing, not JSON, not an object:
+    read_state_file tells those apart for state.json)."""
+    return read_state_file(path)[0]
+
+
+def read_state_file(path: str) -> tuple[dict[str, Any] | None, str | None]:
+    """(the object, None) from ``path``; (None, None) when there is no file; (None, why) when it
+    is corrupt: not JSON, or JSON that is no object (``null``, ``[]``)."""
     try:
         fd = os.open(path, os.O_RDONLY | _NOFOLLOW)
     except FileNotFoundError:
-        return None
-    with os.fdopen(fd, encoding="utf-8") as handle:
-        data = json.load(handle)
-    return data if isinstance(data, dict) else None
+        return None, None
+    with os.fdopen(fd, "rb") as handle:
+        raw = handle.read()
+    try:
+        data = json.loads(raw)
+    except (ValueError, RecursionError):
+        return None, f"{path} holds something that is not JSON, not a state"
+    if isinstance(data, dict):
+        return data, None
+    kinds = {type(None): "null", list: "a list", str: "a string", bool: "true or false"}
+    kind = kinds.get(type(data), "a number")
+    return None, f"{path} holds {kind}, not a state"
 
 
 def open_append(path: str) -> int:
@@ -1179,34 +1242,98 @@ class Paths:
 
 
 class LogSink:
-    """The run's log: every byte the server prints, rotated at a size cap, never truncated."""
+    """The run's log: every byte the server prints, rotated at a size cap, never truncated.
+
+    A write that fails (a full disk, a quota: NO_ROOM_ERRNOS; any OSError alike) never stops
+    the reader of the server's output, which would block the server on its full pipe: the bytes
+    are dropped and counted, and the next write that finds room puts one marker line first
+    (``[orch: N bytes of output dropped: no space left on device]``). Raw writes (no buffer): a
+    failed write loses exactly what it says."""
 
     def __init__(self, path: str, max_bytes: int, keep: int) -> None:
         self.path = path
         self.max_bytes = max_bytes
         self.keep = keep
-        self._file = os.fdopen(open_append(path), "ab")  # lives as long as the run; 0600
-        self._size = self._file.tell()
+        self.dropped_total = 0  # bytes dropped over the run
+        self.last_error: str | None = None  # why the last write failed
+        self._dropped = 0  # since the last marker
+        self._fd: int | None = None
+        self._size = 0
+        self._open()
+
+    def _open(self) -> bool:
+        """The log opened (0600, appended to); False when it cannot be now (retried later)."""
+        try:
+            self._fd = open_append(self.path)  # lives as long as the run
+        except OSError as exc:
+            self.last_error = os_error_text(exc)
+            return False
+        self._size = os.fstat(self._fd).st_size
+        return True
 
     def write(self, data: bytes) -> None:
+        if self._fd is None and not self._open():
+            self._drop(len(data))
+            return
         if self._size + len(data) > self.max_bytes and self._size > 0:
             self._rotate()
-        self._file.write(data)
-        self._file.flush()
-        self._size += len(data)
+            if self._fd is None:
+                self._drop(len(data))
+                return
+        if self._dropped:
+            marker = (
+                f"[orch: {self._dropped} bytes of output dropped: {self.last_error}]\n"
+            ).encode()
+            if self._put(marker) < len(marker):
+                self._drop(len(data))  # still no room (a piece of the marker may be there)
+                return
+            self._dropped = 0
+        written = self._put(data)
+        if written < len(data):
+            self._drop(len(data) - written)
+
+    def _put(self, data: bytes) -> int:
+        """Bytes of ``data`` written (all of them, unless a write failed)."""
+        view = memoryview(data)
+        written = 0
+        while written < len(data):
+            assert self._fd is not None  # noqa: S101 - opened by the caller
+            try:
+                count = os.write(self._fd, view[written:])
+            except OSError as exc:
+                self.last_error = os_error_text(exc)
+                break
+            written += count
+        self._size += written
+        return written
+
+    def _drop(self, count: int) -> None:
+        self._dropped += count
+        self.dropped_total += count
 
     def _rotate(self) -> None:
-        self._file.close()
-        for index in range(self.keep - 1, 0, -1):
-            older = f"{self.path}.{index}"
-            if os.path.exists(older):
-                os.replace(older, f"{self.path}.{index + 1}")
-        os.replace(self.path, f"{self.path}.1")
-        self._file = os.fdopen(open_append(self.path), "ab")
-        self._size = 0
+        assert self._fd is not None  # noqa: S101 - rotated only while open
+        os.close(self._fd)
+        self._fd = None
+        try:
+            for index in range(self.keep - 1, 0, -1):
+                older = f"{self.path}.{index}"
+                if os.path.exists(older):
+                    os.replace(older, f"{self.path}.{index + 1}")
+            os.replace(self.path, f"{self.path}.1")
+        except OSError as exc:
+            self.last_error = os_error_text(exc)
+        self._open()
 
     def close(self) -> None:
-        self._file.close()
+        if self._fd is None:
+            return
+        if self._dropped:  # the run ended while dropping: its log says so, if there is room
+            self._put(
+                f"[orch: {self._dropped} bytes of output dropped: {self.last_error}]\n".encode()
+            )
+        os.close(self._fd)
+        self._fd = None
 
 
 # A line is noted (config line, ready line, the verdict's tail) by its first LINE_SCAN_BYTES;
@@ -1269,6 +1396,15 @@ class OutputWatcher:
         """The output ended: its last, unterminated line counts too."""
         self._end_line()
         self._sink.close()
+
+    @property
+    def dropped_bytes(self) -> int:
+        """Output the log could not take (a full disk): counted, never a blocked server."""
+        return self._sink.dropped_total
+
+    @property
+    def write_error(self) -> str | None:
+        return self._sink.last_error
 
     def _extend(self, piece: bytes) -> None:
         room = LINE_SCAN_BYTES - self._partial_size
@@ -1478,6 +1614,67 @@ def check_directory(path: str, what: str) -> bool:
     return True
 
 
+def check_workdir(path: str) -> bool:
+    """check_directory's workdir, or a symlink to one (``/data`` -> a mount: common): accepted
+    when nobody else could have planted or can change it: the link is the user's or root's, in
+    a directory only they can write; every directory on the way to its target is the user's or
+    root's and not writable by group or others (a sticky one, like /tmp, excepted: others cannot
+    replace what is in it); the target is the user's own and private. False when it does not
+    exist."""
+    import stat
+
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        return False
+    if not stat.S_ISLNK(info.st_mode):
+        return check_directory(path, "workdir")
+    uid = os.getuid()
+    target = os.path.realpath(path)
+    if info.st_uid not in (uid, 0):
+        raise UnsafePath(
+            f"the workdir {path} is a symlink that belongs to uid {info.st_uid}, not to this "
+            f"user (uid {uid}) or root",
+            f"remove it, or set the workdir to a directory of your own (its target {target}, "
+            "if it is yours)",
+        )
+    holder = os.path.dirname(os.path.abspath(path))
+    held = os.stat(holder)
+    if held.st_uid not in (uid, 0) or held.st_mode & 0o022:
+        raise UnsafePath(
+            f"the workdir {path} is a symlink in {holder}, which "
+            + (
+                f"belongs to uid {held.st_uid}"
+                if held.st_uid not in (uid, 0)
+                else f"is writable by group or others (mode {held.st_mode & 0o7777:04o})"
+            ),
+            f"anyone who can write in {holder} can replace the link: set the workdir to its "
+            f"target ({target}), or chmod go-w {holder}",
+        )
+    ancestor = os.path.dirname(target)
+    ancestors = []
+    while True:
+        ancestors.append(ancestor)
+        if ancestor == os.path.dirname(ancestor):
+            break
+        ancestor = os.path.dirname(ancestor)
+    for directory in reversed(ancestors):  # from the root down
+        seen = os.lstat(directory)
+        sticky = seen.st_mode & stat.S_ISVTX
+        if seen.st_uid not in (uid, 0) or (seen.st_mode & 0o022 and not sticky):
+            why = (
+                f"belongs to uid {seen.st_uid}"
+                if seen.st_uid not in (uid, 0)
+                else f"is writable by group or others (mode {seen.st_mode & 0o7777:04o})"
+            )
+            raise UnsafePath(
+                f"the workdir {path} leads to {target} through {directory}, which {why}",
+                f"whoever can write in {directory} can replace what the link leads to: use a "
+                "workdir whose every directory only you (or root) can write",
+            )
+    return check_directory(target, "workdir")
+
+
 def check_file(path: str, what: str) -> None:
     """Refuse a file the agent writes or acts on that is a symlink or someone else's."""
     import stat
@@ -1505,7 +1702,7 @@ def secure_deployment(paths: Paths, *, create: bool = False) -> bool:
     missing (0700) and tighten the deployment's own directories to 0700. False when the
     deployment directory does not exist (and ``create`` is not set)."""
     workdir = os.path.dirname(paths.root)
-    check_directory(workdir, "workdir")
+    check_workdir(workdir)
     check_directory(os.path.join(workdir, ".orch"), "agent directory")
     if create:
         os.makedirs(paths.root, mode=0o700, exist_ok=True)
@@ -1747,7 +1944,16 @@ GROUP_REPLY_MARGIN_S = 15.0
 # once every member has joined; orch's call gives up after 60 s).
 GROUP_START_ANSWER_S = 30.0
 GROUP_LINE_MAX_BYTES = 64 << 10  # a longer line is no control message: the connection is dropped
-GROUP_PENDING_MAX = 8  # connections in their handshake at once; more are closed at once
+# Connections that have not proved they hold the key yet (the challenge sent, no valid hello):
+# held in the accept loop's selector (never a thread each), each for GROUP_HANDSHAKE_S at most
+# (a member answers its challenge in one round trip). Past the caps the oldest are closed: of
+# the newcomer's own source when it holds GROUP_PENDING_PER_SOURCE, else of the most crowded
+# source. A stranger can thus hold only its own address's slots, and never for long: only
+# members that proved the key count toward the join (issue 26: 16 idle connections re-opened as
+# they timed out kept a group from forming when 8 slots, held for lost_after_s, were all).
+GROUP_HANDSHAKE_S = 3.0
+GROUP_PENDING_PER_SOURCE = 32
+GROUP_PENDING_MAX = 128
 GROUP_REFUSED_EVENTS_MAX = 20  # refused connections recorded in events.jsonl (a scan would flood)
 GROUP_TEXT_MAX = 4000  # characters of a verdict's message carried in a control message
 _NONCE = re.compile(r"[0-9a-f]{32}")
@@ -1852,6 +2058,31 @@ class ControlLink:
         self._received += 1
         return message
 
+    @property
+    def connection(self) -> socket.socket:
+        return self._sock
+
+    def recv_available(self) -> bytes:
+        """What the peer sent, read once the connection is readable (the accept loop's
+        selector said so): LinkBroken when it closed."""
+        try:
+            chunk = self._sock.recv(1 << 16)
+        except OSError as exc:
+            raise LinkBroken("connection closed") from exc
+        if not chunk:
+            raise LinkBroken("connection closed")
+        return chunk
+
+    def feed(self, data: bytes) -> bool:
+        """Bytes the accept loop read for this connection: whether a whole line is buffered.
+        LinkBroken when the line grows past GROUP_LINE_MAX_BYTES."""
+        self._buffer += data
+        if b"\n" in self._buffer:
+            return True
+        if len(self._buffer) > GROUP_LINE_MAX_BYTES:
+            raise LinkBroken(f"it sent a line over {GROUP_LINE_MAX_BYTES} bytes")
+        return False
+
     def _read_line(self) -> bytes:
         import socket
 
@@ -1890,9 +2121,20 @@ class ControlLink:
 def greet_member(link: ControlLink, group: GroupSpec) -> int:
     """The coordinator's half of the handshake: its nonce out, then the member's ``hello``,
     signed, from a member rank, for a session that starts with that nonce. The rank."""
+    return admit_hello(link, group, challenge_member(link))
+
+
+def challenge_member(link: ControlLink) -> str:
+    """The coordinator's challenge to a new connection: its nonce."""
     nonce = secrets.token_hex(16)
     if not link.send("challenge", nonce=nonce):
         raise LinkBroken("connection closed")
+    return nonce
+
+
+def admit_hello(link: ControlLink, group: GroupSpec, nonce: str) -> int:
+    """The member's ``hello`` to the challenge ``nonce`` (read from the link, or already in its
+    buffer): the member's rank, or LinkBroken."""
     hello = link.receive()
     rank, session = hello.get("rank"), hello.get("session")
     if hello.get("type") != "hello":
@@ -2146,6 +2388,40 @@ class _MemberSeen:
         }  # fmt: skip
 
 
+@dataclass(eq=False)
+class _Handshake:
+    """A connection the coordinator challenged that has not answered yet."""
+
+    link: ControlLink
+    peer: str  # its source address
+    nonce: str  # the challenge's
+    accepted: float  # monotonic
+
+
+def evicted_pending(
+    pending: Sequence[tuple[str, float]], source: str, *, per_source: int, total: int
+) -> int | None:
+    """Which unanswered connection to close now that one from ``source`` arrived (``pending``:
+    every one, the newcomer included, as (source, accepted at)): the oldest of ``source`` when
+    it holds more than ``per_source``; else, when there are more than ``total``, the oldest of
+    the source holding the most; None while there is room."""
+    by_source: dict[str, list[int]] = {}
+    for index, (peer, _) in enumerate(pending):
+        by_source.setdefault(peer, []).append(index)
+
+    def oldest(indices: list[int]) -> int:
+        return min(indices, key=lambda index: pending[index][1])
+
+    if len(by_source.get(source, [])) > per_source:
+        return oldest(by_source[source])
+    if len(pending) > total:
+        crowded = max(
+            by_source.values(), key=lambda indices: (len(indices), -pending[oldest(indices)][1])
+        )
+        return oldest(crowded)
+    return None
+
+
 class GroupCoordinator:
     """Rank 0's end of the control channel: it listens on the group's control port, admits each
     member that proves it holds the key, and keeps what each one says. A member's end (its
@@ -2177,40 +2453,51 @@ class GroupCoordinator:
         self._gate: GateProgress | None = None  # this generation's, with a gated launch
         self._listener: socket.socket | None = None
         self._closing = threading.Event()
-        self._pending = 0
         self._refused = 0
+        self.listening: str | None = None  # the address the control port is bound to
 
     # -- the supervisor's side --
 
     def open(self) -> tuple[str, str] | None:
         """Bind and listen on the control port, then admit members in a thread: None, or the
-        class and message of why not."""
+        class and message of why not. Bound to rank 0's own address (``control_host``, where
+        the members reach it) when the spec says a wildcard and that address is this host's:
+        nothing else of the host is listened on (a NAT'd address, or a name, keeps the
+        wildcard)."""
         import socket
 
         group = self.group
-        address = host_port(group.control_bind, group.control_port)
-        family = socket.AF_INET6 if ":" in group.control_bind else socket.AF_INET
-        listener = socket.socket(family, socket.SOCK_STREAM)
-        # A previous group's connections in TIME_WAIT must not keep this one from binding; a
-        # listener that holds the port still does.
-        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            listener.bind((group.control_bind, group.control_port))
-            listener.listen(max(group.nnodes * 2, 8))
-        except OSError as exc:
-            listener.close()
-            if exc.errno == errno.EADDRINUSE:
-                return GROUP_PORT_IN_USE, (
-                    f"the group's control port {address} is in use on {group.nodes[0]} (another "
-                    "group's coordinator, or another program): stop it, or choose another "
-                    "group.control_port"
+        hosts = [group.control_bind]
+        if group.control_bind in _WILDCARDS and _is_ip_address(group.control_host):
+            hosts.insert(0, group.control_host)
+        for host in hosts:
+            address = host_port(host, group.control_port)
+            family = socket.AF_INET6 if ":" in host else socket.AF_INET
+            listener = socket.socket(family, socket.SOCK_STREAM)
+            # A previous group's connections in TIME_WAIT must not keep this one from binding;
+            # a listener that holds the port still does.
+            listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                listener.bind((host, group.control_port))
+                listener.listen(max(group.nnodes * 2, 64))
+            except OSError as exc:
+                listener.close()
+                if exc.errno == errno.EADDRNOTAVAIL and host != hosts[-1]:
+                    continue  # rank 0's address is not on this host: the wildcard then
+                if exc.errno == errno.EADDRINUSE:
+                    return GROUP_PORT_IN_USE, (
+                        f"the group's control port {address} is in use on {group.nodes[0]} "
+                        "(another group's coordinator, or another program): stop it, or choose "
+                        "another group.control_port"
+                    )
+                return GROUP_PORT_UNAVAILABLE, (
+                    f"cannot listen on the group's control port {address} on {group.nodes[0]}: "
+                    f"{exc.strerror or exc}"
                 )
-            return GROUP_PORT_UNAVAILABLE, (
-                f"cannot listen on the group's control port {address} on {group.nodes[0]}: "
-                f"{exc.strerror or exc}"
-            )
-        listener.settimeout(0.2)  # the accept loop looks at _closing this often
+            break
+        listener.settimeout(0.2)
         self._listener = listener
+        self.listening = address
         threading.Thread(target=self._accept, name="group-accept", daemon=True).start()
         threading.Thread(target=self._beat, name="group-heartbeat", daemon=True).start()
         return None
@@ -2377,45 +2664,112 @@ class GroupCoordinator:
                 link.send("heartbeat")
 
     def _accept(self) -> None:
-        import socket
+        """Accept connections and run their handshakes in one selector, never blocking on any
+        of them: each new one gets its challenge at once and GROUP_HANDSHAKE_S to answer it
+        (within the caps, see GROUP_PENDING_PER_SOURCE); a member that answered is handed to
+        a thread of its own (``_serve``)."""
+        import selectors
 
         listener = self._listener
         assert listener is not None  # noqa: S101 - started by open() after binding it
-        while not self._closing.is_set():
-            try:
-                connection, peer = listener.accept()
-            except socket.timeout:  # noqa: UP041 - no TimeoutError before 3.10
-                continue
-            except OSError:
-                if self._closing.is_set():
-                    return
-                self._clock.sleep(0.05)  # EMFILE and the like: try again, never spin
-                continue
-            with self._lock:
-                crowded = self._pending >= GROUP_PENDING_MAX or self._closing.is_set()
-                if not crowded:
-                    self._pending += 1
-            if crowded:
-                connection.close()
-                continue
-            connection.settimeout(self.group.lost_after_s)
-            with contextlib.suppress(OSError):
-                connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            threading.Thread(
-                target=self._serve, args=(connection, str(peer[0])), name="group-member",
-                daemon=True,
-            ).start()  # fmt: skip
-
-    def _serve(self, connection: socket.socket, peer: str) -> None:
-        link = ControlLink(connection, self.group)
+        selector = selectors.DefaultSelector()
+        selector.register(listener, selectors.EVENT_READ, None)
+        pending: list[_Handshake] = []
+        deadline_s = min(GROUP_HANDSHAKE_S, self.group.lost_after_s)
         try:
-            rank = greet_member(link, self.group)
-        except LinkBroken as exc:
-            self._refuse(link, peer, str(exc))
-            return
+            while not self._closing.is_set():
+                try:
+                    ready = selector.select(0.2)  # _closing is looked at this often
+                except (OSError, ValueError):  # the listener closed under it (close())
+                    if self._closing.is_set():
+                        return
+                    raise
+                for key, _ in ready:
+                    if key.data is None:
+                        self._take_connection(listener, selector, pending)
+                    elif key.data in pending:  # not evicted by a newcomer of this same batch
+                        self._read_hello(key.data, selector, pending)
+                now = self._clock.monotonic()
+                for late in [h for h in pending if now - h.accepted > deadline_s]:
+                    self._drop_handshake(
+                        late, selector, pending, f"no hello within {deadline_s:g} s"
+                    )
         finally:
-            with self._lock:
-                self._pending -= 1
+            for handshake in pending:
+                handshake.link.close()
+            selector.close()
+
+    def _take_connection(
+        self, listener: socket.socket, selector: selectors.BaseSelector, pending: list[_Handshake]
+    ) -> None:
+        import selectors
+        import socket
+
+        try:
+            connection, peer = listener.accept()
+        except (socket.timeout, BlockingIOError):  # noqa: UP041 - no TimeoutError before 3.10
+            return
+        except OSError:
+            if not self._closing.is_set():
+                self._clock.sleep(0.05)  # EMFILE and the like: try again, never spin
+            return
+        connection.settimeout(self.group.lost_after_s)
+        with contextlib.suppress(OSError):
+            connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        link = ControlLink(connection, self.group)
+        handshake = _Handshake(link, str(peer[0]), "", self._clock.monotonic())
+        pending.append(handshake)
+        index = evicted_pending(
+            [(h.peer, h.accepted) for h in pending], handshake.peer,
+            per_source=GROUP_PENDING_PER_SOURCE, total=GROUP_PENDING_MAX,
+        )  # fmt: skip
+        if index is not None:
+            oldest = pending[index]
+            crowded = sum(1 for h in pending if h.peer == oldest.peer)
+            self._drop_handshake(
+                oldest, selector, pending,
+                f"evicted: {crowded} connections from {oldest.peer} without a hello",
+            )  # fmt: skip
+        try:
+            handshake.nonce = challenge_member(link)
+        except LinkBroken as exc:
+            self._drop_handshake(handshake, selector, pending, str(exc))
+            return
+        selector.register(connection, selectors.EVENT_READ, handshake)
+
+    def _read_hello(
+        self, handshake: _Handshake, selector: selectors.BaseSelector, pending: list[_Handshake]
+    ) -> None:
+        try:
+            data = handshake.link.recv_available()
+            if not handshake.link.feed(data):
+                return
+            rank = admit_hello(handshake.link, self.group, handshake.nonce)
+        except LinkBroken as exc:
+            self._drop_handshake(handshake, selector, pending, str(exc))
+            return
+        selector.unregister(handshake.link.connection)
+        pending.remove(handshake)
+        threading.Thread(
+            target=self._serve, args=(handshake.link, rank, handshake.peer), name="group-member",
+            daemon=True,
+        ).start()  # fmt: skip
+
+    def _drop_handshake(
+        self,
+        handshake: _Handshake,
+        selector: selectors.BaseSelector,
+        pending: list[_Handshake],
+        why: str,
+    ) -> None:
+        pending.remove(handshake)
+        with contextlib.suppress(KeyError, ValueError):
+            selector.unregister(handshake.link.connection)
+        self._refuse(handshake.link, handshake.peer, why)
+
+    def _serve(self, link: ControlLink, rank: int, peer: str) -> None:
+        """A member that proved it holds the key: admitted once per rank, then heard until its
+        connection ends."""
         with self._lock:
             admitted = rank not in self._links and not self._closing.is_set()
             if admitted:
@@ -2723,6 +3077,7 @@ class Supervisor:
             "health_failures": 0,  # consecutive /health failures after READY
             "adopted": False,  # a server this supervisor took over from a dead one
             "output_lost": False,  # its output went with the dead supervisor's pipe
+            "disk": dict(NO_DISK_TROUBLE),  # writes that found no room (a full disk)
             "started_at": None,
             "started_mono": None,
             "ready_at": None,
@@ -2733,6 +3088,10 @@ class Supervisor:
             "message": "",
             "meta": spec.meta,
         }
+        self._state_unsaved = False  # the last state.json write found no room: retried
+        self._events_cut = False  # events.jsonl ends in a line cut short by a full disk
+        self._dropped_before = 0  # server output dropped in the runs before this one
+        self._next_disk_look = 0.0
         self._start_times: deque[float] = deque(maxlen=max(spec.restart.start_limit, 1) * 2)
         self._run_seq = _last_run_seq(paths.runs)
         self._received_key: tuple[Any, ...] | None = None
@@ -2778,9 +3137,49 @@ class Supervisor:
     def _write(self, fields: dict[str, Any]) -> None:
         with self._state_lock:
             self.state.update(fields)
-            write_json_atomic(self.paths.state, self.state)
+            self._save_state()
         if self._member_link is not None:
             self._member_link.report(self.state, self._generation)
+
+    def _save_state(self) -> None:
+        """state.json written now; with no room for it (a full disk) the state stays in memory,
+        the previous file whole, and the next chance writes it (``_tend_disk``). Under
+        ``_state_lock``."""
+        try:
+            write_json_atomic(self.paths.state, self.state)
+        except OSError as exc:
+            if not no_room(exc):
+                raise
+            self._state_unsaved = True
+            self._disk_trouble(exc, "failed_writes")
+        else:
+            self._state_unsaved = False
+
+    def _disk_trouble(self, exc: OSError, counter: str) -> None:
+        """One more write that found no room, in state.json's ``disk`` (written when it can)."""
+        with self._state_lock:
+            disk = dict(self.state.get("disk") or NO_DISK_TROUBLE)
+            disk[counter] = int(disk.get(counter) or 0) + 1
+            disk.update(last_error=os_error_text(exc), last_error_at=self.clock.wall())
+            self.state["disk"] = disk
+
+    def _tend_disk(self, watcher: OutputWatcher | None) -> None:
+        """About once a second while the server runs: the output dropped so far into state.json,
+        and a state.json that found no room written again."""
+        now = self.clock.monotonic()
+        if now < self._next_disk_look:
+            return
+        self._next_disk_look = now + DISK_LOOK_S
+        dropped = self._dropped_before + (watcher.dropped_bytes if watcher is not None else 0)
+        disk = self.state.get("disk") or NO_DISK_TROUBLE
+        if watcher is not None and dropped != disk.get("dropped_bytes"):
+            error = watcher.write_error or disk.get("last_error")
+            self._update(disk=dict(
+                disk, dropped_bytes=dropped, last_error=error, last_error_at=self.clock.wall()
+            ))  # fmt: skip
+        elif self._state_unsaved:
+            with self._state_lock:
+                self._save_state()
 
     def fail(self, message: str) -> None:
         """The agent itself failed: FATAL, unless the state was final already."""
@@ -2788,9 +3187,27 @@ class Supervisor:
             self._change_state(FATAL, message=message)
 
     def _event(self, kind: str, **details: Any) -> None:
+        """One line of events.jsonl; dropped (counted) when the disk has no room for it."""
         record = {"at": self.clock.wall(), "event": kind, **details}
-        with os.fdopen(open_append(self.paths.events), "a", encoding="utf-8") as handle:
-            handle.write(json.dumps(record, sort_keys=True) + "\n")
+        line = (json.dumps(record, sort_keys=True) + "\n").encode("utf-8")
+        with self._state_lock:  # one writer at a time: a line cut short is ended by the next
+            if self._events_cut:
+                line = b"\n" + line
+            written = 0
+            try:
+                fd = open_append(self.paths.events)
+                try:
+                    while written < len(line):
+                        written += os.write(fd, line[written:])
+                finally:
+                    os.close(fd)
+            except OSError as exc:
+                if not no_room(exc):
+                    raise
+                self._events_cut = self._events_cut or written > 0
+                self._disk_trouble(exc, "dropped_events")
+            else:
+                self._events_cut = False
 
     # -- main loop --
 
@@ -2852,17 +3269,29 @@ class Supervisor:
         self._event("backoff", delay_s=delay, failures=consecutive_failures)
         return delay
 
-    def _new_run_dir(self) -> tuple[str, str]:
+    def _new_run_id(self) -> tuple[str, str]:
         self._run_seq += 1
         stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(self.clock.wall()))
         run_id = f"{self._run_seq:04d}-{stamp}"
-        run_dir = os.path.join(self.paths.runs, run_id)
+        return run_id, os.path.join(self.paths.runs, run_id)
+
+    def _make_run_dir(self, run_dir: str) -> None:
+        """The run's directory with its copies of the launch script and the spec (kept for
+        people and diff-effective); a copy that finds no room is left out, not the run."""
         os.makedirs(run_dir, mode=0o700, exist_ok=False)
+        copies = [("spec.json", self.paths.spec)]
         if os.path.exists(self.paths.launch_script):
-            script = _read_bytes(self.paths.launch_script)
-            _write_private(os.path.join(run_dir, "launch.sh"), script)
-        _write_private(os.path.join(run_dir, "spec.json"), _read_bytes(self.paths.spec))
-        return run_id, run_dir
+            copies.insert(0, ("launch.sh", self.paths.launch_script))
+        for name, source in copies:
+            target = os.path.join(run_dir, name)
+            try:
+                _write_private(target, _read_bytes(source))
+            except OSError as exc:
+                if not no_room(exc):
+                    raise
+                with contextlib.suppress(OSError):
+                    os.unlink(target)  # never a copy cut short
+                self._disk_trouble(exc, "failed_writes")
 
     def _run_once(self, adopted: ServerProcess | None = None) -> tuple[int, ExitVerdict, bool]:
         if adopted is not None:
@@ -2873,7 +3302,23 @@ class Supervisor:
         return self._watch(*spawned)
 
     def _spawn(self) -> tuple[ServerProcess, OutputWatcher] | ExitVerdict:
-        run_id, run_dir = self._new_run_dir()
+        run_id, run_dir = self._new_run_id()
+        try:
+            self._make_run_dir(run_dir)
+        except OSError as exc:
+            if not no_room(exc):
+                raise
+            # A full disk without room for a directory (ext4 needs a block): a run that could
+            # not start, restarted by policy as a crash (never deterministic: room comes back).
+            why = f"cannot create the run's directory {run_dir}: {os_error_text(exc)}"
+            self._disk_trouble(exc, "failed_writes")
+            self._update(
+                run_id=run_id, run_dir=None, log=None, started_at=self.clock.wall(),
+                starts=self.state["starts"] + 1, server=None, message=why,
+            )  # fmt: skip
+            verdict = ExitVerdict(CRASHED, why)
+            self._record_exit(run_id, 127, verdict)
+            return verdict
         log_path = os.path.join(run_dir, "server.log")
         env = dict(os.environ)
         env.update(self.spec.env)
@@ -3006,6 +3451,7 @@ class Supervisor:
                         ended_by = self._give_up(process, tracked, HUNG, f"{why}: stopped")
                         break
             tracked.refresh()
+            self._tend_disk(watcher)
             self.clock.wait(process.ended, 0.05)  # a death wakes it at once
         self._exit_noticed = self.clock.monotonic()
         returncode = process.wait()
@@ -3033,6 +3479,10 @@ class Supervisor:
         self._record_exit(run_id, returncode, verdict)
         swept = self._sweep(run_id, tracked)
         process.drain(5.0)
+        if watcher is not None:  # the run's dropped output counts on in the supervisor's total
+            self._next_disk_look = 0.0
+            self._tend_disk(watcher)
+            self._dropped_before += watcher.dropped_bytes
         if swept:
             last_exit = dict(self.state["last_exit"], swept_pids=swept)
             self._update(last_exit=last_exit)
@@ -3050,10 +3500,18 @@ class Supervisor:
         key = (facts.get("exe"), tuple(facts.get("argv") or ()))
         if key == self._received_key:
             return
-        self._received_key = key
         path = os.path.join(str(self.state["run_dir"]), RECEIVED_FILE)
         document = dict(facts, pid=pid, run_id=self.state["run_id"], at=self.clock.wall())
-        write_json_atomic(path, document, 0o600)
+        try:
+            write_json_atomic(path, document, 0o600)
+        except OSError as exc:
+            if not no_room(exc):
+                raise
+            if self._received_key is None:  # counted once per run: it is tried again each look
+                self._disk_trouble(exc, "failed_writes")
+                self._received_key = ()
+            return
+        self._received_key = key
         server = dict(self.state.get("server") or {"pid": pid})
         server.update(exe=facts.get("exe"), cmdline=list(key[1])[:IDENTITY_CMDLINE_ITEMS])
         self._update(received=path, server=server)
@@ -3292,6 +3750,8 @@ class Supervisor:
             "generation": coordinator.generation if coordinator is not None else self._generation,
             "failure": None if self._group_failure is None else self._group_failure.as_dict(),
         }  # fmt: skip
+        if group.is_coordinator:  # where the control port is bound (None: not yet, or not)
+            view["listening"] = None if coordinator is None else coordinator.listening
         if group.gate is not None and group.is_coordinator:
             view["gate"] = None if coordinator is None else coordinator.gate_view()
         elif group.gate is not None:  # a member: its own node's ranks at the gate
@@ -3341,6 +3801,7 @@ class Supervisor:
             failure = GroupFailure(0, group.nodes[0], cls, message, None, 0, self.clock.monotonic())
             self._group_fatal(failure)
             return 0
+        self._show_group()  # where it listens
         try:
             return self._coordinate_generations(group, coordinator)
         finally:
@@ -3969,20 +4430,135 @@ def _answer(fd: int, document: dict[str, Any]) -> None:
         os.close(fd)
 
 
-def cmd_status(deployment_dir: str) -> dict[str, Any]:
+def _recorded_state(paths: Paths) -> dict[str, Any] | None:
+    """state.json; when it is corrupt (issue 26: ``null`` or ``[]`` made a running deployment
+    look undeployed), a state rebuilt from what runs, saying so (``corrupt_state``)."""
+    state, corrupt = read_state_file(paths.state)
+    if corrupt is None:
+        return state
+    return state_from_processes(paths, corrupt)
+
+
+CORRUPT_STATE = "UNKNOWN"  # what status shows for a rebuilt state: the recorded one is lost
+
+
+def state_from_processes(paths: Paths, why: str) -> dict[str, Any]:
+    """A deployment's state rebuilt from its processes, state.json being corrupt: the supervisor
+    is the process holding the deployment's lock (it holds it for its life) and naming the
+    deployment in its command line; the server is the process group leader carrying the
+    deployment's markers in its environment (RUN_ID_ENV, DEPLOYMENT_ENV). Each is recorded by
+    its identity now, checked like any other before a signal."""
+    supervisor = _lock_holder(paths)
+    server, run_id = _marked_server(paths.root)
+    spec = _spec_for(paths, {})
+    run_dir = os.path.join(paths.runs, run_id) if run_id else None
+    log = os.path.join(run_dir, "server.log") if run_dir else None
+    found = []
+    if supervisor is not None:
+        found.append(f"its supervisor (pid {supervisor['pid']}) by the lock it holds")
+    if server is not None:
+        found.append(f"its server (pid {server['pid']}) by its environment")
+    message = f"{why}: " + (
+        "found " + " and ".join(found) if found else "nothing of the deployment runs"
+    )
+    return {
+        "protocol": PROTOCOL, "deployment": spec.deployment, "corrupt_state": why,
+        "agent_pid": supervisor["pid"] if supervisor else None, "agent": supervisor,
+        "identity_recorded": True, "state": CORRUPT_STATE if supervisor or server else EXITED,
+        "pid": server["pid"] if server else None, "pgid": server["pid"] if server else None,
+        "server": server, "run_id": run_id, "run_dir": run_dir, "log": log, "received": None,
+        "port": spec.port, "starts": 0, "restarts": 0, "ready": False, "health_failures": 0,
+        "adopted": False, "output_lost": False, "disk": dict(NO_DISK_TROUBLE),
+        "started_at": None, "started_mono": None, "ready_at": None, "ready_by": None,
+        "state_since": None, "next_start_at": None, "last_exit": None, "message": message,
+        "meta": spec.meta,
+    }  # fmt: skip
+
+
+def _lock_holder(paths: Paths) -> dict[str, Any] | None:
+    """The identity of the process holding the deployment's lock (/proc/locks: ``1: FLOCK
+    ADVISORY WRITE PID MAJ:MIN:INODE 0 EOF``) when it names the deployment in its command line
+    (a supervisor's); None otherwise, or without /proc."""
+    try:
+        info = os.stat(paths.lock)
+        with open("/proc/locks", encoding="ascii", errors="replace") as handle:
+            lines = handle.read().splitlines()
+    except OSError:
+        return None
+    device = (os.major(info.st_dev), os.minor(info.st_dev))
+    for line in lines:
+        fields = line.split()
+        if len(fields) < 6 or fields[1] != "FLOCK" or "->" in fields:  # "->": a waiter
+            continue
+        try:
+            pid = int(fields[4])
+            major, minor, inode = fields[5].split(":")
+            held = (int(major, 16), int(minor, 16)) == device and int(inode) == info.st_ino
+        except ValueError:
+            continue
+        if held and paths.root in _cmdline(pid):
+            return process_identity(pid)
+    return None
+
+
+def _marked_server(deployment_dir: str) -> tuple[dict[str, Any] | None, str | None]:
+    """The identity and run id of the deployment's server: a process group leader (the server
+    is started in its own) whose environment carries the deployment's markers; the newest."""
+    try:
+        import psutil
+    except ImportError:
+        return None, None
+    found: list[tuple[float, int, str]] = []
+    for process in psutil.process_iter(["pid", "create_time"]):
+        pid = process.info["pid"]
+        try:
+            if pid == os.getpid() or os.getpgid(pid) != pid:
+                continue
+            environ = process.environ()
+        except (psutil.Error, OSError):
+            continue
+        run_id = environ.get(RUN_ID_ENV)
+        if environ.get(DEPLOYMENT_ENV) == deployment_dir and run_id:
+            found.append((process.info["create_time"], pid, run_id))
+    if not found:
+        return None, None
+    _, pid, run_id = max(found)
+    return process_identity(pid), run_id
+
+
+def disk_room(path: str) -> dict[str, Any]:
+    """The room left on ``path``'s filesystem now, as this user may use it (root may use the
+    blocks reserved for it): ``full`` under DISK_FULL_BYTES. A quota is not seen here: the
+    supervisor's own count of failed writes says that one."""
+    try:
+        info = os.statvfs(path)
+    except OSError:
+        return {"full": False, "free_bytes": None}
+    blocks = info.f_bfree if os.geteuid() == 0 else info.f_bavail
+    free = blocks * info.f_frsize
+    return {"full": free < DISK_FULL_BYTES, "free_bytes": free}
+
+
+def cmd_status(deployment_dir: str, recorded: dict[str, Any] | None = None) -> dict[str, Any]:
     """The state as recorded, with what is true now: the supervisor and the server are alive
     only when their recorded identities match a running process (a reused pid is "gone"). A
-    dead supervisor with a live server is UNSUPERVISED."""
+    dead supervisor with a live server is UNSUPERVISED. ``recorded``: the state to start from
+    instead of state.json (a stop whose end found no room to be written)."""
     paths = Paths(deployment_dir)
-    state = read_json(paths.state) if secure_deployment(paths) else None
+    if recorded is not None:
+        state: dict[str, Any] | None = dict(recorded)
+    else:
+        state = _recorded_state(paths) if secure_deployment(paths) else None
     if state is None:
         return {"protocol": PROTOCOL, "deployed": False, "deployment_dir": deployment_dir}
+    state["disk"] = dict(state.get("disk") or NO_DISK_TROUBLE, **disk_room(deployment_dir))
     agent_alive = verified_alive(recorded_identity(state, "agent", deployment_dir))
-    if not agent_alive:
+    if not agent_alive and recorded is None:
         # It may have recorded its end and exited between the read above and that check (a
         # server that died with restart=no: EXITED, then the supervisor exits): what it wrote
         # last is the truth, never "it died without an end".
         state = read_json(paths.state) or state
+        state["disk"] = dict(state.get("disk") or NO_DISK_TROUBLE, **disk_room(deployment_dir))
     server_alive = verified_alive(recorded_identity(state, "server", deployment_dir))
     state["deployed"] = True
     state["agent_alive"] = agent_alive
@@ -4223,32 +4799,56 @@ def _memory_loads(host: str, port: int) -> dict[str, Any]:
 def cmd_stop(deployment_dir: str, timeout: float) -> dict[str, Any]:
     """Stop the deployment: through its supervisor when it runs; when it died, stop the server
     it left (verified by identity) the same way and record the end in state.json, so that a
-    second stop finds nothing to do. Nothing that is not verifiably ours is signalled."""
+    second stop finds nothing to do. Nothing that is not verifiably ours is signalled. On a
+    full disk it stops all the same: what it could not write is said in ``notes`` (the answer
+    then shows the end as this stop knows it)."""
     paths = Paths(deployment_dir)
-    state = read_json(paths.state) if secure_deployment(paths) else None
+    state = _recorded_state(paths) if secure_deployment(paths) else None
     if state is None:
         return {"protocol": PROTOCOL, "deployed": False, "deployment_dir": deployment_dir}
     clock = RealClock()
+    notes: list[str] = []
     agent = recorded_identity(state, "agent", deployment_dir)
+    asked = False  # its live supervisor was asked to stop, and ended by itself
     if verified_alive(agent) and agent is not None:
-        write_json_atomic(paths.stop_request, {"grace_s": timeout})
+        grace = timeout
+        try:
+            write_json_atomic(paths.stop_request, {"grace_s": timeout})
+        except OSError as exc:
+            grace = max(timeout, _spec_for(paths, state).stop_timeout_s)
+            notes.append(
+                f"{paths.stop_request}: {os_error_text(exc)}: the supervisor stopped the server "
+                "with the profile's stop_timeout_s, not --timeout"
+            )
         os.kill(int(agent["pid"]), signal.SIGTERM)
-        deadline = clock.monotonic() + timeout + 10.0 + _members_stop_s(paths, state)
+        deadline = clock.monotonic() + grace + 10.0 + _members_stop_s(paths, state)
         while verified_alive(agent) and clock.monotonic() < deadline:
             clock.sleep(0.05)
-        if verified_alive(agent):  # it did not finish in time: take over its last duty
+        asked = not verified_alive(agent)
+        if not asked:  # it did not finish in time: take over its last duty
             os.kill(int(agent["pid"]), signal.SIGKILL)
             clock.sleep(0.1)
         with contextlib.suppress(OSError):
             os.unlink(paths.stop_request)  # not read when it stopped in BACKOFF
     final = read_json(paths.state) or state
     leftovers: list[int] = []
+    unrecorded: dict[str, Any] | None = None
     if final.get("state") not in TERMINAL_STATES:
-        leftovers = _stop_for_a_dead_supervisor(paths, final, timeout, clock)
+        # it ended on request but recorded no end: for want of room, or it died meanwhile
+        unwritten = asked and bool(disk_room(paths.root)["full"])
+        leftovers, stopper = _stop_for_a_dead_supervisor(paths, final, timeout, clock, unwritten)
+        if stopper._state_unsaved:
+            unrecorded = stopper.state
+            why = (stopper.state.get("disk") or {}).get("last_error") or "not written"
+            notes.append(
+                f"{paths.state}: {why}: the end of this stop is not recorded on the host "
+                "(orch down again once there is room records it)"
+            )
     elif final.get("run_id"):
         leftovers = _kill_leftovers(paths.root, str(final["run_id"]), {}, clock)
-    result = cmd_status(deployment_dir)
+    result = cmd_status(deployment_dir, unrecorded)
     result["leftovers_killed"] = leftovers
+    result["notes"] = notes
     return result
 
 
@@ -4264,29 +4864,40 @@ def _members_stop_s(paths: Paths, state: dict[str, Any]) -> float:
 
 
 def _stop_for_a_dead_supervisor(
-    paths: Paths, recorded: dict[str, Any], timeout: float, clock: Clock
-) -> list[int]:
+    paths: Paths, recorded: dict[str, Any], timeout: float, clock: Clock, asked: bool = False
+) -> tuple[list[int], Supervisor]:
     """The supervisor died without recording an end: stop its server if it is still the one
-    recorded (group SIGTERM, grace, SIGKILL, sweep), then record the end as it would have."""
+    recorded (group SIGTERM, grace, SIGKILL, sweep), then record the end as it would have.
+    ``asked``: it was asked to stop and ended by itself, but its end found no room (a full
+    disk): a stop on request, not a death. The pids swept and the stopper (its state)."""
     spec = _spec_for(paths, recorded)
     stopper = Supervisor(spec, paths, clock=clock)
     stopper.stop_grace_s = timeout
     stopper.resume(recorded)
+    if stopper.state.get("state") == CORRUPT_STATE:  # rebuilt from the processes: one runs
+        stopper.state["state"] = RUNNING
+    stopper.state.pop("corrupt_state", None)  # written anew, whole
     server = recorded_identity(recorded, "server", paths.root)
     run_id = str(recorded.get("run_id") or "")
-    message = f"stopped; its supervisor (pid {recorded.get('agent_pid')}) had died"
+    if asked:
+        message = "stopped; its supervisor's record of the end found no room"
+    else:
+        message = f"stopped; its supervisor (pid {recorded.get('agent_pid')}) had died"
     if verified_alive(server) and server is not None:
         stopper._change_state(STOPPING, message="stopping (its supervisor had died)")
         process = _Adopted(server, stopper.world, clock)
         stopper._terminate(process, _Descendants(process.pid, clock, stopper.world))
         stopper._record_exit(run_id, LOST_RETURNCODE, ExitVerdict(STOPPED, message))
     elif run_id and (stopper.state.get("last_exit") or {}).get("run_id") != run_id:
-        lost = ExitVerdict(LOST, "its supervisor died and the server was gone when stopped")
-        stopper._record_exit(run_id, LOST_RETURNCODE, lost)
+        if asked:
+            ended = ExitVerdict(STOPPED, "stopped on request")
+        else:
+            ended = ExitVerdict(LOST, "its supervisor died and the server was gone when stopped")
+        stopper._record_exit(run_id, LOST_RETURNCODE, ended)
     swept = _kill_leftovers(paths.root, run_id, {}, clock) if run_id else []
     stopper._change_state(EXITED, pid=None, pgid=None, server=None, message=message)
-    stopper._event("stopped", supervisor_died=True, swept=swept)
-    return swept
+    stopper._event("stopped", supervisor_died=not asked, swept=swept)
+    return swept, stopper
 
 
 def _spec_for(paths: Paths, state: dict[str, Any]) -> Spec:
@@ -4320,27 +4931,32 @@ def cmd_runs(deployment_dir: str, events_bytes: int = 4 << 20) -> dict[str, Any]
             tail = handle.read(events_bytes).splitlines()
             if events_size > events_bytes:
                 tail = tail[1:]  # the first line is cut
+    skipped = 0
     for raw in tail:
-        try:
-            record = json.loads(raw)
-        except ValueError:
+        record = _event_record(raw)
+        if record is None:
+            skipped += raw.strip() != b""
             continue
-        run_id = record.get("run_id") if isinstance(record, dict) else None
+        run_id = record.get("run_id")
         if not isinstance(run_id, str):
             continue
         known = events.setdefault(run_id, {})
         kind = record.get("event")
         if kind == "start":
-            known.update(started_at=record.get("at"), pid=record.get("pid"))
+            known.update(started_at=_scalar(record.get("at")), pid=_scalar(record.get("pid")))
         elif kind == "ready":
-            known["ready_at"] = record.get("at")
+            known["ready_at"] = _scalar(record.get("at"))
         elif kind == "exit":
-            known["exit"] = {key: record.get(key) for key in (
-                "run_id", "returncode", "signal", "class", "message", "at", "was_ready",
-            )}  # fmt: skip
-            known["exit"]["swept_pids"] = []
+            ended = _exit_record(record)
+            if ended is None:
+                skipped += 1
+                continue
+            known["exit"] = ended
         elif kind == "swept" and isinstance(known.get("exit"), dict):
-            known["exit"]["swept_pids"] = record.get("pids") or []
+            pids = record.get("pids")
+            known["exit"]["swept_pids"] = (
+                [pid for pid in pids if isinstance(pid, int)] if isinstance(pids, list) else []
+            )
     runs_dir = paths.runs
     runs = []
     for name in sorted(os.listdir(runs_dir)) if os.path.isdir(runs_dir) else []:
@@ -4351,7 +4967,48 @@ def cmd_runs(deployment_dir: str, events_bytes: int = 4 << 20) -> dict[str, Any]
             "run_id": name, "log": log, "size": size, "started_at": known.get("started_at"),
             "ready_at": known.get("ready_at"), "pid": known.get("pid"), "exit": known.get("exit"),
         })  # fmt: skip
-    return {"protocol": PROTOCOL, "runs": runs, "now": RealClock().wall()}
+    return {
+        "protocol": PROTOCOL,
+        "runs": runs,
+        "now": RealClock().wall(),
+        "skipped_events": skipped,
+    }
+
+
+# The longest line of events.jsonl read: the agent's own events are far shorter (a verdict's
+# message is at most a few KB). A longer one, or one nested deeper than json's recursion limit
+# (100,000 "[" broke ``orch runs``: issue 26), is no event the agent wrote: skipped and counted.
+EVENT_LINE_MAX = 1 << 20
+
+
+def _event_record(raw: bytes) -> dict[str, Any] | None:
+    if len(raw) > EVENT_LINE_MAX:
+        return None
+    try:
+        record = json.loads(raw)
+    except (ValueError, RecursionError):
+        return None
+    return record if isinstance(record, dict) else None
+
+
+def _exit_record(record: dict[str, Any]) -> dict[str, Any] | None:
+    """An ``exit`` event as the agent writes it (see _record_exit), else None."""
+    ended = {key: record.get(key) for key in (
+        "run_id", "returncode", "signal", "class", "message", "at", "was_ready",
+    )}  # fmt: skip
+    shaped = (
+        isinstance(ended["returncode"], int) and not isinstance(ended["returncode"], bool)
+        and isinstance(ended["class"], str) and isinstance(ended["message"], str)
+        and isinstance(ended["at"], (int, float)) and isinstance(ended["was_ready"], bool)
+        and (ended["signal"] is None or isinstance(ended["signal"], str))
+    )  # fmt: skip
+    return dict(ended, swept_pids=[]) if shaped else None
+
+
+def _scalar(value: Any) -> Any:
+    """A field of an event as the agent writes them (text, a number, a flag): anything else is
+    nobody's event field and is answered as None."""
+    return value if value is None or isinstance(value, (str, int, float, bool)) else None
 
 
 def cmd_inspect(

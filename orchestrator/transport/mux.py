@@ -50,6 +50,7 @@ from orchestrator.transport import CommandResult, Stream, Transport
 MUX_DIR_ENV = "ORCH_MUX_DIR"  # where the sockets live (tests); else $XDG_RUNTIME_DIR/orch-mux
 START_TIMEOUT_S = 30.0  # the server's own connection: a handshake, a host key, authentication
 _SUN_PATH_MAX = 100  # sockaddr_un holds 108 bytes on Linux, 104 on macOS
+REQUEST_WAIT_S = 5.0  # a client's time to send its request once connected: silence is no use
 
 
 # -- where: a private directory, a socket per connection identity --------------------------------
@@ -406,7 +407,11 @@ class MuxServer:
         self.transport = transport  # an SSHTransport, connected
         self.path = path
         self.persist_s = persist_s
+        # Clients serving a request; clients connected that have not sent one yet (each for
+        # REQUEST_WAIT_S at most). Only requests are use: a silent client never holds the idle
+        # timer (issue 26: one that connected and said nothing kept the connection for ever).
         self.busy = 0
+        self.waiting = 0
         self.last_used = time.monotonic()
         self.lock = threading.Lock()
         self.files = threading.Lock()  # one SFTP operation at a time
@@ -425,7 +430,8 @@ class MuxServer:
             self._admit(client)
 
     def drain(self, listener: socket.socket) -> None:
-        """Answer the connections still queued, then wait for every client to finish."""
+        """Answer the connections still queued, then wait for every client to finish (one yet
+        to send its request has REQUEST_WAIT_S to)."""
         listener.setblocking(False)
         while True:
             try:
@@ -436,7 +442,7 @@ class MuxServer:
             self._admit(client)
         while True:
             with self.lock:
-                if self.busy == 0:
+                if self.busy == 0 and self.waiting == 0:
                     return
             time.sleep(0.05)
 
@@ -446,21 +452,32 @@ class MuxServer:
             client.close()
             return
         with self.lock:
-            self.busy += 1
+            self.waiting += 1
         threading.Thread(target=self._client, args=(client,), daemon=True).start()
 
     def _client(self, client: socket.socket) -> None:
+        serving = False
         try:
             with client, client.makefile("rb") as requests:
-                request = json.loads(requests.readline() or b"null")
+                client.settimeout(REQUEST_WAIT_S)  # silent past it: closed, never served
+                line = requests.readline()
+                client.settimeout(None)  # a request runs as long as its command
+                request = json.loads(line or b"null")
                 if isinstance(request, dict):
+                    with self.lock:
+                        self.waiting -= 1
+                        self.busy += 1
+                        serving = True
                     self._handle(client, request, requests)
         except (OSError, ValueError):
-            pass  # the client went away: nothing to answer
+            pass  # the client went away, or stayed silent: nothing to answer
         finally:
             with self.lock:
-                self.busy -= 1
-                self.last_used = time.monotonic()
+                if serving:
+                    self.busy -= 1
+                    self.last_used = time.monotonic()
+                else:
+                    self.waiting -= 1
 
     def _handle(self, client: socket.socket, request: dict[str, Any], requests: Any) -> None:
         def send(document: dict[str, Any]) -> None:

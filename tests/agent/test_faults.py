@@ -20,6 +20,7 @@ import psutil
 import pytest
 
 from orchestrator.protocol import decode_state
+from orchestrator.remote import agent
 from tests.agent.test_supervisor import (
     AGENT,
     CONFIG_LINE,
@@ -58,6 +59,13 @@ def _unrelated() -> subprocess.Popen[bytes]:
 def _end(process: subprocess.Popen[bytes]) -> None:
     process.kill()
     process.wait()
+
+
+def _gone(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
 
 
 def _events(deployment: Deployment) -> list[dict[str, Any]]:
@@ -163,6 +171,56 @@ def test_agent_dead_server_alive_is_unsupervised_and_stop_ends_it_once(
         assert stranger.poll() is None
     finally:
         _end(stranger)
+
+
+CORRUPT_STATES = {"null": "null", "[]": "a list", "{not json": "something that is not JSON"}
+
+
+@pytest.mark.parametrize("content", list(CORRUPT_STATES))
+def test_a_corrupt_state_is_said_and_its_live_supervisor_and_server_still_found_and_stopped(
+    deployment: Deployment, content: str
+) -> None:
+    """issue 26: state.json holding null or [] made a running deployment look undeployed (and
+    anything else not JSON broke status). It is corrupt, said so; the supervisor is found by the
+    deployment's lock it holds, the server by the markers in its environment, each verified."""
+    deployment.start(SERVES)
+    ready = deployment.wait_for("READY")
+    (deployment.dir / "state.json").write_text(content)
+    status = deployment.status()
+    assert status["deployed"] is True
+    path = deployment.dir / "state.json"
+    assert status["corrupt_state"] == f"{path} holds {CORRUPT_STATES[content]}, not a state"
+    assert (status["agent_alive"], status["server_alive"]) == (True, True)
+    assert (status["agent_pid"], status["pid"]) == (ready["agent_pid"], ready["pid"])
+    assert status["run_id"] == ready["run_id"]
+    decoded = decode_state(status)
+    assert decoded.alive
+    assert decoded.corrupt_state == status["corrupt_state"]
+    stopped = deployment.stop()
+    assert stopped["state"] == "EXITED"  # the supervisor stopped it and wrote its state anew
+    assert "corrupt_state" not in stopped
+    assert _gone(ready["pid"])
+    assert _gone(ready["agent_pid"])
+
+
+@pytest.mark.parametrize("content", ["null", "[]"])
+def test_a_corrupt_state_without_a_supervisor_still_finds_and_stops_the_server(
+    deployment: Deployment, content: str
+) -> None:
+    deployment.start(SERVES)
+    ready = deployment.wait_for("READY")
+    _kill_agent(ready)
+    (deployment.dir / "state.json").write_text(content)
+    status = deployment.status()
+    assert status["state"] == "UNSUPERVISED"
+    assert (status["agent_alive"], status["server_alive"]) == (False, True)
+    assert status["pid"] == ready["pid"]
+    assert status["corrupt_state"].endswith("not a state")
+    stopped = deployment.stop()
+    assert stopped["state"] == "EXITED"
+    assert stopped["last_exit"]["class"] == "stopped"
+    assert _gone(ready["pid"])
+    assert deployment.status()["state"] == "EXITED"  # recorded: a second stop has nothing to do
 
 
 def test_adopt_takes_over_the_running_server_without_restarting_it(
@@ -386,6 +444,60 @@ def test_a_workdir_of_another_user_is_refused(deployment: Deployment) -> None:
     reply = deployment.start(SERVES)
     assert reply["refused"] == "unsafe-path"
     assert "belongs to uid 65534" in reply["reason"]
+
+
+def _linked_workdir(tmp_path: Path) -> tuple[Path, Path]:
+    """``/data -> a mount`` in small: ``tmp_path/data`` a symlink to ``tmp_path/mnt/orch``, a
+    private directory of this user; (the link, its target)."""
+    target = tmp_path / "mnt" / "orch"
+    target.mkdir(parents=True, mode=0o700)
+    target.chmod(0o700)
+    (tmp_path / "mnt").chmod(0o755)
+    link = tmp_path / "data"
+    link.symlink_to(target)
+    return link, target
+
+
+def _secure(workdir: Path) -> None:
+    agent.secure_deployment(agent.Paths(str(workdir / "svc")), create=True)
+
+
+def test_a_workdir_linked_to_the_users_own_private_directory_is_accepted(tmp_path: Path) -> None:
+    """issue 26: ``workdir: /data`` with /data a symlink to a mount was refused outright."""
+    link, target = _linked_workdir(tmp_path)
+    _secure(link)
+    assert (target / "svc").is_dir()
+    status = _agent("status", "--dir", str(link / "svc"))
+    assert status == {"deployed": False, "deployment_dir": str(link / "svc"), "protocol": 1}
+
+
+@pytest.mark.parametrize(
+    ("attack", "says"),
+    [
+        ("target writable by others", "writable by group or others"),
+        ("link in a directory others can write", "writable by group or others"),
+        ("target of another user", "belongs to uid 65534"),
+        ("link of another user", "belongs to uid 65534"),
+    ],
+)
+def test_a_workdir_link_is_refused_when_anyone_else_could_have_planted_or_change_it(
+    tmp_path: Path, attack: str, says: str
+) -> None:
+    link, target = _linked_workdir(tmp_path)
+    if attack == "target writable by others":
+        target.chmod(0o777)
+    elif attack == "link in a directory others can write":
+        tmp_path.chmod(0o777)
+    elif os.getuid() != 0:
+        pytest.skip("needs root to give a file to another user")
+    elif attack == "target of another user":
+        os.chown(target, 65534, 65534)
+    else:
+        os.lchown(link, 65534, 65534)
+    with pytest.raises(agent.UnsafePath) as refused:
+        _secure(link)
+    assert says in refused.value.message
+    assert not (target / "svc").exists()
 
 
 def test_the_probe_env_file_never_outlives_a_failed_parse(deployment: Deployment) -> None:

@@ -18,7 +18,10 @@ import psutil
 import yaml
 
 from orchestrator.errors import ExitCode
+from tests.agent.test_disk_full import fill, small_fs
 from tests.e2e.conftest import Workspace, add_host
+
+__all__ = ["small_fs"]  # the fixture, shared with tests/agent/test_disk_full.py
 
 LIVENESS = {"startup_timeout_s": 60, "interval_s": 0.5, "failures": 3}
 
@@ -260,3 +263,41 @@ def test_diff_effective_of_a_dead_run_compares_what_it_received(
     received = Path(_status(local_workspace, name)["run_dir"]) / "received.json"
     assert oct(received.stat().st_mode & 0o777) == "0o600"
     assert_not_received(local_workspace, name)
+
+
+def test_a_full_disk_under_the_workdir_status_says_so_and_down_still_stops(
+    small_fs: Path, tmp_path: Path
+) -> None:
+    """issue 26: the workdir on a small filesystem (a tmpfs, as root) filled while the server
+    runs: the server and its supervisor live on, ``status`` says ``disk full``, ``down`` stops
+    everything and says what it could not record; with room again a second ``down`` records
+    the end."""
+    workdir = small_fs / "workdir"
+    (tmp_path / "profiles").mkdir()
+    (tmp_path / "profiles" / "hosts.yaml").write_text(
+        yaml.safe_dump({"hosts": {"local": {"python": sys.executable, "workdir": str(workdir)}}})
+    )
+    space = Workspace(tmp_path, "local", workdir)
+    name = space.profile("full")
+    try:
+        assert space.orch("up", name).code == ExitCode.OK
+        server_pid = _status(space, name)["pid"]
+        for cache in (workdir / ".orch").glob("*.code"):
+            cache.unlink()  # compiled again by the next command: no room to keep it then
+        filler = fill(small_fs)
+        row = _status(space, name)
+        assert (row["state"], row["agent_alive"], row["disk_full"]) == ("READY", True, True)
+        assert "READY (disk full)" in space.orch("status", name).out
+        down = space.orch("down", name)
+        assert down.code == ExitCode.OK, down.err
+        assert f"{name}: EXITED (stopped" in down.out
+        assert "note: " in down.out
+        assert "no space left on device" in down.out
+        assert _gone(server_pid)
+        assert sorted(workdir.rglob("*.tmp")) == []  # nothing cut short left behind
+        filler.unlink()
+        again = space.orch("down", name)
+        assert again.code == ExitCode.OK, again.err
+        assert _status(space, name)["state"] == "EXITED"
+    finally:
+        space.cleanup()

@@ -244,3 +244,30 @@ def test_logs_follow_into_a_pipe_that_closes_ends_quietly(local_workspace: Works
     assert pipeline.returncode == 0, pipeline.stderr
     assert "Traceback" not in pipeline.stderr
     assert pipeline.stderr == ""
+
+
+def test_runs_skips_an_events_line_nested_too_deep_and_says_so(
+    local_workspace: Workspace,
+) -> None:
+    """issue 26: a 100,000-deep line in events.jsonl (written by anyone who can write there, or
+    a corrupted file) broke ``orch runs`` with a RecursionError. It is skipped, with a note; so
+    are a line longer than any event the agent writes and an exit whose fields are not what the
+    agent writes (a nested message): never the listing."""
+    name = local_workspace.profile("deepevents")
+    assert local_workspace.orch("up", name).code == ExitCode.OK
+    events = local_workspace.deployment_dir(name) / "events.jsonl"
+    (run_id,) = [p.name for p in (local_workspace.deployment_dir(name) / "runs").iterdir()]
+    with events.open("a") as handle:
+        handle.write("[" * 100_000 + "]" * 100_000 + "\n")
+        handle.write('{"event": "start", "run_id": "x", "pad": "' + "y" * (2 << 20) + '"}\n')
+        deep = "[" * 500 + "]" * 500
+        handle.write(f'{{"event": "exit", "run_id": "{run_id}", "message": {deep}}}\n')
+    listed = local_workspace.orch("runs", name, "--json")
+    assert listed.code == ExitCode.OK, listed.err
+    document = listed.json()
+    assert [row["run_id"] for row in document["runs"]] == [run_id]
+    assert document["runs"][0]["exit"] is None  # it runs: the forged exit is no exit of it
+    assert document["skipped_events"] == 3
+    table = local_workspace.orch("runs", name)
+    assert table.code == ExitCode.OK, table.err
+    assert "note: 3 lines of events.jsonl skipped" in table.out

@@ -123,6 +123,55 @@ def test_the_kept_connection_ends_when_idle_and_the_next_command_starts_another(
     assert len(_servers()) == 1
 
 
+def test_a_silent_client_never_keeps_the_connection_from_ending_when_idle(
+    ssh_workspace: Workspace, kept: Path
+) -> None:
+    """issue 26: a client of this user that connects to the socket and sends nothing (re-opened
+    as soon as it is closed) kept the kept connection, and its SSH connection, alive for ever.
+    It gets mux.REQUEST_WAIT_S to send its request; only requests count as use."""
+    import socket
+    import threading
+
+    inventory = ssh_workspace.profiles / "hosts.yaml"
+    hosts = yaml.safe_load(inventory.read_text())
+    hosts["hosts"]["box"]["persist_s"] = 1
+    inventory.write_text(yaml.safe_dump(hosts))
+    name = ssh_workspace.profile("silent")
+    assert ssh_workspace.orch("status", name).code == ExitCode.OK
+    (server,) = _servers()
+    (path,) = kept.glob("*.sock")
+    stop = threading.Event()
+
+    def hold_silently() -> None:
+        while not stop.is_set():
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as silent:
+                try:
+                    silent.connect(str(path))
+                except OSError:
+                    return  # the socket is gone: the server withdrew it
+                silent.settimeout(0.2)
+                while not stop.is_set():
+                    try:
+                        if silent.recv(1) == b"":
+                            break  # closed by the server: open another at once
+                    except TimeoutError:
+                        continue
+                    except OSError:
+                        break
+
+    holder = threading.Thread(target=hold_silently, daemon=True)
+    holder.start()
+    try:
+        began = time.monotonic()
+        server.wait(timeout=1 + mux.REQUEST_WAIT_S + 10)
+        took = time.monotonic() - began
+        print(f"\nkept connection, a silent client throughout: ended after {took:.1f} s")  # noqa: T201 - measured, for docs/faults.md (-s)
+    finally:
+        stop.set()
+        holder.join(5)
+    assert list(kept.glob("*.sock")) == []
+
+
 def test_a_kept_connection_gone_before_a_command_asks_is_replaced_by_its_own(
     ssh_workspace: Workspace, kept: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

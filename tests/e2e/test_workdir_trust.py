@@ -88,3 +88,37 @@ def test_the_compiled_agent_is_kept_0600_and_a_planted_one_is_never_run(
     cache.chmod(0o666)
     assert local_workspace.orch("status", name).code == ExitCode.OK
     assert not marker.exists()
+
+
+def test_up_refuses_an_unsafe_file_in_the_deployment_with_preflight_naming_it(
+    local_workspace: Workspace, tmp_path: Path
+) -> None:
+    """issue 26: a planted symlink (or another user's file) in the deployment directory made
+    ``up`` fail with a vague "agent probe answered without the deployment's status" (exit 10).
+    It is a preflight refusal (9) naming the file, what is wrong and what to do."""
+    name = local_workspace.profile("svc")
+    deployment = local_workspace.deployment_dir(name)
+    deployment.mkdir(parents=True, mode=0o700)
+    (local_workspace.workdir / ".orch").mkdir(mode=0o700)
+    victim = tmp_path / "victim"
+    victim.write_text("{}")
+    (deployment / "state.json").symlink_to(victim)
+    up = local_workspace.orch("up", name)
+    assert up.code == ExitCode.PREFLIGHT, up.err
+    assert f"state.json {deployment / 'state.json'} is a symlink: refusing to follow it" in up.err
+    assert f"orch: hint: remove it (rm {deployment / 'state.json'})" in up.err
+    assert victim.read_text() == "{}"
+
+
+def test_up_through_a_workdir_linked_to_a_private_directory_of_ones_own(
+    local_workspace: Workspace, tmp_path: Path
+) -> None:
+    """issue 26: ``workdir: /data`` with /data a symlink to a mount (common) was refused."""
+    target = tmp_path / "mnt" / "orch"
+    target.mkdir(parents=True, mode=0o700)
+    local_workspace.workdir.symlink_to(target)
+    name = local_workspace.profile("svc")
+    up = local_workspace.orch("up", name)
+    assert up.code == ExitCode.OK, up.err
+    assert (target / name / "state.json").exists()
+    assert local_workspace.orch("down", name).code == ExitCode.OK
