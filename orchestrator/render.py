@@ -12,9 +12,10 @@ import dataclasses
 import hashlib
 import json
 import posixpath
+import re
 import shlex
 import urllib.parse
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 from orchestrator import argtable
 from orchestrator.argtable import ArgTable, BadValue
@@ -286,11 +287,22 @@ class Redactor:
     errors included, through one Redactor: one place, so that no command can forget it. Each
     secret is also looked for as JSON, Python repr and URL encoding would write it, and a secret
     of several lines line by line; ``RedactingStream`` (cli.py) holds back a tail that could be
-    the start of one, so that a secret split across two writes is still replaced whole."""
+    the start of one, so that a secret split across two writes is still replaced whole.
+
+    ``add_found`` takes the secrets a classifier found in a launch script (orch import): every
+    value, however many share a name (``--api-key`` given twice). Those are guesses from text,
+    not values orch was given, so a short one is masked only where it stands alone (not inside
+    a word or a path: ``--api-key abc123`` is masked, ``/data/abc1234`` is not) and one too
+    short to be any credential (``MIN_FOUND_SECRET``) not at all: masking ``eva`` would mangle
+    every word that holds it. Import never writes or quotes such a value itself (it writes
+    ``{from_env: NAME}``), so nothing is left for the mask to catch."""
 
     def __init__(self, secrets: Mapping[str, str] | None = None) -> None:
         self._secrets: dict[str, str] = {}
+        self._found: dict[str, str] = {}  # a found secret value -> the name it is masked as
         self._pairs: list[tuple[str, str]] = []
+        self._alone: list[tuple[str, re.Pattern[str], str]] = []
+        self._starts: list[str] = []  # every text a held-back tail could be the start of
         self.add(secrets or {})
 
     def add(self, secrets: Mapping[str, str]) -> None:
@@ -298,25 +310,57 @@ class Redactor:
         if fresh.items() <= self._secrets.items():
             return
         self._secrets.update(fresh)
+        self._rebuild()
+
+    def add_found(self, secrets: Iterable[tuple[str, str]]) -> None:
+        """(name, value) pairs found in a script; each value is masked as ``<redacted: name>``."""
+        fresh = [
+            (name, value)
+            for name, value in secrets
+            if len(value) >= MIN_FOUND_SECRET and value not in self._found
+        ]
+        if not fresh:
+            return
+        for name, value in fresh:
+            self._found.setdefault(value, name)
+        self._rebuild()
+
+    def _rebuild(self) -> None:
         pairs: dict[str, str] = {}
         for name, value in self._secrets.items():
             mask = f"<redacted: from_env {name}>"
             for form in _written_forms(value):
                 pairs.setdefault(form, mask)
+        alone: dict[str, str] = {}
+        for value, name in self._found.items():
+            mask = f"<redacted: {name}>"
+            if len(value) >= FOUND_SECRET_ANYWHERE:
+                for form in _written_forms(value):
+                    pairs.setdefault(form, mask)
+            elif value not in pairs:
+                alone.setdefault(value, mask)
         # longest first, so a secret that contains another is replaced whole
         self._pairs = sorted(pairs.items(), key=lambda pair: -len(pair[0]))
+        self._alone = [
+            (value, re.compile(rf"(?<![\w/-]){re.escape(value)}(?![\w/-])"), mask)
+            for value, mask in sorted(alone.items(), key=lambda pair: -len(pair[0]))
+        ]
+        self._starts = [value for value, _ in self._pairs] + list(alone)
 
     def __call__(self, text: str) -> str:
         for value, mask in self._pairs:
             if value in text:
                 text = text.replace(value, mask)
+        for value, pattern, mask in self._alone:
+            if value in text:
+                text = pattern.sub(lambda _: mask, text)
         return text
 
     def unsafe_tail(self, text: str) -> int:
         """How many characters at the end of ``text`` (already redacted) could be the start of
         a secret that the next write completes: hold them back until then."""
         longest = 0
-        for value, _ in self._pairs:
+        for value in self._starts:
             for size in range(min(len(value) - 1, len(text)), longest, -1):
                 if value.startswith(text[-size:]):
                     longest = size
@@ -324,6 +368,10 @@ class Redactor:
         return longest
 
 
+# A found secret (Redactor.add_found) shorter than this is no credential, and too common a text
+# to mask; one shorter than FOUND_SECRET_ANYWHERE is masked only where it stands alone.
+MIN_FOUND_SECRET = 4
+FOUND_SECRET_ANYWHERE = 8
 MIN_LINE_OF_SECRET = 6  # a line of a multi-line secret shorter than this is too common to mask
 
 
