@@ -353,7 +353,7 @@ class Redactor:
                 text = text.replace(value, mask)
         for value, pattern, mask in self._alone:
             if value in text:
-                text = pattern.sub(lambda _: mask, text)
+                text = pattern.sub(mask.replace("\\", "\\\\"), text)
         return text
 
     def unsafe_tail(self, text: str) -> int:

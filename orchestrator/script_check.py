@@ -11,7 +11,9 @@ Each finding is located (file:line:column) and says the fix in orch's terms:
   ambiguous abbreviations, values outside the choices, flags given twice, JSON that the shell's
   quoting left invalid, a flag missing its value;
 - ``log-truncated`` (``> log``), ``nohup-without-redirect`` over SSH, ``sleep-readiness``
-  (``sleep N`` then grep/curl), ``pkill-broad`` (``pkill -f sglang`` kills every server on the box).
+  (``sleep N`` then grep/curl), ``pkill-broad`` (``pkill -f sglang`` kills every server on the box);
+- ``plaintext-secret``: a secret written in the script itself (``credentials`` says what is one),
+  located where its value is written, never quoted.
 
 Pure: no I/O.
 """
@@ -26,6 +28,7 @@ from typing import Any
 
 from orchestrator import argtable
 from orchestrator.argtable import RENAMES, ArgTable, format_version
+from orchestrator.credentials import placeholder_value
 from orchestrator.launches import Launch, ParsedArguments, find_launches, parse_arguments
 from orchestrator.script_import import ScriptFile, read_scripts
 from orchestrator.shellscript import (
@@ -121,6 +124,7 @@ def check_scripts(
                 problems.extend(_command_problems(file, command, table))
         for launch in item.found.launches:
             problems.extend(_launch_problems(file, launch, table))
+        problems.extend(_plaintext_secrets(item))
     problems.extend(_rendezvous(launches))
     for item in scanned:
         if not item.found.launches:
@@ -432,3 +436,26 @@ def _flags(parsed: ParsedArguments) -> dict[str, tuple[str, str, bool]]:
 
 def _shown(word: Word) -> str:
     return word.text if word.text is not None else word.shown()
+
+
+def _plaintext_secrets(item: Any) -> list[ScriptProblem]:
+    """Each secret written in the script as it is (the script sits in someone's repository):
+    where its value is, what it is, and how to keep it out; never the value."""
+    problems = []
+    for secret in item.secrets:
+        if secret.position is None:
+            continue  # given with --set, or put together by the shell: not written in the file
+        name = secret.name if secret.name.isidentifier() and secret.name.isupper() else "SECRET"
+        what = (
+            f"{secret.why}: a placeholder, for the real secret to be written here"
+            if placeholder_value(secret.value)
+            else f"{secret.why}, written in the script in plain text"
+        )
+        problems.append(ScriptProblem(
+            item.file.display, secret.position, "plaintext-secret",
+            f"{what}: whoever can read the script has it",
+            f"keep it out of the script: `export {name}` from a secret manager or your shell "
+            f"before running it, and read ${name} here; in an orch profile it is "
+            f"{{from_env: {name}}}",
+        ))  # fmt: skip
+    return problems

@@ -2,9 +2,10 @@
 that exists), and validate what was written; ``--check``: the findings only.
 
 The scripts are read here (a path, or ``-`` for standard input); ``script_import`` and
-``script_check`` do the work without I/O. Every secret value a script holds (a token in an
-``export``, an ``--api-key``) is handed to the caller for redaction before anything is shown,
-and never reaches a written profile: those hold ``{from_env: NAME}``.
+``script_check`` do the work without I/O. Every secret value a script holds (``credentials``:
+by name, place, shape or inside a URL or JSON) is handed to the caller for redaction before
+anything is shown, and never reaches a written profile: those hold ``{from_env: NAME}``, and the
+text written goes through the same Redactor as the output.
 """
 
 from __future__ import annotations
@@ -138,6 +139,7 @@ def run_import(
         )
     written = []
     for profile, target in zip(imported, targets, strict=True):
+        redactor.add_found(profile.secrets)  # whoever calls: nothing secret is written
         text = redactor(profile_text(profile))
         if target is not None:
             _create(target, text)
