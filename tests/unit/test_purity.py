@@ -30,6 +30,8 @@ CORE = [
     "orchestrator.launches",
     "orchestrator.script_import",
     "orchestrator.script_check",
+    "orchestrator.credentials",
+    "orchestrator.script_secrets",
 ]
 FORBIDDEN_IN_CORE = {"paramiko", "psutil", "subprocess", "socket", "jinja2", "pynvml"}
 
