@@ -162,10 +162,15 @@ _BEARER_RE = re.compile(r"\b(?:Bearer|Basic)\s+([A-Za-z0-9._~+/=-]{8,})")
 # scheme://user:password@host: the password (a user alone, user@host, is no secret)
 _URL_PASSWORD_RE = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^/\s:@]*:([^/\s@]+)@")
 # key=value or key: value inside a value (a query string, a header, a config list)
-# (a lookahead: pairs may overlap, as ``s3://b/x?token=...`` where ``s3:`` is read first)
+# (a lookahead: pairs may overlap, as ``s3://b/x?token=...`` where ``s3:`` is read first; not
+# the shell's ``${NAME:-default}``, read by _DEFAULT_RE, nor ``${NAME:?message}``)
 _PAIR_RE = re.compile(
-    r"""(?<![A-Za-z0-9_])(?=([A-Za-z_][A-Za-z0-9_.-]*)["']?\s*[=:]\s*["']?([^\s"',;&}{]+))"""
+    r"""(?<![A-Za-z0-9_])(?=([A-Za-z_][A-Za-z0-9_.-]*)["']?\s*(?:=|:(?![-=?+]))\s*["']?"""
+    r"""([^\s"',;&}{]+))"""
 )
+# a password by its place in a command that orch does not read as a launch
+_PASSWORD_OPTION_RE = re.compile(r"""\bsshpass\s+-p\s*["']?([^\s"']+)""")
+_DEFAULT_RE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*):?[-=]([^}]*)\}")
 _AUTH_SCHEMES = frozenset({"Bearer", "Basic", "Digest", "Token"})
 
 
@@ -180,16 +185,19 @@ def secrets_in(text: str) -> tuple[Hit, ...]:
         hits.append(Hit(f"a PEM {match.group(1).lower()}", body))
     hits.extend(Hit("a bearer token", m.group(1)) for m in _BEARER_RE.finditer(text))
     hits.extend(Hit("a password in a URL", m.group(1)) for m in _URL_PASSWORD_RE.finditer(text))
+    hits.extend(Hit("sshpass -p's value", m.group(1)) for m in _PASSWORD_OPTION_RE.finditer(text))
     document = _json(text)
     if document is not None:
         hits.extend(_json_secrets(document))
     else:
+        pairs = [(m.group(1), m.group(2)) for m in _PAIR_RE.finditer(text)]
+        pairs += [(m.group(1), m.group(2).strip("\"'")) for m in _DEFAULT_RE.finditer(text)]
         hits.extend(
-            Hit(f"{m.group(1)}=...", m.group(2))
-            for m in _PAIR_RE.finditer(text)
-            if secret_name(m.group(1))
-            and not m.group(2).startswith("$")
-            and m.group(2) not in _AUTH_SCHEMES  # Authorization: Bearer ...: _BEARER_RE's
+            Hit(f"{name}=...", value)
+            for name, value in pairs
+            if secret_name(name)
+            and not value.startswith(("$", "<"))  # a variable, or a placeholder: nothing held
+            and value not in _AUTH_SCHEMES  # Authorization: Bearer ...: _BEARER_RE's
         )
     unique: dict[str, Hit] = {}
     for hit in hits:

@@ -10,11 +10,13 @@ text written goes through the same Redactor as the output.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from orchestrator.errors import ImportScriptError, InvalidProfile, OrchError, UsageError
 from orchestrator.profile import ProfileStore, valid_name
@@ -138,9 +140,10 @@ def run_import(
             "choose another --name (or -o FILE), or move the old profile away first",
         )
     written = []
-    for profile, target in zip(imported, targets, strict=True):
-        redactor.add_found(profile.secrets)  # whoever calls: nothing secret is written
-        text = redactor(profile_text(profile))
+    for imported_profile, target in zip(imported, targets, strict=True):
+        redactor.add_found(imported_profile.secrets)  # whoever calls: nothing secret is written
+        profile = _redacted(imported_profile, redactor)
+        text = profile_text(profile)
         if target is not None:
             _create(target, text)
         problems: tuple[OrchError, ...] = ()
@@ -148,6 +151,31 @@ def run_import(
             problems = _validate(store, profile.name)
         written.append(Written(profile, target, text, problems))
     return written
+
+
+def _redacted(profile: ImportedProfile, redact: Redactor) -> ImportedProfile:
+    """``profile`` with every secret masked in its values and notes, value by value: a mask
+    (``<redacted: NAME>``) in a value is then quoted by the YAML writer, where masking the text
+    written would leave a plain scalar YAML cannot read."""
+
+    def masked(value: Any) -> Any:
+        if isinstance(value, str):
+            return redact(value)
+        if isinstance(value, dict):
+            return {masked(key): masked(item) for key, item in value.items()}
+        if isinstance(value, list):
+            return [masked(item) for item in value]
+        return value
+
+    notes = tuple(
+        dataclasses.replace(
+            note,
+            message=redact(note.message),
+            file=None if note.file is None else redact(note.file),
+        )
+        for note in profile.notes
+    )
+    return dataclasses.replace(profile, document=masked(profile.document), notes=notes)
 
 
 def profile_text(profile: ImportedProfile) -> str:

@@ -362,3 +362,16 @@ def test_only_sglangs_credential_options_are_named_like_one() -> None:
             if flag.startswith("--") and credentials.secret_name(flag):
                 named.add(option.dest)
     assert named == credentials.SECRET_ARGS
+
+
+def test_a_masked_value_leaves_the_written_profile_valid_yaml(profiles: Path) -> None:
+    """A secret that also appears inside another value (a served name built from the key) is
+    masked in that value, and the profile stays YAML: the mask, ``<redacted: NAME>``, holds a
+    colon and a space, which a plain YAML scalar cannot."""
+    script = f"{LAUNCH} --api-key team-alpha-key --served-model-name team-alpha-key-model\n"
+    code, _, err = _run(["--profiles", str(profiles), "import", "-", "--name", "s"], script)
+    assert code == ExitCode.OK, err
+    text = (profiles / "s.yaml").read_text()
+    assert "team-alpha-key" not in text
+    document = yaml.safe_load(text)
+    assert document["model"]["served_model_name"] == "<redacted: API_KEY>-model"
