@@ -40,6 +40,7 @@ from orchestrator.launches import (
 from orchestrator.model import Launcher
 from orchestrator.profile import placeholder
 from orchestrator.profile_checks import STRUCTURED_FIELDS
+from orchestrator.render import Redactor
 from orchestrator.script_secrets import ScriptSecret, secrets_of
 from orchestrator.shellscript import Command, Position, Script, Unresolved, Word, parse_script
 
@@ -123,20 +124,15 @@ class _Context:
     file: str
     notes: list[Note] = field(default_factory=list)
     unresolved: dict[str, None] = field(default_factory=dict)
-    secrets: tuple[str, ...] = ()  # the scripts' secret values: never in a note
+    redact: Redactor = field(default_factory=Redactor)  # masks the scripts' secrets
     references: dict[str, str] = field(default_factory=dict)  # from_env NAME -> what it holds
 
     def note(self, kind: str, message: str, position: Position | None = None) -> None:
-        # a message quotes the script (a duplicate flag's value, a docker option): never a secret
-        for value in self.secrets:
-            if value in message:
-                message = message.replace(value, _NOT_SHOWN)
-        entry = Note(kind, message, self.file, position)
+        # a message may quote the script (a duplicate flag's value, a docker option): masked
+        # here, as the caller masks what it shows, so that no note ever holds a secret
+        entry = Note(kind, self.redact(message), self.file, position)
         if entry not in self.notes:
             self.notes.append(entry)
-
-
-_NOT_SHOWN = "<a secret, not shown>"
 
 
 @dataclass(frozen=True)
@@ -293,9 +289,9 @@ def _profile(
 ) -> ImportedProfile:
     members = sorted(members, key=_rank)
     item, launch, parsed = members[0]
-    # longest first: a secret that holds another is replaced whole
-    values = tuple(sorted({v for _, v in secrets}, key=len, reverse=True))
-    context = _Context(request, item.file.display, secrets=values)
+    redact = Redactor()
+    redact.add_found(secrets)
+    context = _Context(request, item.file.display, redact=redact)
     for default in item.script.defaults:
         context.note(
             "default",

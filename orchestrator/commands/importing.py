@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from orchestrator import credentials
 from orchestrator.errors import ImportScriptError, InvalidProfile, OrchError, UsageError
 from orchestrator.profile import ProfileStore, valid_name
 from orchestrator.render import Redactor
@@ -72,8 +73,12 @@ def parse_settings(settings: Sequence[str]) -> dict[str, str]:
     for setting in settings:
         name, equals, value = setting.partition("=")
         if not equals or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*|[1-9][0-9]*", name):
+            # quoted as given, but for a secret in it (--set 'HF_TOKEN:hf_...')
+            shown = setting
+            for hit in credentials.secrets_in(setting):
+                shown = shown.replace(hit.value, "<a secret, not shown>")
             raise UsageError(
-                f"--set {setting!r}: expected NAME=VALUE", "e.g. --set MODEL=/models/Qwen3.6-27B"
+                f"--set {shown!r}: expected NAME=VALUE", "e.g. --set MODEL=/models/Qwen3.6-27B"
             )
         given[name] = value
     return given

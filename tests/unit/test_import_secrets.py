@@ -375,3 +375,10 @@ def test_a_masked_value_leaves_the_written_profile_valid_yaml(profiles: Path) ->
     assert "team-alpha-key" not in text
     document = yaml.safe_load(text)
     assert document["model"]["served_model_name"] == "<redacted: API_KEY>-model"
+
+
+def test_a_malformed_set_does_not_quote_the_secret_in_it() -> None:
+    code, _, err = _run(["import", "-", "--set", f"HF_TOKEN:{HF}"], f"{LAUNCH}\n")
+    assert code == ExitCode.USAGE
+    assert "expected NAME=VALUE" in err
+    assert HF not in err
