@@ -19,6 +19,7 @@ Pure: no I/O.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 from collections.abc import Iterator
@@ -157,20 +158,28 @@ _TOKEN_FORMATS: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
         ("a JSON Web Token", r"eyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}"),
     )
 )
-_PEM_RE = re.compile(r"-----BEGIN ([A-Z0-9 ]*PRIVATE KEY)-----(.*?)(?:-----END \1-----|$)", re.S)
-_BEARER_RE = re.compile(r"\b(?:Bearer|Basic)\s+([A-Za-z0-9._~+/=-]{8,})")
+# Every repetition below is bounded, or starts only where a boundary allows one start per run:
+# the scanner reads up to 4 MiB of anyone's text, and must stay linear in it.
+_PEM_RE = re.compile(
+    r"-----BEGIN ([A-Z0-9 ]{0,32}PRIVATE KEY)-----([A-Za-z0-9+/=\s]{0,16384}+)"
+    r"(?:-----END \1-----)?"
+)
+_BEARER_RE = re.compile(r"\b(?:Bearer|Basic)[ \t]{1,8}([A-Za-z0-9._~+/=-]{8,})")
 # scheme://user:password@host: the password (a user alone, user@host, is no secret)
-_URL_PASSWORD_RE = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^/\s:@]*:([^/\s@]+)@")
+_URL_PASSWORD_RE = re.compile(
+    r"(?<![A-Za-z0-9+.-])[A-Za-z][A-Za-z0-9+.-]{0,31}://[^/\s:@]{0,256}:([^/\s@]{1,256})@"
+)
 # key=value or key: value inside a value (a query string, a header, a config list)
 # (a lookahead: pairs may overlap, as ``s3://b/x?token=...`` where ``s3:`` is read first; not
 # the shell's ``${NAME:-default}``, read by _DEFAULT_RE, nor ``${NAME:?message}``)
 _PAIR_RE = re.compile(
-    r"""(?<![A-Za-z0-9_])(?=([A-Za-z_][A-Za-z0-9_.-]*)["']?\s*(?:=|:(?![-=?+]))\s*["']?"""
-    r"""([^\s"',;&}{]+))"""
+    r"""(?<![A-Za-z0-9_])(?=((?i:[A-Za-z0-9_]{0,40}?(?:token|secret|pass|pwd|key|cred|auth|cookie)"""
+    r"""[A-Za-z0-9_]{0,40}+))["']?[ \t]{0,8}+(?:=|:(?![-=?+]))"""
+    r"""[ \t]{0,8}+["']?([^\s"',;&}{=]{1,256}+))"""
 )
 # a password by its place in a command that orch does not read as a launch
-_PASSWORD_OPTION_RE = re.compile(r"""\bsshpass\s+-p\s*["']?([^\s"']+)""")
-_DEFAULT_RE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*):?[-=]([^}]*)\}")
+_PASSWORD_OPTION_RE = re.compile(r"""\bsshpass[ \t]{1,8}-p[ \t]{0,8}["']?([^\s"']{1,256})""")
+_DEFAULT_RE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]{0,63}+):?[-=]([^}${]{0,1024}+)\}")
 _AUTH_SCHEMES = frozenset({"Bearer", "Basic", "Digest", "Token"})
 
 
@@ -181,14 +190,14 @@ def secrets_in(text: str) -> tuple[Hit, ...]:
     for what, pattern in _TOKEN_FORMATS:
         hits.extend(Hit(what, m.group(0)) for m in pattern.finditer(text))
     for match in _PEM_RE.finditer(text):
-        body = match.group(0).strip()
-        hits.append(Hit(f"a PEM {match.group(1).lower()}", body))
+        hits.append(Hit(f"a PEM {match.group(1).lower()}", match.group(0).strip()))
     hits.extend(Hit("a bearer token", m.group(1)) for m in _BEARER_RE.finditer(text))
     hits.extend(Hit("a password in a URL", m.group(1)) for m in _URL_PASSWORD_RE.finditer(text))
     hits.extend(Hit("sshpass -p's value", m.group(1)) for m in _PASSWORD_OPTION_RE.finditer(text))
     document = _json(text)
     if document is not None:
-        hits.extend(_json_secrets(document))
+        with contextlib.suppress(RecursionError):  # deeper than any configuration: not read
+            hits.extend(_json_secrets(document))
     else:
         pairs = [(m.group(1), m.group(2)) for m in _PAIR_RE.finditer(text)]
         pairs += [(m.group(1), m.group(2).strip("\"'")) for m in _DEFAULT_RE.finditer(text)]
@@ -201,9 +210,18 @@ def secrets_in(text: str) -> tuple[Hit, ...]:
         )
     unique: dict[str, Hit] = {}
     for hit in hits:
-        if hit.value and not any(hit.value in other for other in unique if other != hit.value):
+        if hit.value:
             unique.setdefault(hit.value, hit)
+    if len(unique) <= _FEW:  # a value inside another (a JWT in a bearer token) is said once
+        unique = {
+            value: hit
+            for value, hit in unique.items()
+            if not any(value in other for other in unique if other != value)
+        }
     return tuple(unique.values())
+
+
+_FEW = 64  # more hits than a script has secrets: each one as it is, not compared
 
 
 def _json(text: str) -> Any:
@@ -212,7 +230,7 @@ def _json(text: str) -> Any:
         return None
     try:
         return json.loads(stripped)
-    except ValueError:
+    except (ValueError, RecursionError):
         return None
 
 

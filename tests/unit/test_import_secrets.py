@@ -382,3 +382,22 @@ def test_a_malformed_set_does_not_quote_the_secret_in_it() -> None:
     assert code == ExitCode.USAGE
     assert "expected NAME=VALUE" in err
     assert HF not in err
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["a." * (1 << 17), "a=" * (1 << 17), "${a:-" * (1 << 16), "ab://u:" * (1 << 15),
+     "-----BEGIN PRIVATE KEY-----" * (1 << 13), "eyJ" * (1 << 16), "[" * 50000 + "]" * 50000],
+    ids=["dots", "pairs", "defaults", "urls", "pem-headers", "jwt-heads", "deep-json"],
+)  # fmt: skip
+def test_the_value_scanner_stays_linear_on_hostile_text(text: str) -> None:
+    """A script is anyone's text (up to 4 MiB): every pattern is bounded, so 256 KiB of the
+    worst repetition for each is read in well under a second, not minutes (unbounded, these
+    took quadratic time: `a.a.a.` ran for over ten minutes at 4 MiB)."""
+    import time
+
+    from orchestrator import credentials
+
+    started = time.monotonic()
+    credentials.secrets_in(text)
+    assert time.monotonic() - started < 5
