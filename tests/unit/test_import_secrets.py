@@ -125,6 +125,20 @@ CASES = [
         },
     ),
     Case(
+        "later-token-defaults-in-plain-flags",
+        f'{LAUNCH} --tokenizer-path "${{TOK_A:-{SK_ONE}}}" --chat-template "${{TOK_B:-{HF}}}"\n',
+        (SK_ONE, HF), (1,),
+        {
+            "args.tokenizer_path": _from_env("TOKENIZER_PATH"),
+            "args.chat_template": _from_env("CHAT_TEMPLATE"),
+        },
+    ),
+    Case(
+        "token-in-a-field-a-profile-takes-as-text",
+        f"{LAUNCH} --served-model-name {GHP}\n",
+        (GHP,), (1,), {"model.served_model_name": "<unset: --served-model-name without its secret>"},
+    ),
+    Case(
         "url-password-in-env",
         f"export HF_ENDPOINT=https://alice:Pa55w0rd-x@mirror.example.com\n{LAUNCH}\n",
         ("Pa55w0rd-x",), (1,), {"env.HF_ENDPOINT": _from_env("HF_ENDPOINT")},
