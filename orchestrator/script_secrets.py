@@ -19,6 +19,9 @@ from orchestrator.launches import Found
 from orchestrator.shellscript import Command, Position, Script, Variable, Word
 
 _NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+# A value shown with what the shell reading could not resolve ($(...), ${NAME}): not a secret
+# written in the script, but where one comes from
+_EXPANSION_RE = re.compile(r"\$[({]|`")
 # Programs that take a password by place, not by a flag's name: sshpass -p PASSWORD.
 _PASSWORD_OPTIONS = {"sshpass": ("-p",)}
 
@@ -90,7 +93,7 @@ def _value(name: str, value: str, near: Position | None) -> Iterator[Candidate]:
     inside it (a token, a URL's password)."""
     if not value:
         return
-    if credentials.secret_name(name):
+    if credentials.secret_name(name) and not _EXPANSION_RE.search(value):
         yield (name, value, f"{name} names a credential", near)
         return
     for hit in credentials.secrets_in(value):

@@ -415,3 +415,15 @@ def test_the_value_scanner_stays_linear_on_hostile_text(text: str) -> None:
     started = time.monotonic()
     credentials.secrets_in(text)
     assert time.monotonic() - started < 5
+
+
+def test_a_credential_read_at_run_time_is_no_plaintext_secret() -> None:
+    """`export HF_TOKEN=$(jq ... config.json)` in an `if`: the script names where the token comes
+    from, and holds none (s-20 in the corpus)."""
+    script = (
+        'if [ -n "$CONFIG" ]; then\n'
+        "  export HF_TOKEN=$(echo \"$CONFIG\" | jq -r '.hf_token')\nfi\n"
+        f"{LAUNCH}\n"
+    )
+    _, out, _ = _run(["import", "--check", "-"], script)
+    assert "[plaintext-secret]" not in out
