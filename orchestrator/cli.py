@@ -199,7 +199,9 @@ def _cmd_import(args: argparse.Namespace, output: _Output) -> int:
     stdin_text = importing.read_stdin(stdin) if importing.STDIN in args.scripts else None
     files = importing.read_scripts(args.scripts, stdin_text)
     given = importing.parse_settings(args.settings)
-    output.redact.add(script_secrets(files, given))  # before anything is shown
+    # every secret the scripts hold, before anything is shown (import's notes never quote one;
+    # this also covers --check's quotes of the script, and errors)
+    output.redact.add_found((secret.name, secret.value) for secret in script_secrets(files, given))
     if args.check:
         report = check_scripts(files, sglang=args.sglang, given=given)
         if args.json:

@@ -15,7 +15,7 @@ import posixpath
 import re
 import shlex
 import urllib.parse
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from orchestrator import argtable
@@ -290,11 +290,21 @@ class Redactor:
     it, nested up to three deep (SGLang logs its config as a repr, orch's ``--json`` writes that
     line as JSON), and a secret of several lines line by line; ``RedactingStream`` (cli.py)
     holds back a tail that could be the start of one, so that a secret split across two writes
-    is still replaced whole."""
+    is still replaced whole.
+
+    ``add_found`` takes the secrets a classifier found in a launch script (orch import): every
+    value, however many share a name (``--api-key`` given twice). Those are guesses from text,
+    not values orch was given, so a short one is masked only where it stands alone (not inside
+    a word or a path: ``--api-key abc123`` is masked, ``/data/abc1234`` is not) and one too
+    short to be any credential (``MIN_FOUND_SECRET``) not at all: masking ``eva`` would mangle
+    every word that holds it. Import never writes or quotes such a value itself (it writes
+    ``{from_env: NAME}``), so nothing is left for the mask to catch."""
 
     def __init__(self, secrets: Mapping[str, str] | None = None) -> None:
         self._secrets: dict[str, str] = {}
+        self._found: dict[str, str] = {}  # a found secret value -> the name it is masked as
         self._groups: list[_SecretForms] = []
+        self._alone: list[tuple[str, re.Pattern[str], str]] = []
         self._starts: dict[str, _Starts] = {}
         self.add(secrets or {})
 
@@ -303,6 +313,22 @@ class Redactor:
         if fresh.items() <= self._secrets.items():
             return
         self._secrets.update(fresh)
+        self._rebuild()
+
+    def add_found(self, secrets: Iterable[tuple[str, str]]) -> None:
+        """(name, value) pairs found in a script; each value is masked as ``<redacted: name>``."""
+        fresh = [
+            (name, value)
+            for name, value in secrets
+            if len(value) >= MIN_FOUND_SECRET and value not in self._found
+        ]
+        if not fresh:
+            return
+        for name, value in fresh:
+            self._found.setdefault(value, name)
+        self._rebuild()
+
+    def _rebuild(self) -> None:
         groups: list[_SecretForms] = []
         for name, value in self._secrets.items():
             mask = f"<redacted: from_env {name}>"
@@ -313,12 +339,27 @@ class Redactor:
                     for line in value.splitlines()
                     if len(line.strip()) >= MIN_LINE_OF_SECRET
                 ]
+        given = set(self._secrets.values())
+        alone: dict[str, str] = {}
+        for value, name in self._found.items():
+            if value in given:
+                continue  # masked as the value orch was given
+            if len(value) >= FOUND_SECRET_ANYWHERE:
+                groups.append(_SecretForms.of(value, f"<redacted: {name}>"))
+            else:
+                alone.setdefault(value, f"<redacted: {name}>")
         # a secret that contains another is replaced whole: the longest secret's forms first
         self._groups = sorted(groups, key=lambda group: -group.size)
+        self._alone = [
+            (value, re.compile(rf"(?<![\w/-]){re.escape(value)}(?![\w/-])"), mask)
+            for value, mask in sorted(alone.items(), key=lambda pair: -len(pair[0]))
+        ]
         by_first: dict[str, list[str]] = {}
         for group in self._groups:
             for form, _ in group.forms:
                 by_first.setdefault(form[0], []).append(form)
+        for value in alone:
+            by_first.setdefault(value[0], []).append(value)
         self._starts = {first: _Starts.of(forms) for first, forms in by_first.items()}
 
     def __call__(self, text: str) -> str:
@@ -328,6 +369,9 @@ class Redactor:
             for value, mask in group.forms:
                 if value in text:
                     text = text.replace(value, mask)
+        for value, pattern, mask in self._alone:
+            if value in text:
+                text = pattern.sub(mask.replace("\\", "\\\\"), text)
         return text
 
     def unsafe_tail(self, text: str) -> int:
@@ -345,6 +389,10 @@ class Redactor:
         return longest
 
 
+# A found secret (Redactor.add_found) shorter than this is no credential, and too common a text
+# to mask; one shorter than FOUND_SECRET_ANYWHERE is masked only where it stands alone.
+MIN_FOUND_SECRET = 4
+FOUND_SECRET_ANYWHERE = 8
 MIN_LINE_OF_SECRET = 6  # a line of a multi-line secret shorter than this is too common to mask
 MAX_NESTING = 3  # encodings applied one inside another: a repr, logged as JSON, inside JSON
 MIN_ANCHOR = 4  # a shorter run of plain characters is too common to skip a secret's forms by

@@ -14,6 +14,9 @@ Each finding is located (file:line:column) and says the fix in orch's terms:
   piped to ``tee`` over SSH, ``sleep-readiness`` (``sleep N`` then grep/curl);
 - ``script_pitfalls``: the lines bash never passes (first: the incident's own class),
   placeholders, the wrong server, abbreviations read with every release's table, kills by a name.
+- ``pkill-broad`` (``pkill -f sglang`` kills every server on the box);
+- ``plaintext-secret``: a secret written in the script itself (``credentials`` says what is one),
+  located where its value is written, never quoted.
 
 Pure: no I/O.
 """
@@ -29,6 +32,7 @@ from typing import Any
 from orchestrator import argtable
 from orchestrator import script_pitfalls as pitfalls
 from orchestrator.argtable import RENAMES, ArgTable, format_version
+from orchestrator.credentials import placeholder_value
 from orchestrator.launches import (
     Launch,
     ParsedArguments,
@@ -122,6 +126,7 @@ def check_scripts(
                 if not (p.code == "unexpected-value" and (file, p.position) in strays)
                 and not (p.code == "log-truncated" and pitfalls.inside(p.position, spans))
             )
+        problems.extend(_plaintext_secrets(item))
     problems.extend(_rendezvous(launches))
     for item in scanned:
         problems.extend(pitfalls.vllm_given_sglang_flags(item.file.display, item.found.others))
@@ -462,3 +467,26 @@ def _flags(parsed: ParsedArguments) -> dict[str, tuple[str, str, bool]]:
 
 def _shown(word: Word) -> str:
     return word.text if word.text is not None else word.shown()
+
+
+def _plaintext_secrets(item: Any) -> list[ScriptProblem]:
+    """Each secret written in the script as it is (the script sits in someone's repository):
+    where its value is, what it is, and how to keep it out; never the value."""
+    problems = []
+    for secret in item.secrets:
+        if secret.position is None:
+            continue  # given with --set, or put together by the shell: not written in the file
+        name = secret.name if secret.name.isidentifier() and secret.name.isupper() else "SECRET"
+        what = (
+            f"{secret.why}: a placeholder, for the real secret to be written here"
+            if placeholder_value(secret.value)
+            else f"{secret.why}, written in the script in plain text"
+        )
+        problems.append(ScriptProblem(
+            item.file.display, secret.position, "plaintext-secret",
+            f"{what}: whoever can read the script has it",
+            f"keep it out of the script: `export {name}` from a secret manager or your shell "
+            f"before running it, and read ${name} here; in an orch profile it is "
+            f"{{from_env: {name}}}",
+        ))  # fmt: skip
+    return problems

@@ -5,8 +5,9 @@ speculative decoding, port and bind, ``gpu.devices`` from ``CUDA_VISIBLE_DEVICES
 ``docker --gpus device=...``), ``env`` from the variables the server's environment really gets
 (exports and prefix assignments on this side, ``-e`` for a container, the remote script's own
 for ``ssh``), ``args`` for the rest under their field names. Ranks of one multi-node server
-(``--nnodes``/``--node-rank``/``--dist-init-addr``) become a group. Tokens become ``{from_env:
-NAME}``: a value is never written. What orch does itself (``nohup``, ``&``, ``> log``, readiness
+(``--nnodes``/``--node-rank``/``--dist-init-addr``) become a group. A secret (``credentials``: by
+name, place, shape, or inside a URL or JSON) becomes ``{from_env: NAME}``: its value is never
+written, nor quoted in a note. What orch does itself (``nohup``, ``&``, ``> log``, readiness
 polling, ``pkill``) is dropped and said. A value the script does not determine is never guessed:
 it is a visible ``<unset: NAME>`` placeholder, which validation refuses, until ``--set NAME=VALUE``.
 
@@ -15,14 +16,16 @@ Pure: no I/O; the caller reads the scripts and writes the profile.
 
 from __future__ import annotations
 
+import dataclasses
 import posixpath
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from orchestrator import argtable
+from orchestrator import argtable, credentials
 from orchestrator.argtable import ArgOption, ArgTable
+from orchestrator.credentials import SECRET_ARGS
 from orchestrator.errors import ImportBoundError, ImportScriptError
 from orchestrator.import_budget import BOUNDS, WorkBudget
 from orchestrator.launches import (
@@ -39,30 +42,11 @@ from orchestrator.launches import (
 from orchestrator.model import Launcher
 from orchestrator.profile import placeholder
 from orchestrator.profile_checks import STRUCTURED_FIELDS
+from orchestrator.render import Redactor
 from orchestrator.script_breaks import file_breaks, launch_breaks
+from orchestrator.script_secrets import ScriptSecret, secrets_of
 from orchestrator.shellscript import Command, Position, Script, Unresolved, Word, parse_script
 
-SECRET_NAME_RE = re.compile(
-    r"(TOKEN|SECRET|PASSW(OR)?D|API_?KEY|ACCESS_KEY|CREDENTIAL|_KEY$)", re.I
-)
-SECRET_VALUE_RE = re.compile(
-    r"^(hf_[A-Za-z0-9]{8,}|sk-[A-Za-z0-9_-]{8,}|gh[pousr]_[A-Za-z0-9]{8,})"
-)
-# What a setting holds, never a credential: FP8_PER_TOKEN=1, MAX_TOKENS=4096 are settings.
-_SETTING_VALUE_RE = re.compile(r"^(-?\d+(\.\d+)?|true|false|yes|no|on|off|none|auto)$", re.I)
-
-
-def is_secret(name: str, text: str | None) -> bool:
-    """A credential by its value (hf_..., sk-...), or by its name (HF_TOKEN, API_KEY) when the
-    value could be one: unknown here, or 8+ characters that are not a number or a switch."""
-    if text is not None and SECRET_VALUE_RE.match(text):
-        return True
-    if not SECRET_NAME_RE.search(name):
-        return False
-    return text is None or (len(text) >= 8 and not _SETTING_VALUE_RE.match(text))
-
-
-SECRET_ARGS = frozenset({"api_key", "admin_api_key", "ssl_keyfile_password"})
 # A group's own flags: orch renders them for each rank (gated_launch_port: from group.gate_port).
 _GROUP_FIELDS = frozenset({"nnodes", "node_rank", "dist_init_addr", "gated_launch_port"})
 _VARIABLE_SOURCE_RE = re.compile(r'^"?\$\{?([A-Za-z_][A-Za-z0-9_]*)\}?"?$')
@@ -130,6 +114,8 @@ class ImportedProfile:
     unresolved: tuple[str, ...]  # names to give with --set
     host_entry: dict[str, Any] | None  # a hosts.yaml entry to add, when the host is not known
     table_version: str
+    # every secret the scripts hold, (name, value): for the caller to mask in what it shows
+    secrets: tuple[tuple[str, str], ...] = field(default=(), repr=False)
 
 
 @dataclass(frozen=True)
@@ -144,9 +130,13 @@ class _Context:
     file: str
     notes: list[Note] = field(default_factory=list)
     unresolved: dict[str, None] = field(default_factory=dict)
+    redact: Redactor = field(default_factory=Redactor)  # masks the scripts' secrets
+    references: dict[str, str] = field(default_factory=dict)  # from_env NAME -> what it holds
 
     def note(self, kind: str, message: str, position: Position | None = None) -> None:
-        entry = Note(kind, message, self.file, position)
+        # a message may quote the script (a duplicate flag's value, a docker option): masked
+        # here, as the caller masks what it shows, so that no note ever holds a secret
+        entry = Note(kind, self.redact(message), self.file, position)
         if entry not in self.notes:
             self.notes.append(entry)
 
@@ -156,6 +146,7 @@ class _Found:
     file: ScriptFile
     script: Script
     found: Found
+    secrets: tuple[ScriptSecret, ...]
 
 
 def read_scripts(files: Sequence[ScriptFile], given: Mapping[str, str]) -> list[_Found]:
@@ -165,8 +156,15 @@ def read_scripts(files: Sequence[ScriptFile], given: Mapping[str, str]) -> list[
     for file in files:
         budget.file = file.display
         script = parse_script(file.text, given=given, budget=budget)
-        out.append(_Found(file, script, find_launches(script)))
+        found = find_launches(script)
+        out.append(_Found(file, script, found, secrets_of(file.text, script, found)))
     return out
+
+
+def script_secrets(files: Sequence[ScriptFile], given: Mapping[str, str]) -> list[ScriptSecret]:
+    """Every secret the scripts hold (``script_secrets.secrets_of``), for the caller to mask in
+    everything it shows before it shows anything."""
+    return [secret for item in read_scripts(files, given) for secret in item.secrets]
 
 
 def import_scripts(files: Sequence[ScriptFile], request: ImportRequest) -> list[ImportedProfile]:
@@ -202,10 +200,12 @@ def import_scripts(files: Sequence[ScriptFile], request: ImportRequest) -> list[
             f"pick one with --launch N (1 to {len(parsed)}), or split the script",
             bound="profiles",
         )
+    secrets = tuple((s.name, s.value) for item in scanned for s in item.secrets)
     out: list[ImportedProfile] = []
     for number, members in enumerate(groups, start=1):
         name = request.name if len(groups) == 1 else f"{request.name}-{number}"
-        out.append(_profile(name, members, table, version, request))
+        profile = _profile(name, members, table, version, request, secrets)
+        out.append(dataclasses.replace(profile, secrets=secrets))
     return out
 
 
@@ -297,16 +297,24 @@ def _rank(member: _Member) -> int:
 
 
 def _profile(
-    name: str, members: list[_Member], table: ArgTable, version: _Version, request: ImportRequest
+    name: str,
+    members: list[_Member],
+    table: ArgTable,
+    version: _Version,
+    request: ImportRequest,
+    secrets: Sequence[tuple[str, str]],
 ) -> ImportedProfile:
     members = sorted(members, key=_rank)
     item, launch, parsed = members[0]
-    context = _Context(request, item.file.display)
+    redact = Redactor()
+    redact.add_found(secrets)
+    context = _Context(request, item.file.display, redact=redact)
     for default in item.script.defaults:
         context.note(
             "default",
-            f"${{{default.name}}} is not set by the script: its default {default.value!r} was "
-            f"taken (--set {default.name}=VALUE for another)",
+            f"${{{default.name}}} is not set by the script: its default "
+            f"{_shown(default.name, default.value)} was taken (--set {default.name}=VALUE for "
+            "another)",
             default.position,
         )
     for script, _ in item.found.scripts:
@@ -315,15 +323,19 @@ def _profile(
                 context.note(
                     "default",
                     f"{choice.name} is set only when a condition holds: its value "
-                    f"{choice.taken!r} was taken (--set {choice.name}=VALUE for another)",
+                    f"{_shown(choice.name, choice.taken)} was taken (--set {choice.name}=VALUE "
+                    "for another)",
                     choice.position,
                 )
             else:
+                arms = " or ".join(
+                    v if v == "unset" else _shown(choice.name, v, quote=False)
+                    for v in choice.values
+                )
                 context.note(
                     "unresolved",
                     f"{choice.name} depends on a condition orch does not evaluate "
-                    f"({' or '.join(choice.values)}): not guessed "
-                    f"(--set {choice.name}=VALUE)",
+                    f"({arms}): not guessed (--set {choice.name}=VALUE)",
                     choice.position,
                 )
     context.note("version", version.said)
@@ -412,6 +424,13 @@ def _profile(
         host_entry=host_entry,
         table_version=table.version,
     )
+
+
+def _shown(name: str, value: str, *, quote: bool = True) -> str:
+    """A value for a note: quoted, or said to be a secret (never quoted)."""
+    if credentials.why_secret(name, value) is not None:
+        return "(a secret, not shown)"
+    return repr(value) if quote else value
 
 
 def _host_first(document: dict[str, Any], host: str | None) -> dict[str, Any]:
@@ -516,6 +535,7 @@ def _fields(
                 f"{problem.message}" + (f" ({problem.fix})" if problem.fix else ""),
                 problem.position,
             )
+    kept = parsed.last()
     for occurrence in parsed.occurrences:
         option = occurrence.option
         if occurrence.abbreviated:
@@ -535,9 +555,17 @@ def _fields(
                 f"{_field_name(option, table)}",
                 occurrence.position,
             )
-        value = _value(parsed, occurrence, context)
         out.pop(option.dest, None)  # the last occurrence wins, at its own place
-        out[option.dest] = (value, option)
+        if kept[option.dest] is not occurrence and option.action not in ("append", "count"):
+            continue  # (its value is never read: a secret in it gets no name of its own)
+        structured = STRUCTURED_FIELDS.get(_field_name(option, table))
+        secret = next(filter(None, map(_secret_in, occurrence.values)), None)
+        if structured is not None and secret is not None:
+            out[option.dest] = (_secret_placeholder(option, structured, secret, context), option)
+            continue
+        value = _value(parsed, occurrence, context)
+        if value is not _SKIPPED:
+            out[option.dest] = (value, option)
     return out
 
 
@@ -547,7 +575,8 @@ def _value(parsed: ParsedArguments, occurrence: Occurrence, context: _Context) -
     if action == "count":
         return len(parsed.appended(option.dest))
     if action == "append":
-        return [_scalar(option, v, context) for o in parsed.appended(option.dest) for v in o.values]
+        words = [v for o in parsed.appended(option.dest) for v in o.values]
+        return _listed(option, words, occurrence, context)
     if not occurrence.values:
         if action == "store_false":
             return False
@@ -560,18 +589,44 @@ def _value(parsed: ParsedArguments, occurrence: Occurrence, context: _Context) -
         return True
     many = option.nargs in ("+", "*") or isinstance(option.nargs, int)
     if many:
-        return [_scalar(option, v, context) for v in occurrence.values]
+        return _listed(option, list(occurrence.values), occurrence, context)
     if option.dest in SECRET_ARGS:
-        return _secret_ref(occurrence.values[0], option.dest.upper(), context)
+        why = f"{option.flags[0]}'s value"
+        return _secret_ref(occurrence.values[0], option.dest.upper(), why, context)
     return _scalar(option, occurrence.values[0], context)
 
 
+_SKIPPED = object()  # a flag's value that is not imported (said in a note)
+
+
+def _listed(option: ArgOption, words: list[Word], occurrence: Occurrence, context: _Context) -> Any:
+    """A list of values; none, when one of them holds a secret: a profile takes a secret as a
+    whole value (``{from_env: NAME}``), never inside a list."""
+    if any(_secret_in(word) for word in words):
+        context.note(
+            "skipped",
+            f"not imported: {occurrence.written} holds a secret in one of its values, and a "
+            "profile takes a secret only as a whole value ({from_env: NAME}), not inside a "
+            "list: add it to the profile yourself, without the secret in the text",
+            occurrence.position,
+        )
+        return _SKIPPED
+    return [_scalar(option, word, context) for word in words]
+
+
+def _secret_in(word: Word) -> str | None:
+    """Why ``word`` holds a secret by its shape or inside it (a URL's password), or None: looked
+    at in what the script gives when the whole value is not known (``https://u:pw@$HOST``)."""
+    return credentials.why_secret(None, word.text if word.text is not None else word.shown())
+
+
 def _scalar(option: ArgOption, word: Word, context: _Context) -> Any:
+    why = _secret_in(word)
+    if why is not None:
+        return _secret_ref(word, option.dest.upper(), why, context)
     text = word.text
     if text is None:
         return _placeholder(word, context)
-    if SECRET_VALUE_RE.match(text):
-        return _secret_ref(word, option.dest.upper(), context)
     if option.type == "int" and re.fullmatch(r"[-+]?\d+", text.strip()):
         return int(text)
     if option.type == "float":
@@ -585,6 +640,22 @@ def _scalar(option: ArgOption, word: Word, context: _Context) -> Any:
     if option.type == "callable:human_readable_int" and text.isdigit():
         return int(text)
     return text
+
+
+def _secret_placeholder(
+    option: ArgOption, path: tuple[str | int, ...], why: str, context: _Context
+) -> str:
+    """A secret in a field a profile takes as plain text (``model.path``): not written, a
+    placeholder instead, said."""
+    label = f"{option.flag} without its secret"
+    context.unresolved.setdefault(label, None)
+    context.note(
+        "unresolved",
+        f"{option.flag} holds a secret ({why}) and `{'.'.join(map(str, path))}` cannot take it "
+        "from the environment: left as a placeholder (edit the profile: the value without its "
+        "credential, which the server can read from its environment)",
+    )
+    return placeholder(label)
 
 
 def _placeholder(word: Word, context: _Context) -> str:
@@ -602,14 +673,24 @@ def _placeholder(word: Word, context: _Context) -> str:
     )
 
 
-def _secret_ref(word: Word, fallback: str, context: _Context) -> dict[str, str]:
+def _secret_ref(
+    word: Word, fallback: str, why: str, context: _Context, position: Position | None = None
+) -> dict[str, str]:
+    """``{from_env: NAME}`` for a secret: NAME is the script's variable when the value came
+    from one, else ``fallback`` (the variable or the field), made unique in the profile: two
+    different secrets never share a name."""
     match = _VARIABLE_SOURCE_RE.match(word.source)
     name = match.group(1) if match else fallback
+    holds = word.text if word.text is not None else word.source
+    base, number = name, 1
+    while context.references.setdefault(name, holds) != holds:
+        number += 1
+        name = f"{base}_{number}"
     context.note(
         "secret",
-        f"a secret: written as {{from_env: {name}}}; its value is never written: set {name} in "
-        "your environment when you run orch",
-        word.position,
+        f"a secret ({why}): written as {{from_env: {name}}}; its value is never written: set "
+        f"{name} in your environment when you run orch",
+        position or word.position,
     )
     return {"from_env": name}
 
@@ -637,21 +718,19 @@ def _environment(launch: Launch, context: _Context) -> tuple[dict[str, Any], lis
                 entry.position,
             )
             continue
-        if entry.value is None or is_secret(name, entry.value.text):
-            if (
-                entry.value is not None
-                and not SECRET_NAME_RE.search(name)
-                and entry.value.text is None
-            ):
-                env[name] = _placeholder(entry.value, context)
-                continue
-            source = entry.value.source if entry.value is not None else f"${name}"
-            env[name] = _secret_ref(
-                Word((), entry.position or launch.position, source), name, context
-            )
+        position = entry.position or launch.position
+        if entry.value is None:
+            passed = Word((), position, f"${name}")
+            env[name] = _secret_ref(passed, name, "passed on from where the script runs", context)
             continue
-        text = entry.value.text
-        env[name] = text if text is not None else _placeholder(entry.value, context)
+        value = entry.value
+        secret = credentials.why_secret(
+            name, value.text if value.text is not None else value.shown()
+        )
+        if secret is not None:
+            env[name] = _secret_ref(value, name, secret, context, position)
+            continue
+        env[name] = value.text if value.text is not None else _placeholder(value, context)
     if launch.container is not None and launch.container.gpus:
         match = re.search(r"device=([0-9A-Za-z,-]+)", launch.container.gpus)
         if match:
@@ -868,36 +947,3 @@ def _difference(
 def _at(word: Word) -> Position:
     parts = word.unresolved
     return parts[0].position if parts else word.position
-
-
-_SECRET_FLAGS = ("--api-key", "--admin-api-key", "--ssl-keyfile-password")
-
-
-def script_secrets(files: Sequence[ScriptFile], given: Mapping[str, str]) -> dict[str, str]:
-    """Every secret value the scripts hold (a token assigned or passed, an ``--api-key``), by a
-    name for redaction: the caller masks them in everything it shows."""
-    found: dict[str, str] = {}
-
-    def take(name: str, text: str | None) -> None:
-        if text and is_secret(name, text):
-            found.setdefault(name, text)
-
-    for item in read_scripts(files, given):
-        for script, _ in item.found.scripts:
-            for name, variable in script.variables.items():
-                take(name, variable.value.text if variable.value is not None else None)
-            for command in script.commands:
-                for name, word in command.prefix:
-                    take(name, word.text)
-                words = [w.text or "" for w in command.words]
-                for index, text in enumerate(words):
-                    name, equals, value = text.partition("=")
-                    if equals and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
-                        take(name, value)  # docker -e NAME=value, env NAME=value
-                    elif SECRET_VALUE_RE.match(text):
-                        take(f"token in {item.file.display}", text)
-                    if text in _SECRET_FLAGS and index + 1 < len(words):
-                        found.setdefault(text[2:].upper().replace("-", "_"), words[index + 1])
-                    elif equals and name in _SECRET_FLAGS and value:
-                        found.setdefault(name[2:].upper().replace("-", "_"), value)
-    return {name: value for name, value in found.items() if value}

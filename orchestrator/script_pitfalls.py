@@ -15,9 +15,9 @@ from dataclasses import dataclass
 
 from orchestrator import argtable
 from orchestrator.argtable import RENAMES, ArgOption, ArgTable
+from orchestrator.credentials import secret_name
 from orchestrator.launches import Launch, Occurrence, OtherLaunch, ParsedArguments, match_flag
 from orchestrator.script_breaks import LostLines, launch_breaks
-from orchestrator.script_import import is_secret
 from orchestrator.shellscript import Command, Position, Unresolved, Word
 
 # flags bash never passes come first: the incident's own class, the loudest
@@ -222,12 +222,12 @@ def _launch_values(launch: Launch) -> list[tuple[str, Word, bool]]:
         if text.startswith("-"):
             flag = text.split("=", 1)[0]
             if "=" in text:
-                out.append((flag, word, is_secret(flag.lstrip("-").replace("-", "_"), None)))
+                out.append((flag, word, secret_name(flag.lstrip("-").replace("-", "_"))))
         else:
-            out.append((flag, word, is_secret(flag.lstrip("-").replace("-", "_"), None)))
+            out.append((flag, word, secret_name(flag.lstrip("-").replace("-", "_"))))
     for name, entry in launch.environment.items():
         if entry.value is not None:
-            out.append((name, entry.value, is_secret(name, None)))
+            out.append((name, entry.value, secret_name(name)))
     for command in (launch.command, *launch.outer):
         for redirect in command.redirects:
             if redirect.target is not None and redirect.heredoc is None:

@@ -2,13 +2,15 @@
 that exists), and validate what was written; ``--check``: the findings only.
 
 The scripts are read here (a path, or ``-`` for standard input); ``script_import`` and
-``script_check`` do the work without I/O. Every secret value a script holds (a token in an
-``export``, an ``--api-key``) is handed to the caller for redaction before anything is shown,
-and never reaches a written profile: those hold ``{from_env: NAME}``.
+``script_check`` do the work without I/O. Every secret value a script holds (``credentials``:
+by name, place, shape or inside a URL or JSON) is handed to the caller for redaction before
+anything is shown, and never reaches a written profile: those hold ``{from_env: NAME}``, and the
+text written goes through the same Redactor as the output.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import stat
@@ -17,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
+from orchestrator import credentials
 from orchestrator.errors import ImportScriptError, InvalidProfile, OrchError, UsageError
 from orchestrator.profile import ProfileStore, valid_name
 from orchestrator.render import Redactor
@@ -101,8 +104,12 @@ def parse_settings(settings: Sequence[str]) -> dict[str, str]:
     for setting in settings:
         name, equals, value = setting.partition("=")
         if not equals or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*|[1-9][0-9]*", name):
+            # quoted as given, but for a secret in it (--set 'HF_TOKEN:hf_...')
+            shown = setting
+            for hit in credentials.secrets_in(setting):
+                shown = shown.replace(hit.value, "<a secret, not shown>")
             raise UsageError(
-                f"--set {setting!r}: expected NAME=VALUE", "e.g. --set MODEL=/models/Qwen3.6-27B"
+                f"--set {shown!r}: expected NAME=VALUE", "e.g. --set MODEL=/models/Qwen3.6-27B"
             )
         given[name] = value
     return given
@@ -169,8 +176,10 @@ def run_import(
             "choose another --name (or -o FILE), or move the old profile away first",
         )
     written = []
-    for profile, target in zip(imported, targets, strict=True):
-        text = redactor(profile_text(profile))
+    for imported_profile, target in zip(imported, targets, strict=True):
+        redactor.add_found(imported_profile.secrets)  # whoever calls: nothing secret is written
+        profile = _redacted(imported_profile, redactor)
+        text = profile_text(profile)
         if target is not None:
             _create(target, text)
         problems: tuple[OrchError, ...] = ()
@@ -178,6 +187,31 @@ def run_import(
             problems = _validate(store, profile.name)
         written.append(Written(profile, target, text, problems))
     return written
+
+
+def _redacted(profile: ImportedProfile, redact: Redactor) -> ImportedProfile:
+    """``profile`` with every secret masked in its values and notes, value by value: a mask
+    (``<redacted: NAME>``) in a value is then quoted by the YAML writer, where masking the text
+    written would leave a plain scalar YAML cannot read."""
+
+    def masked(value: Any) -> Any:
+        if isinstance(value, str):
+            return redact(value)
+        if isinstance(value, dict):
+            return {masked(key): masked(item) for key, item in value.items()}
+        if isinstance(value, list):
+            return [masked(item) for item in value]
+        return value
+
+    notes = tuple(
+        dataclasses.replace(
+            note,
+            message=redact(note.message),
+            file=None if note.file is None else redact(note.file),
+        )
+        for note in profile.notes
+    )
+    return dataclasses.replace(profile, document=masked(profile.document), notes=notes)
 
 
 def profile_text(profile: ImportedProfile) -> str:

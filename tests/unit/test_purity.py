@@ -35,6 +35,8 @@ CORE = [
     "orchestrator.script_check",
     "orchestrator.script_breaks",
     "orchestrator.script_pitfalls",
+    "orchestrator.credentials",
+    "orchestrator.script_secrets",
 ]
 FORBIDDEN_IN_CORE = {"paramiko", "psutil", "subprocess", "socket", "jinja2", "pynvml"}
 

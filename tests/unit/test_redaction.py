@@ -157,3 +157,43 @@ def test_an_unexpected_error_is_one_line_and_exit_70(
     )
     assert "--debug" in err.getvalue()
     assert "Traceback" not in err.getvalue()
+
+
+# -- secrets found in a launch script (orch import) -----------------------------------------------
+
+
+def test_every_value_found_under_one_name_is_replaced() -> None:
+    """--api-key given twice: both values are secrets, not only the first one recorded."""
+    redact = Redactor()
+    redact.add_found([("API_KEY", "sk-first-value-1234"), ("API_KEY", "sk-second-value-5678")])
+    shown = redact("first sk-first-value-1234, then sk-second-value-5678")
+    assert "sk-first-value-1234" not in shown
+    assert "sk-second-value-5678" not in shown
+
+
+def test_a_short_found_secret_is_replaced_where_it_stands_alone_only() -> None:
+    """A six-character API key is masked as a word, not inside a path or a longer word."""
+    redact = Redactor()
+    redact.add_found([("API_KEY", "abc123")])
+    assert redact("--api-key abc123\n") == "--api-key <redacted: API_KEY>\n"
+    assert redact("key='abc123'") == "key='<redacted: API_KEY>'"
+    assert redact("/data/abc1234/x and xabc123") == "/data/abc1234/x and xabc123"
+
+
+def test_a_found_value_too_short_to_be_a_credential_is_left_alone() -> None:
+    """`--api-key eva`: masking three letters would mangle every word that holds them; the
+    value itself is never written (import writes {from_env: API_KEY}) nor quoted by import."""
+    redact = Redactor()
+    redact.add_found([("API_KEY", "eva")])
+    assert redact("s-18-eva-prefix.sh") == "s-18-eva-prefix.sh"
+
+
+def test_a_short_found_secret_split_across_writes_is_still_replaced() -> None:
+    target = io.StringIO()
+    redact = Redactor()
+    redact.add_found([("API_KEY", "abc123")])
+    stream = RedactingStream(target, redact)
+    for piece in ("--api-key ab", "c12", "3 done"):
+        stream.write(piece)
+    stream.close()
+    assert target.getvalue() == "--api-key <redacted: API_KEY> done"
