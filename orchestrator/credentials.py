@@ -57,8 +57,8 @@ _LOCATION_RE = re.compile(r"(FILE|FILES|PATH|PATHS|DIR|DIRS|FOLDER)$")
 # --tbo-token-distribution-threshold; SGLang's req_to_token_pool and token_to_kv_pool, named
 # in builds' switches: SGLANG_ASSIGN_REQ_TO_TOKEN_POOL); a KEY after GRAPH/CACHE/SORT/HASH
 # names a lookup key (SGLANG_LOG_DECODE_GRAPH_KEY is a switch that logs one); a SECRET/KEY
-# followed by NAME or
-# a NAME of a Kubernetes Secret; AUTH followed by TYPE/MODE/METHOD/URL is how to authenticate.
+# followed by NAME or a NAME of a Kubernetes Secret; AUTH followed by TYPE/MODE/METHOD/URL is
+# how to authenticate.
 _SETTING_BEFORE: dict[str, frozenset[str]] = {
     "TOKEN": frozenset({
         "PER", "FIRST", "NEXT", "NEW", "INTER", "LAST", "BOS", "EOS", "PAD", "UNK", "SEP",
