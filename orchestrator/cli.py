@@ -164,22 +164,16 @@ def _cmd_export(args: argparse.Namespace, output: _Output) -> int:
     if args.output is None:
         output.out.write(result.text)  # the notes are its header's comments
         return ExitCode.OK
-    _write_export(args.output, result.text)
-    output.print(f"wrote {args.output}: {args.engine} for {result.profile}")
+    from orchestrator.files import replace_file
+
+    written = replace_file(
+        args.output, result.text, hint="leave out -o to write to stdout, or -o a regular file"
+    )  # it holds no secret values; a reader never sees half a manifest
+    shown = args.output if written == args.output else f"{args.output} (-> {written})"
+    output.print(f"wrote {shown}: {args.engine} for {result.profile}")
     for note in result.notes:
         output.print(f"  note: {note}")
     return ExitCode.OK
-
-
-def _write_export(path: Path, text: str) -> None:
-    """Replace ``path`` whole (a reader never sees half a manifest); it holds no secret values."""
-    temporary = path.with_name(f".{path.name}.orch-tmp")
-    try:
-        temporary.write_text(text, encoding="utf-8")
-        temporary.replace(path)
-    except OSError as exc:
-        temporary.unlink(missing_ok=True)
-        raise UsageError(f"cannot write {path}: {exc.strerror or exc}", "another -o FILE") from exc
 
 
 def _cmd_import(args: argparse.Namespace, output: _Output) -> int:

@@ -31,10 +31,12 @@ def read_lock(profiles: Path, name: str) -> dict[str, Any] | None:
 
 def write_lock(profiles: Path, name: str, document: dict[str, Any]) -> Path:
     from orchestrator import plan  # the plan's modules: only where a lock is written or read
+    from orchestrator.files import replace_file
 
     target = lock_path(profiles, name)
-    target.write_text(plan.lock_text(document), encoding="utf-8")
-    return target
+    return replace_file(
+        target, plan.lock_text(document), hint=f"remove {target}; orch lock {name} writes it anew"
+    )
 
 
 def stale_lock(profiles: Path, loaded: LoadedProfile) -> ProfileError | None:

@@ -4,11 +4,11 @@ pre-commit hook that runs ``orch validate --strict`` before every commit. Never 
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
 from orchestrator.errors import ProfileError
+from orchestrator.files import create_file
 
 HOSTS = """\
 # The machines this team's profiles run on. `address`: a hostname, an IP, or a Host alias from
@@ -87,8 +87,9 @@ def init(root: Path) -> Scaffolded:
     for name, text, mode in FILES:
         target = root / name
         target.parent.mkdir(parents=True, exist_ok=True)
-        descriptor = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
-        with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
-            handle.write(text)
+        try:
+            create_file(target, text, mode=mode, hint="orch init into a directory of your own")
+        except FileExistsError as exc:  # created since the check above
+            raise ProfileError(f"{target} already exists", "orch init never overwrites") from exc
         written.append(target)
     return Scaffolded(root, tuple(written))
