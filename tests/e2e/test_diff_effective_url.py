@@ -522,3 +522,30 @@ def test_url_refuses_a_deeply_nested_body(
     assert outcome.code == ExitCode.NOT_RESOLVED, outcome.err
     assert "nested more than 32 levels deep" in outcome.err
     assert "internal error" not in outcome.err
+
+
+@pytest.mark.parametrize(
+    ("lock", "got"),
+    [
+        ("[]", "a list"),
+        ('"orch.lock/1"', "a str"),
+        ('{"format": "orch.lock/1", "sglang": "0.5.23", "effective": [1]}', "effective: a list"),
+        ('{"format": "orch.lock/1", "sglang": 523, "effective": {}}', "sglang: an int"),
+        ('{"sglang": "0.5.23", "effective": {}}', "format: missing"),
+    ],
+)
+def test_a_lock_of_the_wrong_shape_is_an_error_not_a_skipped_check(
+    far: Workspace, misbehaving: Callable[..., Misbehaving], lock: str, got: str
+) -> None:
+    """Before, a lock that was a list or held wrong types made diff-effective skip the lock
+    check without a word and say "no drift"."""
+    real = json.loads(SERVER_INFO_0523.read_text())
+    server = misbehaving(lambda h: _json(h, real))
+    name = far.profile("locked", host="far", port=port_of(server.url), args={"tp_size": 1})
+    (far.profiles / "locked.lock.json").write_text(lock)
+    outcome = far.orch("diff-effective", name, "--url", server.url)
+    assert outcome.code == ExitCode.CONFIG, outcome.out + outcome.err
+    assert f"{far.profiles}/locked.lock.json: expected an orch.lock/1 object" in outcome.err
+    assert f"got {got}" in outcome.err
+    assert "orch: hint: orch lock locked" in outcome.err
+    assert outcome.out == ""
