@@ -89,6 +89,14 @@ class _Output:
 
         self.write(show.error(error.message, error.hint))
 
+    def traceback(self, exc: BaseException) -> None:
+        """``--debug``: the exception's traceback, through the same redacting stream (a
+        secret in a frame's text is replaced like anywhere else); the exit code stays the
+        error's."""
+        import traceback
+
+        self.err.write("".join(traceback.format_exception(exc)))
+
     def finding(self, found: Finding) -> None:
         from orchestrator import show
 
@@ -630,6 +638,11 @@ def _cmd_hosts_trust(args: argparse.Namespace, output: _Output) -> int:
     return ExitCode.OK
 
 
+def _cmd_hosts(args: argparse.Namespace, output: _Output) -> int:
+    """``orch hosts`` without a subcommand."""
+    raise UsageError("orch hosts needs a subcommand", "orch hosts trust HOST (see orch hosts -h)")
+
+
 def main(
     argv: Sequence[str] | None = None, out: TextIO | None = None, err: TextIO | None = None
 ) -> int:
@@ -641,15 +654,15 @@ def main(
     try:
         return handler(args, output)
     except InvalidProfile as exc:
+        if args.debug:
+            output.traceback(exc)
         for error in exc.errors:
             output.error(error)
-        if args.debug:
-            raise
         return exc.exit_code
     except OrchError as exc:
-        output.error(exc)
         if args.debug:
-            raise
+            output.traceback(exc)
+        output.error(exc)
         return exc.exit_code
     except KeyboardInterrupt:
         output.err.write("orch: interrupted\n")
@@ -660,9 +673,9 @@ def main(
         with contextlib.suppress(OSError, ValueError):
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return ExitCode.OK
-    except Exception as exc:  # the last resort: one redacted line, not a traceback
+    except Exception as exc:  # noqa: BLE001 - the last resort: one redacted line (--debug: and the traceback)
         if args.debug:
-            raise
+            output.traceback(exc)
         output.error(
             OrchError(
                 f"internal error: {type(exc).__name__}: {exc}",
@@ -692,6 +705,7 @@ HANDLERS: dict[str, Callable[[argparse.Namespace, _Output], int]] = {
     "upgrade": _cmd_upgrade,
     "diff-effective": _cmd_diff_effective,
     "init": _cmd_init,
+    "hosts": _cmd_hosts,
     "hosts-trust": _cmd_hosts_trust,
 }
 
