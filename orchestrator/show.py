@@ -46,6 +46,9 @@ class Text:
     text: str
     err: bool = False  # stderr
     flush: bool = False
+    # orch's own terminal control (a colour, a carriage return), written as is; any other
+    # text has its control characters escaped by the CLI's stream. Built from constants only.
+    control: bool = False
 
 
 def line(text: str = "") -> Text:
@@ -169,7 +172,7 @@ class UpView:
             bar = f"  [{'#' * filled}{'.' * (width - filled)}] {event.done}/{event.total} shards"
             if self.tty:
                 self.open_bar = True
-                return [Text("\r" + bar, flush=True)]
+                return [Text("\r", control=True), Text(bar, flush=True)]
             return [line(bar)]
         label = self._PHASES.get(event.kind)
         if label is None:

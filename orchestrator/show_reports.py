@@ -8,7 +8,7 @@ from typing import Any
 
 from orchestrator import plan, show_budget, verify
 from orchestrator.commands.effective import GroupReport
-from orchestrator.show import grid
+from orchestrator.show import Text, grid, line
 
 VALUE_WIDTH = 32  # a value in the plan and diff-effective tables without --wide
 WIDE = 100_000  # with --wide: whole (a model path, a JSON value)
@@ -19,7 +19,7 @@ WIDE = 100_000  # with --wide: whole (a model path, a JSON value)
 
 def plan_text(
     report: plan.PlanReport, include_defaulted: bool, *, wide: bool = False, tty: bool = False
-) -> str:
+) -> list[Text]:
     width = WIDE if wide else VALUE_WIDTH
     simulated = f", simulated {report.simulated_gpu}" if report.simulated_gpu else ""
     standin = " -- orch's stand-in, NOT SGLang" if report.standin else ""
@@ -48,9 +48,10 @@ def plan_text(
             if changed
             else "SGLang keeps every field the profile sets"
         )
-        lines += show_budget.budget_lines(report.budget, report.budget_notes, tty=tty)
-    lines += [f"note: {note}" for note in report.notes]
-    return "\n".join(lines)
+    texts = [line(text) for text in lines]
+    if report.error is None:
+        texts += show_budget.budget_texts(report.budget, report.budget_notes, tty=tty)
+    return texts + [line(f"note: {note}") for note in report.notes]
 
 
 def plan_json(report: plan.PlanReport, include_defaulted: bool) -> dict[str, object]:

@@ -549,3 +549,26 @@ def test_a_lock_of_the_wrong_shape_is_an_error_not_a_skipped_check(
     assert f"got {got}" in outcome.err
     assert "orch: hint: orch lock locked" in outcome.err
     assert outcome.out == ""
+
+
+def test_escape_sequences_in_server_info_never_reach_the_terminal(
+    far: Workspace, misbehaving: Callable[..., Misbehaving]
+) -> None:
+    hostile = {
+        **json.loads(SERVER_INFO_0523.read_text()),
+        "model_path": "/models/m\x1b]0;owned\x07\x1b[2J",
+        "launch_command": "--model-path /m --\x1b[31mevil\x9b1m 1",
+    }
+    server = misbehaving(lambda h: _json(h, hostile))
+    name = far.profile("hostile", host="far", port=port_of(server.url), args={"tp_size": 1})
+    for argv in ((), ("--wide",), ("--json",)):
+        outcome = far.orch("diff-effective", name, "--url", server.url, *argv)
+        assert outcome.code in (ExitCode.DRIFT, ExitCode.OK), outcome.err
+        shown = outcome.out + outcome.err
+        assert not {"\x1b", "\x07", "\x9b"} & set(shown), argv
+        if argv == ("--wide",):
+            assert "/models/m\\u001b]0;owned\\u0007\\u001b[2J" in shown
+        if argv == ("--json",):
+            document = outcome.json()  # still JSON, the values unchanged
+            fields = {row["field"]: row for row in document["fields"]}
+            assert fields["model_path"]["resolved"] == hostile["model_path"]
