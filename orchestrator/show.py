@@ -332,9 +332,13 @@ def utc(at: float | None) -> str:
 
 
 def run_verdict(ended: ExitInfo | None) -> str:
-    """``cuda-oom (SIGKILL)``, ``crashed (exit 1)``: the class and the exit status."""
+    """``cuda-oom (SIGKILL)``, ``crashed (exit 1)``: the class and the exit status; a stop on
+    request is ``stopped`` whatever the status (SGLang ends its own SIGTERM drain by
+    SIGKILLing itself: -9 is how it stops cleanly, not a kill; --json keeps the status)."""
     if ended is None:
         return "no exit recorded"
+    if ended.cls == STOPPED:
+        return STOPPED
     if ended.signal:
         status = ended.signal
     elif ended.returncode == LOST_RETURNCODE:

@@ -152,3 +152,14 @@ def test_a_shell_word_with_control_characters_reaches_bash_unchanged() -> None:
         ["bash", "-c", f"printf %s {word}"], capture_output=True, check=True, timeout=30
     ).stdout
     assert printed == value.encode()
+
+
+def test_a_stop_on_request_reads_stopped_whatever_signal_ended_it() -> None:
+    from orchestrator.model import ExitInfo
+    from orchestrator.show import run_verdict
+
+    # SGLang's SIGTERM handler drains, then kill_process_tree(include_parent=True): -9
+    stopped = ExitInfo("0001", -9, "stopped", "stopped on request", 0.0, True, "SIGKILL")
+    assert run_verdict(stopped) == "stopped"
+    killed = ExitInfo("0002", -9, "killed", "SIGKILL", 0.0, True, "SIGKILL")
+    assert run_verdict(killed) == "killed (SIGKILL)"
