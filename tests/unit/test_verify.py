@@ -355,3 +355,31 @@ def test_defaulted_lists_what_sglang_filled_in() -> None:
     assert defaulted["attention_backend"] == "fa3"
     assert "mem_fraction_static" not in defaulted  # the profile sets it
     assert report.drift == ()
+
+
+def test_a_value_with_spaces_in_launch_command_is_not_drift() -> None:
+    """SGLang joins launch_command with spaces, unquoted: ``--served-model-name qwen chat`` read
+    back by splitting gave "qwen" and a stray "chat", and a false drift (issue 26)."""
+    base = shipped("qwen36-mtp-b200")
+    profile = dataclasses.replace(
+        base, model=dataclasses.replace(base.model, served_model_name="qwen chat")
+    )
+    argv = argv_of(profile, T0523)
+    arguments = sglang_config.sglang_arguments(argv)
+    assert arguments is not None
+    info = {
+        **payload("server_info-payload-0523-offline.json"),
+        "served_model_name": "qwen chat",
+        "launch_command": " ".join(arguments),  # as SGLang writes it
+    }
+    observed = observe_answer({"pid": 1, "alive": True, "argv": list(argv), "server_info": info})
+    report = compare(profile, T0523, observed)
+    row = rows(report)["served_model_name"]
+    assert (row.verdict, row.launch_command) == ("ok", "qwen chat")
+    assert report.drift == ()
+    assert not any("launch_command does not parse" in note for note in report.notes)
+
+    elsewhere = {**info, "launch_command": info["launch_command"].replace("qwen chat", "qwen")}
+    observed = observe_answer({"pid": 1, "alive": True, "argv": list(argv), "server_info": elsewhere})
+    row = rows(compare(profile, T0523, observed))["served_model_name"]
+    assert row.verdict == "received-other"  # a real difference still shows
