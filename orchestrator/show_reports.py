@@ -127,12 +127,19 @@ def diff_text(report: verify.Report, *, wide: bool = False) -> str:
         f"({found.get(report.found_by, 'not running')}), resolved from "
         f"{report.resolved_source or 'nothing'}"
     )
-    table = [("FIELD", "PROFILE", "RECEIVED", "RESOLVED", "VERDICT", "WHY")]
+    # the lock's predictions in a column of their own, only when there is a lock
+    locked = any(row.locked is not verify.ABSENT for row in report.fields)
+    lock_head: tuple[str, ...] = ("LOCK",) if locked else ()
+    table: list[tuple[str, ...]] = [
+        ("FIELD", "PROFILE", *lock_head, "RECEIVED", "RESOLVED", "VERDICT", "WHY")
+    ]
     for row in report.fields:
         name = row.field + (f" (as {row.requested_as})" if row.requested_as else "")
+        lock_cell = (verify.display(row.locked, row.secret, width),) if locked else ()
         table.append((
             name,
             verify.display(row.profile, row.secret, width),
+            *lock_cell,
             verify.display(row.received, row.secret, width),
             verify.display(row.resolved, row.secret, width),
             row.verdict,
@@ -140,7 +147,7 @@ def diff_text(report: verify.Report, *, wide: bool = False) -> str:
         ))  # fmt: skip
     for env in report.env:
         table.append((
-            f"env {env.name}", verify.display(env.profile, False, width),
+            f"env {env.name}", verify.display(env.profile, False, width), *("",) * len(lock_head),
             "-" if env.received is None else verify.display(env.received, False, width),
             "", env.verdict, "",
         ))  # fmt: skip
@@ -191,6 +198,7 @@ def diff_json(report: verify.Report) -> dict[str, Any]:
                 "requested_as": row.requested_as,
                 "key_path": row.key_path,
                 "profile": jsonable(row.profile, row.secret),
+                "lock": jsonable(row.locked, row.secret),
                 "received": jsonable(row.received, row.secret),
                 "received_present": row.received is not verify.ABSENT,
                 "resolved": jsonable(row.resolved, row.secret),

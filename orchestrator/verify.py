@@ -177,6 +177,7 @@ class FieldRow:
     verdict: str
     why: str | None = None
     secret: bool = False
+    locked: Any = ABSENT  # what profiles/<name>.lock.json predicted, when it has the field
 
     @property
     def drift(self) -> bool:
@@ -407,7 +408,9 @@ def launch_command_tokens(command: str, expected: Sequence[_Expected]) -> list[s
 
 
 def compare_lock(report: Report, locked: Mapping[str, Any], resolved: Mapping[str, Any]) -> Report:
-    """Add the lock's fields the profile does not set, checked against the resolved values."""
+    """Add the lock's fields the profile does not set, checked against the resolved values;
+    the lock's value is its own (``locked``), never the profile's. A field the profile sets
+    shows the lock's prediction beside it."""
     compared = {row.field for row in report.fields if row.verdict != DEFAULTED}
     rows = []
     for name in sorted(locked):
@@ -419,14 +422,18 @@ def compare_lock(report: Report, locked: Mapping[str, Any], resolved: Mapping[st
         matches = same(locked[name], effective)
         rows.append(
             FieldRow(
-                field=name, requested_as=None, key_path="lock", profile=locked[name],
+                field=name, requested_as=None, key_path="lock", profile=ABSENT,
                 received=ABSENT, resolved=effective, launch_command=ABSENT,
                 verdict=OK if matches else LOCK_DRIFT,
                 why=None if matches else "the lock predicted another value",
-                secret=name in SECRET_FIELDS,
+                secret=name in SECRET_FIELDS, locked=locked[name],
             )
         )  # fmt: skip
-    kept = [row for row in report.fields if not (row.verdict == DEFAULTED and row.field in locked)]
+    kept = [
+        dataclasses.replace(row, locked=locked.get(row.field, ABSENT))
+        for row in report.fields
+        if not (row.verdict == DEFAULTED and row.field in locked)
+    ]
     return dataclasses.replace(report, fields=(*kept, *rows))
 
 
