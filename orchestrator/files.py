@@ -150,25 +150,22 @@ def _through_link(path: Path, hint: str) -> Path:
             "followed; nothing written",
             hint,
         )
-    if os.path.realpath(named) != str(named):
-        raise WriteRefused(
-            f"{path} is a symlink to {named}, itself reached through another symlink: not "
-            "followed; nothing written",
-            f"name the file itself (-o {os.path.realpath(path)}); {hint}",
-        )
+    final = Path(os.path.realpath(path))  # where every link on the way leads
+    leads = f"{path} is a symlink to {named}" + ("" if final == named else f", leading to {final}")
     try:
-        target = named.lstat()
+        target = final.lstat()
     except FileNotFoundError:
-        raise WriteRefused(
-            f"{path} is a symlink to {named}, which does not exist; nothing written", hint
-        ) from None
+        raise WriteRefused(f"{leads}, which does not exist; nothing written", hint) from None
     except OSError as exc:
         raise _cannot(path, exc, hint) from exc
     problem = _problem(target)
     if problem is not None:
+        raise WriteRefused(f"{leads}, which {problem.removeprefix('it ')}; nothing written", hint)
+    if final != named:
         raise WriteRefused(
-            f"{path} is a symlink to {named}, which {problem.removeprefix('it ')}; nothing written",
-            hint,
+            f"{path} is a symlink to {named}, itself reached through another symlink: not "
+            "followed; nothing written",
+            f"name the file itself ({final}); {hint}",
         )
     return named
 
