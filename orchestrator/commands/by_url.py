@@ -120,14 +120,13 @@ def not_server_info(payload: Mapping[str, Any]) -> str | None:
     present = sum(1 for name in fields if name in payload)
     needed = FIELDS_EXACT if choice.exact else FIELDS_NEAREST
     if present < needed * len(fields):
-        release = f"SGLang {version}'s" if choice.exact else f"SGLang {choice.table.version}'s"
         return (
-            f"it has {present} of {release} {len(fields)} ServerArgs fields "
-            f"(SGLang's own has them all)"
+            f"it has {present} of SGLang {choice.table.version}'s {len(fields)} ServerArgs "
+            "fields (SGLang's own has them all)"
         )
     for name, kind in (("model_path", str), ("port", int), ("tp_size", int)):
         value = payload.get(name)
-        if name in choice.table.fields and (not isinstance(value, kind) or value is True):
+        if name in choice.table.fields and (not isinstance(value, kind) or isinstance(value, bool)):
             return f"its {name} is {type(value).__name__}, not {kind.__name__}"
     return None
 
