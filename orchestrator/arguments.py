@@ -355,8 +355,15 @@ def parser() -> argparse.ArgumentParser:
     init.add_argument("directory", metavar="DIR", nargs="?", default=".", type=Path)
     init.set_defaults(command="init")
 
-    hosts = commands.add_parser("hosts", help="host keys: orch hosts trust HOST")
-    host_commands = hosts.add_subparsers(dest="hosts_command", required=True)
+    hosts = commands.add_parser(
+        "hosts",
+        help="host keys: orch hosts trust HOST",
+        description="Host keys: `orch hosts trust HOST` shows a host's key and pins it.",
+    )
+    # not required of argparse, whose error would name this dest: `orch hosts` alone is a
+    # usage error that says what to type (cli.py)
+    host_commands = hosts.add_subparsers(dest="hosts_command", metavar="SUBCOMMAND")
+    hosts.set_defaults(command="hosts")
     trust = host_commands.add_parser(
         "trust", help="show a host's key fingerprint and pin it in profiles/known_hosts"
     )

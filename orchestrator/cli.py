@@ -2,7 +2,9 @@
 
 argparse, dispatch, main. Commands (``commands/``) return values or yield events; ``show.py``
 words them; this module writes the words, every byte through one ``Redactor`` that holds the
-secrets the command read, errors included. Heavy modules are imported inside the handlers that need
+secrets the command read, errors included, and through :func:`terminal_safe`, so that no
+control character from a server, a log, a profile or a file name reaches the terminal raw.
+Heavy modules are imported inside the handlers that need
 them, so ``orch --help``, ``orch render`` and ``orch validate`` start fast and never import
 paramiko.
 """
@@ -14,6 +16,7 @@ import contextlib
 import dataclasses
 import json
 import os
+import re
 import sys
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
@@ -32,10 +35,24 @@ if TYPE_CHECKING:
     from orchestrator.show import Text
 
 
+# C0 but tab and newline, DEL, C1: what a terminal acts on (ESC starts CSI, OSC and the rest;
+# 0x9b is CSI alone). A carriage return is a line break unless a newline follows it.
+_CONTROL = re.compile(r"\r(?!\n)|[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
+
+
+def terminal_safe(text: str) -> str:
+    """``text`` with every control character written as a ``\\uXXXX`` escape (also a valid
+    JSON escape of the same character, so JSON output stays JSON), a lone carriage return as a
+    line break (a progress bar's redraws read as lines; no line can be overwritten)."""
+    return _CONTROL.sub(lambda found: "\n" if found[0] == "\r" else f"\\u{ord(found[0]):04x}", text)
+
+
 class RedactingStream:
     """A text stream that writes through the Redactor, across writes: a tail that could be the
     start of a secret is held back until the next write shows whether it is one (``close``
-    writes what is left). ``flush`` flushes the stream, not the held-back tail."""
+    writes what is left). ``flush`` flushes the stream, not the held-back tail. What it writes
+    is :func:`terminal_safe` (a carriage return at the end waits for the next write, which
+    tells whether a newline follows); only :meth:`control` writes orch's own sequences."""
 
     def __init__(self, stream: TextIO, redact: Redactor) -> None:
         self._stream = stream
@@ -45,20 +62,32 @@ class RedactingStream:
     def write(self, text: str) -> None:
         text = self._redact(self._held + text)
         keep = self._redact.unsafe_tail(text)
+        if not keep and text.endswith("\r"):
+            keep = 1
         self._held = text[len(text) - keep :] if keep else ""
         if keep:
             text = text[: len(text) - keep]
         if text:
-            self._stream.write(text)
+            self._stream.write(terminal_safe(text))
+
+    def control(self, sequence: str) -> None:
+        """orch's own terminal control (a colour, a progress bar's carriage return), written as
+        is after what is held back: never a value from outside (show.py builds it from
+        constants)."""
+        self._release()
+        self._stream.write(sequence)
 
     def flush(self) -> None:
         self._stream.flush()
 
     def close(self) -> None:
-        if self._held:
-            self._stream.write(self._redact(self._held))
-            self._held = ""
+        self._release()
         self._stream.flush()
+
+    def _release(self) -> None:
+        if self._held:
+            self._stream.write(terminal_safe(self._redact(self._held)))
+            self._held = ""
 
     def isatty(self) -> bool:
         return self._stream.isatty()
@@ -76,7 +105,9 @@ class _Output:
     def write(self, texts: Iterable[Text]) -> None:
         for text in texts:
             stream = self.err if text.err else self.out
-            if text.text:
+            if text.control:
+                stream.control(text.text)
+            elif text.text:
                 stream.write(text.text)
             if text.flush:
                 stream.flush()
@@ -88,6 +119,14 @@ class _Output:
         from orchestrator import show
 
         self.write(show.error(error.message, error.hint))
+
+    def traceback(self, exc: BaseException) -> None:
+        """``--debug``: the exception's traceback, through the same redacting stream (a
+        secret in a frame's text is replaced like anywhere else); the exit code stays the
+        error's."""
+        import traceback
+
+        self.err.write("".join(traceback.format_exception(exc)))
 
     def finding(self, found: Finding) -> None:
         from orchestrator import show
@@ -164,22 +203,16 @@ def _cmd_export(args: argparse.Namespace, output: _Output) -> int:
     if args.output is None:
         output.out.write(result.text)  # the notes are its header's comments
         return ExitCode.OK
-    _write_export(args.output, result.text)
-    output.print(f"wrote {args.output}: {args.engine} for {result.profile}")
+    from orchestrator.files import replace_file
+
+    written = replace_file(
+        args.output, result.text, hint="leave out -o to write to stdout, or -o a regular file"
+    )  # it holds no secret values; a reader never sees half a manifest
+    shown = args.output if written == args.output else f"{args.output} (-> {written})"
+    output.print(f"wrote {shown}: {args.engine} for {result.profile}")
     for note in result.notes:
         output.print(f"  note: {note}")
     return ExitCode.OK
-
-
-def _write_export(path: Path, text: str) -> None:
-    """Replace ``path`` whole (a reader never sees half a manifest); it holds no secret values."""
-    temporary = path.with_name(f".{path.name}.orch-tmp")
-    try:
-        temporary.write_text(text, encoding="utf-8")
-        temporary.replace(path)
-    except OSError as exc:
-        temporary.unlink(missing_ok=True)
-        raise UsageError(f"cannot write {path}: {exc.strerror or exc}", "another -o FILE") from exc
 
 
 def _cmd_import(args: argparse.Namespace, output: _Output) -> int:
@@ -494,7 +527,7 @@ def _cmd_plan(args: argparse.Namespace, output: _Output) -> int:
     if args.json:
         output.print(json.dumps(show_reports.plan_json(report, args.all), indent=2, default=str))
     else:
-        output.print(
+        output.write(
             show_reports.plan_text(report, args.all, wide=args.wide, tty=output.out.isatty())
         )
     if report.error is not None:
@@ -639,6 +672,11 @@ def _cmd_hosts_trust(args: argparse.Namespace, output: _Output) -> int:
     return ExitCode.OK
 
 
+def _cmd_hosts(args: argparse.Namespace, output: _Output) -> int:
+    """``orch hosts`` without a subcommand."""
+    raise UsageError("orch hosts needs a subcommand", "orch hosts trust HOST (see orch hosts -h)")
+
+
 def main(
     argv: Sequence[str] | None = None, out: TextIO | None = None, err: TextIO | None = None
 ) -> int:
@@ -650,15 +688,15 @@ def main(
     try:
         return handler(args, output)
     except InvalidProfile as exc:
+        if args.debug:
+            output.traceback(exc)
         for error in exc.errors:
             output.error(error)
-        if args.debug:
-            raise
         return exc.exit_code
     except OrchError as exc:
-        output.error(exc)
         if args.debug:
-            raise
+            output.traceback(exc)
+        output.error(exc)
         return exc.exit_code
     except KeyboardInterrupt:
         output.err.write("orch: interrupted\n")
@@ -669,9 +707,9 @@ def main(
         with contextlib.suppress(OSError, ValueError):
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return ExitCode.OK
-    except Exception as exc:  # the last resort: one redacted line, not a traceback
+    except Exception as exc:  # noqa: BLE001 - the last resort: one redacted line (--debug: and the traceback)
         if args.debug:
-            raise
+            output.traceback(exc)
         output.error(
             OrchError(
                 f"internal error: {type(exc).__name__}: {exc}",
@@ -701,6 +739,7 @@ HANDLERS: dict[str, Callable[[argparse.Namespace, _Output], int]] = {
     "upgrade": _cmd_upgrade,
     "diff-effective": _cmd_diff_effective,
     "init": _cmd_init,
+    "hosts": _cmd_hosts,
     "hosts-trust": _cmd_hosts_trust,
 }
 

@@ -34,6 +34,8 @@ class ExitCode(enum.IntEnum):
     IMPORT = 16  # orch import: the script cannot be read, or holds no SGLang launch to import
     UPGRADE = 17  # orch upgrade: the profile cannot move as it is (a field the release lacks, a
     # pinned field that would move); nothing was written
+    WRITE = 18  # a file orch was asked to write is not one it may replace (a device, a FIFO, a
+    # link to another's file, a directory every user may write) or cannot be written
     # The server died; one code per crash class, so scripts can tell them apart.
     CONFIG_ERROR = 20
     CUDA_OOM = 21
@@ -120,6 +122,13 @@ class ImportBoundError(ImportScriptError):
     def __init__(self, message: str, hint: str | None = None, *, bound: str) -> None:
         super().__init__(message, hint)
         self.bound = bound
+
+
+class WriteRefused(OrchError):
+    """A file orch writes (``export -o``, a lock, ``upgrade --write``, ``init``, a pinned host
+    key) that it may not or cannot write; nothing was written (orchestrator/files.py)."""
+
+    exit_code = ExitCode.WRITE
 
 
 class RenderError(OrchError):

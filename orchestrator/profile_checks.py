@@ -145,17 +145,24 @@ class ProfileChecker(DocChecker):
         if isinstance(self.get(("model", "path")), dict):
             model_path = self._from_orch(("model", "path"), host)
         else:
-            model_path = self.text(("model", "path"))
+            model_path = self._word(
+                ("model", "path"),
+                "the model directory on the host, or a Hub id; a directory whose name starts "
+                "with '-' can be written ./-name",
+            )
         if model_path is None and not is_abstract and self.get(("model", "path")) is MISSING:
             self.error(("model",), "missing `model.path`", "the model directory on the host")
         model = ModelSpec(
-            path=model_path or "", served_model_name=self.text(("model", "served_model_name"))
+            path=model_path or "",
+            served_model_name=self._word(
+                ("model", "served_model_name"), "the name clients ask for, without a leading '-'"
+            ),
         )
         launcher = self._launcher()
         gpu = self._gpu()
         spec = self._spec_decode()
         port = self.integer(("port",), 1, 65535)
-        bind = self.text(("bind",))
+        bind = self._word(("bind",), "an address such as 0.0.0.0 or 127.0.0.1")
         if bind is not None and (not bind or any(c.isspace() for c in bind)):
             self.error(("bind",), f"expected an address such as 0.0.0.0, got {bind!r}")
         env = self._env(("env",), gpu, host)
@@ -198,6 +205,20 @@ class ProfileChecker(DocChecker):
             export=export,
         )
         return profile, table
+
+    def _word(self, path: KeyPath, hint: str) -> str | None:
+        """A text that orch passes as a word of a command line (to SGLang, the agent, its
+        probe): one starting with '-' would be read as an option there (``model.path:
+        --help`` made the probe print its help), so it is refused here."""
+        value = self.text(path)
+        if value is not None and value.startswith("-"):
+            self.error(
+                path,
+                f"{value!r} starts with '-': a command line would read it as an option",
+                hint,
+            )
+            return None
+        return value
 
     def _sglang_version(self) -> str | None:
         value = self.get(("sglang",))

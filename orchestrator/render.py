@@ -104,7 +104,27 @@ def shell_token(token: ArgvToken) -> str:
     variable that holds it (so a displayed command never contains the secret itself)."""
     if isinstance(token, SecretRef):
         return f'"${{{token.env_var}:?{token.env_var} is not set}}"'
+    if _CONTROL.search(token):
+        return _ansi_c_quoted(token)
     return shlex.quote(token)
+
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+def _ansi_c_quoted(text: str) -> str:
+    """``$'...'`` (bash): control characters as ``\\xHH`` escapes of their UTF-8 bytes, so that
+    a script or a pasted command holds no raw control character (a terminal would act on it)
+    and still gives the program the exact value."""
+    out = []
+    for char in text:
+        if char in "\\'":
+            out.append("\\" + char)
+        elif _CONTROL.match(char):
+            out += [f"\\x{byte:02x}" for byte in char.encode("utf-8")]
+        else:
+            out.append(char)
+    return "$'" + "".join(out) + "'"
 
 
 def shell_path(path: str) -> str:

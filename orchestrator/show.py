@@ -46,6 +46,9 @@ class Text:
     text: str
     err: bool = False  # stderr
     flush: bool = False
+    # orch's own terminal control (a colour, a carriage return), written as is; any other
+    # text has its control characters escaped by the CLI's stream. Built from constants only.
+    control: bool = False
 
 
 def line(text: str = "") -> Text:
@@ -169,7 +172,7 @@ class UpView:
             bar = f"  [{'#' * filled}{'.' * (width - filled)}] {event.done}/{event.total} shards"
             if self.tty:
                 self.open_bar = True
-                return [Text("\r" + bar, flush=True)]
+                return [Text("\r", control=True), Text(bar, flush=True)]
             return [line(bar)]
         label = self._PHASES.get(event.kind)
         if label is None:
@@ -330,9 +333,13 @@ def utc(at: float | None) -> str:
 
 
 def run_verdict(ended: ExitInfo | None) -> str:
-    """``cuda-oom (SIGKILL)``, ``crashed (exit 1)``: the class and the exit status."""
+    """``cuda-oom (SIGKILL)``, ``crashed (exit 1)``: the class and the exit status; a stop on
+    request is ``stopped`` whatever the status (SGLang ends its own SIGTERM drain by
+    SIGKILLing itself: -9 is how it stops cleanly, not a kill; --json keeps the status)."""
     if ended is None:
         return "no exit recorded"
+    if ended.cls == STOPPED:
+        return STOPPED
     if ended.signal:
         status = ended.signal
     elif ended.returncode == LOST_RETURNCODE:

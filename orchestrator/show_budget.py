@@ -4,10 +4,11 @@ predicted-against-measured table ``up`` shows once the server is READY. Nothing 
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import dataclass
 from typing import Any
 
 from orchestrator import memory
-from orchestrator.show import grid
+from orchestrator.show import Text, grid, line
 
 BAR_WIDTH = 60
 # One letter and one colour per part of a GPU, the same in the bar and its legend.
@@ -32,18 +33,37 @@ def size(nbytes: int) -> str:
     return f"{nbytes / 1024:.1f} KiB"
 
 
-def bar(segments: tuple[tuple[str, float], ...], *, tty: bool, width: int = BAR_WIDTH) -> str:
-    """A GPU as one row of cells, each part in proportion; coloured on a terminal."""
-    cells: list[str] = []
+Segments = tuple[tuple[str, float], ...]
+
+
+@dataclass(frozen=True)
+class Bar:
+    """A line of the budget that is a GPU's bar: its label and its parts."""
+
+    label: str
+    segments: Segments
+
+
+def bar(segments: Segments, width: int = BAR_WIDTH) -> str:
+    """A GPU as one row of cells, each part in proportion."""
+    return "[" + "".join(letter * count for letter, _, count in _cells(segments, width)) + "]"
+
+
+def bar_texts(segments: Segments, width: int = BAR_WIDTH) -> list[Text]:
+    """The same bar coloured for a terminal: the colours are orch's own control texts."""
+    texts = [Text("[")]
+    for letter, colour, count in _cells(segments, width):
+        if count:
+            texts += [Text(f"\x1b[{colour}m", control=True), Text(letter * count),
+                      Text("\x1b[0m", control=True)]  # fmt: skip
+    return [*texts, Text("]")]
+
+
+def _cells(segments: Segments, width: int) -> list[tuple[str, str, int]]:
     total = sum(part for _, part in segments) or 1.0
-    for name, part in segments:
-        count = round(part / total * width)
-        letter, colour, _ = PARTS[name]
-        if count and tty:
-            cells.append(f"\x1b[{colour}m{letter * count}\x1b[0m")
-        else:
-            cells.append(letter * count)
-    return "[" + "".join(cells) + "]"
+    return [
+        (PARTS[name][0], PARTS[name][1], round(part / total * width)) for name, part in segments
+    ]
 
 
 def legend(budget: memory.Budget) -> str:
@@ -52,13 +72,33 @@ def legend(budget: memory.Budget) -> str:
     )
 
 
-def budget_lines(
+def budget_lines(budget: memory.Budget | None, notes: tuple[str, ...]) -> list[str]:
+    """``orch plan``'s memory section, as plain lines."""
+    return [
+        row if isinstance(row, str) else row.label + bar(row.segments)
+        for row in _budget_rows(budget, notes)
+    ]
+
+
+def budget_texts(
     budget: memory.Budget | None, notes: tuple[str, ...], *, tty: bool = False
-) -> list[str]:
-    """``orch plan``'s memory section."""
+) -> list[Text]:
+    """``orch plan``'s memory section, its bars coloured on a terminal."""
+    texts: list[Text] = []
+    for row in _budget_rows(budget, notes):
+        if isinstance(row, str):
+            texts.append(line(row))
+        elif tty:
+            texts += [Text(row.label), *bar_texts(row.segments), Text("\n")]
+        else:
+            texts.append(line(row.label + bar(row.segments)))
+    return texts
+
+
+def _budget_rows(budget: memory.Budget | None, notes: tuple[str, ...]) -> list[str | Bar]:
     if budget is None:
         return [f"memory: {note}" for note in notes] or ["memory: no budget"]
-    lines = [
+    lines: list[str | Bar] = [
         f"memory per GPU: {budget.verdict.upper()} (SGLang's sizing as of {budget.family}: "
         f"{budget.source})"
     ]
@@ -105,9 +145,9 @@ def budget_lines(
     if len(gpus) > 1:
         for gpu in gpus:
             label = f"GPU{gpu.index}" if gpu.index is not None else gpu.name
-            lines.append(f"  {label:<6} " + bar(budget.segments_for(gpu), tty=tty))
+            lines.append(Bar(f"  {label:<6} ", budget.segments_for(gpu)))
     else:
-        lines.append("  " + bar(budget.segments, tty=tty))
+        lines.append(Bar("  ", budget.segments))
     lines.append("  " + legend(budget))
     if budget.failure:
         lines.append(f"  will fail: {budget.failure}")

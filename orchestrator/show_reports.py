@@ -8,7 +8,7 @@ from typing import Any
 
 from orchestrator import plan, show_budget, verify
 from orchestrator.commands.effective import GroupReport
-from orchestrator.show import grid
+from orchestrator.show import Text, grid, line
 
 VALUE_WIDTH = 32  # a value in the plan and diff-effective tables without --wide
 WIDE = 100_000  # with --wide: whole (a model path, a JSON value)
@@ -19,7 +19,7 @@ WIDE = 100_000  # with --wide: whole (a model path, a JSON value)
 
 def plan_text(
     report: plan.PlanReport, include_defaulted: bool, *, wide: bool = False, tty: bool = False
-) -> str:
+) -> list[Text]:
     width = WIDE if wide else VALUE_WIDTH
     simulated = f", simulated {report.simulated_gpu}" if report.simulated_gpu else ""
     standin = " -- orch's stand-in, NOT SGLang" if report.standin else ""
@@ -48,9 +48,10 @@ def plan_text(
             if changed
             else "SGLang keeps every field the profile sets"
         )
-        lines += show_budget.budget_lines(report.budget, report.budget_notes, tty=tty)
-    lines += [f"note: {note}" for note in report.notes]
-    return "\n".join(lines)
+    texts = [line(text) for text in lines]
+    if report.error is None:
+        texts += show_budget.budget_texts(report.budget, report.budget_notes, tty=tty)
+    return texts + [line(f"note: {note}") for note in report.notes]
 
 
 def plan_json(report: plan.PlanReport, include_defaulted: bool) -> dict[str, object]:
@@ -126,12 +127,19 @@ def diff_text(report: verify.Report, *, wide: bool = False) -> str:
         f"({found.get(report.found_by, 'not running')}), resolved from "
         f"{report.resolved_source or 'nothing'}"
     )
-    table = [("FIELD", "PROFILE", "RECEIVED", "RESOLVED", "VERDICT", "WHY")]
+    # the lock's predictions in a column of their own, only when there is a lock
+    locked = any(row.locked is not verify.ABSENT for row in report.fields)
+    lock_head: tuple[str, ...] = ("LOCK",) if locked else ()
+    table: list[tuple[str, ...]] = [
+        ("FIELD", "PROFILE", *lock_head, "RECEIVED", "RESOLVED", "VERDICT", "WHY")
+    ]
     for row in report.fields:
         name = row.field + (f" (as {row.requested_as})" if row.requested_as else "")
+        lock_cell = (verify.display(row.locked, row.secret, width),) if locked else ()
         table.append((
             name,
             verify.display(row.profile, row.secret, width),
+            *lock_cell,
             verify.display(row.received, row.secret, width),
             verify.display(row.resolved, row.secret, width),
             row.verdict,
@@ -139,7 +147,7 @@ def diff_text(report: verify.Report, *, wide: bool = False) -> str:
         ))  # fmt: skip
     for env in report.env:
         table.append((
-            f"env {env.name}", verify.display(env.profile, False, width),
+            f"env {env.name}", verify.display(env.profile, False, width), *("",) * len(lock_head),
             "-" if env.received is None else verify.display(env.received, False, width),
             "", env.verdict, "",
         ))  # fmt: skip
@@ -190,6 +198,7 @@ def diff_json(report: verify.Report) -> dict[str, Any]:
                 "requested_as": row.requested_as,
                 "key_path": row.key_path,
                 "profile": jsonable(row.profile, row.secret),
+                "lock": jsonable(row.locked, row.secret),
                 "received": jsonable(row.received, row.secret),
                 "received_present": row.received is not verify.ABSENT,
                 "resolved": jsonable(row.resolved, row.secret),

@@ -513,9 +513,11 @@ class Agent:
     def _probe(
         self, port: int, model: str | None, bind: str, env: Mapping[str, str], *, with_status: bool
     ) -> tuple[HostFacts | None, RunState | None]:
-        args = ["probe", "--port", str(port), "--bind", bind, "--env-file", "-"]
+        # --opt=value: the agent's argparse takes any value so, even one starting with '-'
+        # (validation refuses those; a profile is not the only way here)
+        args = ["probe", "--port", str(port), f"--bind={bind}", "--env-file", "-"]
         if model is not None:
-            args += ["--model", model]
+            args += [f"--model={model}"]
         if with_status:
             args += ["--dir", self.deployment.dir]
         # up's first command: the agent travels with it, so that a host without this orch's

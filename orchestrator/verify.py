@@ -23,9 +23,11 @@ another value). Every verdict but ``ok`` and ``defaulted`` is drift.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import math
 import posixpath
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -175,6 +177,7 @@ class FieldRow:
     verdict: str
     why: str | None = None
     secret: bool = False
+    locked: Any = ABSENT  # what profiles/<name>.lock.json predicted, when it has the field
 
     @property
     def drift(self) -> bool:
@@ -239,6 +242,7 @@ class _Expected:
     given: bool  # whether the value reaches the command line (False: it is the default)
     secret: bool
     unknown: bool = False  # a from_env secret not set where orch runs: cannot be compared
+    tokens: tuple[str, ...] = ()  # its argv tokens as rendered (none for a secret)
 
 
 def expected_fields(
@@ -259,6 +263,7 @@ def expected_fields(
         given = unknown  # an unset secret does reach the command line; its value is unknown
         if isinstance(value, SecretRef) and not unknown:
             value = secrets[value.env_var]
+        tokens: list[str] = []
         if not unknown:
             tokens = [str(t) for t in arg_tokens(spelling.option, value, spelling.flag)]
             typed = parse_arguments(table, tokens).values.get(name, value) if tokens else value
@@ -272,6 +277,7 @@ def expected_fields(
                 given=given,
                 secret=secret or name in SECRET_FIELDS,
                 unknown=unknown,
+                tokens=() if secret else tuple(tokens),
             )
         )
     return tuple(out)
@@ -307,7 +313,9 @@ def compare(
     launched: ParsedArgs | None = None
     if observation.launch_command is not None:
         try:
-            launched = parse_arguments(table, observation.launch_command.split())
+            launched = parse_arguments(
+                table, launch_command_tokens(observation.launch_command, expected)
+            )
         except ArgvUnreadable as exc:
             notes.append(f"launch_command does not parse: {exc}")
     resolved = observation.resolved
@@ -380,8 +388,29 @@ def compare(
     )
 
 
+def launch_command_tokens(command: str, expected: Sequence[_Expected]) -> list[str]:
+    """``launch_command`` back into tokens. SGLang joins its arguments with spaces, unquoted,
+    so a value with a space in it (``--served-model-name qwen chat``) cannot be split back
+    alone: where the command holds a value of the profile's exactly as rendered, after the
+    token rendered before it, that value is kept whole; the rest splits on whitespace."""
+    whole: dict[str, str] = {}
+    for want in expected:
+        for before, token in itertools.pairwise(want.tokens):
+            if token.split() == [token]:
+                continue  # no whitespace: splitting finds it as it is
+            marker = f"\x00{len(whole)}\x00"
+            pattern = re.compile(rf"(?<!\S){re.escape(before)}\s+{re.escape(token)}(?!\S)")
+            found = pattern.search(command)
+            if found is not None:
+                command = f"{command[: found.start()]}{before} {marker}{command[found.end() :]}"
+                whole[marker] = token
+    return [whole.get(token, token) for token in command.split()]
+
+
 def compare_lock(report: Report, locked: Mapping[str, Any], resolved: Mapping[str, Any]) -> Report:
-    """Add the lock's fields the profile does not set, checked against the resolved values."""
+    """Add the lock's fields the profile does not set, checked against the resolved values;
+    the lock's value is its own (``locked``), never the profile's. A field the profile sets
+    shows the lock's prediction beside it."""
     compared = {row.field for row in report.fields if row.verdict != DEFAULTED}
     rows = []
     for name in sorted(locked):
@@ -393,14 +422,18 @@ def compare_lock(report: Report, locked: Mapping[str, Any], resolved: Mapping[st
         matches = same(locked[name], effective)
         rows.append(
             FieldRow(
-                field=name, requested_as=None, key_path="lock", profile=locked[name],
+                field=name, requested_as=None, key_path="lock", profile=ABSENT,
                 received=ABSENT, resolved=effective, launch_command=ABSENT,
                 verdict=OK if matches else LOCK_DRIFT,
                 why=None if matches else "the lock predicted another value",
-                secret=name in SECRET_FIELDS,
+                secret=name in SECRET_FIELDS, locked=locked[name],
             )
         )  # fmt: skip
-    kept = [row for row in report.fields if not (row.verdict == DEFAULTED and row.field in locked)]
+    kept = [
+        dataclasses.replace(row, locked=locked.get(row.field, ABSENT))
+        for row in report.fields
+        if not (row.verdict == DEFAULTED and row.field in locked)
+    ]
     return dataclasses.replace(report, fields=(*kept, *rows))
 
 

@@ -6,10 +6,11 @@ profile checker needs both, so this composes the node graph and builds values it
 
 Aliases (``*name``) repeat the value their anchor (``&name``) names; nested, nine of them turn a
 400-byte file into hundreds of millions of values (the "billion laughs"), and an alias inside its
-own anchor never ends. Before anything is composed, one pass over the parser's events counts what
-the document expands to and refuses it past :data:`MAX_VALUES` values or :data:`MAX_DEPTH`
-levels, at the alias that crossed the line. Numbers must be finite: ``.nan`` and ``.inf`` are
-refused wherever they are written.
+own anchor never ends; one long anchored text repeated by many aliases turns 1.8 MB into 90 GiB
+that validation scans. Before anything is composed, one pass over the parser's events counts
+what the document expands to and refuses it past :data:`MAX_VALUES` values, :data:`MAX_DEPTH`
+levels or :data:`MAX_TEXT` characters, at the alias that crossed the line. Numbers must be
+finite: ``.nan`` and ``.inf`` are refused wherever they are written.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ KeyPath: TypeAlias = tuple[str | int, ...]
 
 MAX_VALUES = 100_000  # values after alias expansion; a profile has a few hundred
 MAX_DEPTH = 64  # nesting levels after alias expansion; a profile has a handful
+MAX_TEXT = 4 << 20  # characters of keys and values after alias expansion; a profile has KBs
 
 _MERGE_TAG = "tag:yaml.org,2002:merge"
 
@@ -107,6 +109,7 @@ class _Open:
     mapping: bool
     anchor: str | None
     values_before: int  # the running count when it opened
+    text_before: int  # the running characters when it opened
     height: int = 1  # levels from here down, itself included
     items: int = 0  # sequence items, or mapping keys and values, seen so far
     key: str | int = "?"  # the mapping key whose value comes next
@@ -115,13 +118,17 @@ class _Open:
 def _check_expansion(text: str, source: str) -> None:
     """Count the values the document expands to, aliases included, without expanding them."""
     stack: list[_Open] = []
-    anchors: dict[str, tuple[int, int]] = {}  # closed anchor -> (values, height)
-    values = 0
+    anchors: dict[str, tuple[int, int, int]] = {}  # closed anchor -> (values, height, chars)
+    values = expanded = 0  # values, and characters of text
     for event in yaml.parse(text, Loader=_Loader):
         if isinstance(event, yaml.CollectionEndEvent):
             done = stack.pop()
             if done.anchor is not None:
-                anchors[done.anchor] = (values - done.values_before, done.height)
+                anchors[done.anchor] = (
+                    values - done.values_before,
+                    done.height,
+                    expanded - done.text_before,
+                )
             if stack:
                 stack[-1].height = max(stack[-1].height, done.height + 1)
             continue
@@ -138,10 +145,12 @@ def _check_expansion(text: str, source: str) -> None:
                 )  # fmt: skip
             if name not in anchors:
                 continue  # the composer reports an undefined alias with its position
-            count, height = anchors[name]
+            count, height, chars = anchors[name]
         else:
             count, height = 1, 1
+            chars = len(event.value) if isinstance(event, yaml.ScalarEvent) else 0
         values += count
+        expanded += chars
         if values > MAX_VALUES:
             raise _located(
                 event, path, source,
@@ -149,6 +158,15 @@ def _check_expansion(text: str, source: str) -> None:
                 + (f" (alias *{event.anchor} repeats {count})" if count > 1 else ""),
                 "a profile holds a few hundred values: write them out, or nest fewer "
                 "aliases (*name) inside anchored (&name) values",
+            )  # fmt: skip
+        if expanded > MAX_TEXT:
+            raise _located(
+                event, path, source,
+                f"the document expands to more than {MAX_TEXT >> 20} MiB of text"
+                + (f" (alias *{event.anchor} repeats {chars} characters)"
+                   if isinstance(event, yaml.AliasEvent) else ""),
+                "a profile holds some KB of text: write it out once, or repeat fewer aliases "
+                "(*name) of long anchored (&name) text",
             )  # fmt: skip
         if len(stack) + height > MAX_DEPTH:
             raise _located(
@@ -160,9 +178,9 @@ def _check_expansion(text: str, source: str) -> None:
             stack[-1].height = max(stack[-1].height, height + 1)
         if isinstance(event, yaml.CollectionStartEvent):
             mapping = isinstance(event, yaml.MappingStartEvent)
-            stack.append(_Open(path, mapping, event.anchor, values - 1))
+            stack.append(_Open(path, mapping, event.anchor, values - 1, expanded))
         elif isinstance(event, yaml.ScalarEvent) and event.anchor is not None:
-            anchors[event.anchor] = (1, 1)
+            anchors[event.anchor] = (1, 1, chars)
 
 
 def _path_of_next(stack: list[_Open], event: yaml.NodeEvent) -> KeyPath:

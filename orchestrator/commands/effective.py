@@ -6,29 +6,20 @@ from __future__ import annotations
 import dataclasses
 import json
 import posixpath
-import urllib.parse
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from orchestrator import argtable, groups, memory, observe, sglang_config, verify
 from orchestrator.commands import lockfile
+from orchestrator.commands.by_url import URL_TIMEOUT_S, observe_url
 from orchestrator.commands.context import Context, Launch
 from orchestrator.commands.follow import StartupLog
-from orchestrator.errors import (
-    AuthError,
-    ConnectError,
-    NotDeployed,
-    NotResolved,
-    UsageError,
-)
+from orchestrator.errors import NotDeployed, NotResolved
 from orchestrator.model import Profile, SecretRef
 from orchestrator.protocol import LastRun, health_host
 from orchestrator.remote.agent import CONFIG_FILE
 from orchestrator.supervise import InspectRequest
-
-URL_TIMEOUT_S = 10.0  # --url: /server_info comes from the tokenizer manager, fast under load
-SERVER_INFO_ENDPOINTS = ("/server_info", "/get_server_info")  # the second: its older name
 
 
 def diff_effective(
@@ -223,44 +214,6 @@ def compare_logged(launch: Launch, startup: StartupLog) -> verify.Report:
     )
 
 
-# -- a server asked by URL ------------------------------------------------------------------------
-
-
-def server_url(text: str) -> str:
-    """``text`` checked as a server's base URL (http or https, a host, maybe a path prefix
-    behind a proxy), without a trailing slash. Credentials in it are refused: they would be
-    shown in messages and shell history; the profile's ``api_key`` is sent instead."""
-    parts = urllib.parse.urlsplit(text)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise UsageError(
-            f"--url {_shown(text)}: expected http://HOST:PORT or https://HOST:PORT",
-            "e.g. --url http://127.0.0.1:30000 after `kubectl port-forward svc/NAME 30000`",
-        )
-    if parts.username is not None or parts.password is not None:
-        raise UsageError(
-            f"--url {_shown(text)}: credentials in a URL are not sent",
-            "orch sends the profile's api_key (args.api_key: {from_env: NAME}) as a Bearer token",
-        )
-    if parts.query or parts.fragment:
-        raise UsageError(
-            f"--url {_shown(text)}: expected the server's base URL, without ?query or #fragment"
-        )
-    try:
-        parts.port  # noqa: B018 - raises on a port out of range or not a number
-    except ValueError as exc:
-        raise UsageError(f"--url {_shown(text)}: {exc}") from exc
-    return urllib.parse.urlunsplit((parts.scheme, parts.netloc, parts.path.rstrip("/"), "", ""))
-
-
-def _shown(text: str) -> str:
-    """A URL as messages show it: any ``user:password@`` removed."""
-    parts = urllib.parse.urlsplit(text)
-    if parts.username is None and parts.password is None:
-        return text
-    host = parts.netloc.rpartition("@")[2]
-    return urllib.parse.urlunsplit((parts.scheme, f"***@{host}", parts.path, parts.query, ""))
-
-
 def _api_key(profile: Profile, secrets: Mapping[str, str]) -> tuple[str | None, str]:
     """The server's API key as the profile knows it here, and how it is named in messages
     (never the key itself)."""
@@ -270,96 +223,3 @@ def _api_key(profile: Profile, secrets: Mapping[str, str]) -> tuple[str | None, 
     if isinstance(value, str) and value:
         return value, "args.api_key"
     return None, "args.api_key"
-
-
-def observe_url(
-    url: str, *, api_key: tuple[str | None, str], timeout_s: float = URL_TIMEOUT_S
-) -> verify.Observation:
-    """What the server at ``url`` says it resolved, as an observation without a process."""
-    base = server_url(url)
-    key, key_name = api_key
-    refused: list[str] = []
-    for endpoint in SERVER_INFO_ENDPOINTS:
-        status, payload = _get_json(base + endpoint, key, key_name, timeout_s)
-        if status == 404:
-            refused.append(f"{endpoint}: HTTP 404")
-            continue
-        if not isinstance(payload, dict):
-            raise NotResolved(
-                f"{base}{endpoint} answered HTTP {status} with "
-                f"{'no JSON object' if status == 200 else 'an error'}: not SGLang's server_info",
-                "is it an SGLang server's HTTP port (--port), not the router's or a proxy's?",
-            )
-        if "model_path" not in payload and "internal_states" not in payload:
-            raise NotResolved(
-                f"{base}{endpoint} answered, but with no ServerArgs fields (no model_path): "
-                "not SGLang's server_info",
-                "is it an SGLang server's HTTP port (--port), not the router's or a proxy's?",
-            )
-        return _url_observation(base, endpoint, payload)
-    raise NotResolved(
-        f"{base} answers neither {' nor '.join(SERVER_INFO_ENDPOINTS)} ({'; '.join(refused)})",
-        "in a launch group only rank 0 serves them (ranks >= 1 serve a dummy /health): point "
-        "--url at rank 0 (the LeaderWorkerSet's Service), or check that it is SGLang's port",
-    )
-
-
-def _url_observation(base: str, endpoint: str, payload: dict[str, Any]) -> verify.Observation:
-    launch_command = payload.get("launch_command")
-    version = payload.get("version")
-    notes = [
-        f"asked {base}{endpoint} from this machine: the process's command line and "
-        "environment are not visible (received and env not compared)"
-    ]
-    if not isinstance(launch_command, str):
-        launch_command = None
-        notes.append(
-            "this SGLang does not report its launch_command (0.5.20+ does): a value that differs "
-            "cannot be told apart from a flag the server never received"
-        )
-    return verify.Observation(
-        pid=None,
-        found_by="url",
-        alive=True,
-        argv=None,
-        env=None,
-        resolved=sglang_config.resolved_from_server_info(payload),
-        resolved_source=endpoint,
-        launch_command=launch_command,
-        notes=tuple(notes),
-        server_version=str(version) if version else None,
-    )
-
-
-def _get_json(url: str, key: str | None, key_name: str, timeout_s: float) -> tuple[int, Any]:
-    """``GET url`` → (status, the JSON body or None); 404 and other HTTP errors are answers,
-    401/403 and an unreachable server are errors."""
-    import urllib.error
-    import urllib.request
-
-    # server_url() admitted http and https only; the key is not sent on across a redirect
-    request = urllib.request.Request(url, headers={"Accept": "application/json"})  # noqa: S310
-    if key is not None:
-        request.add_unredirected_header("Authorization", f"Bearer {key}")
-    try:
-        with urllib.request.urlopen(request, timeout=timeout_s) as response:  # noqa: S310
-            status, body = response.status, response.read()
-    except urllib.error.HTTPError as exc:
-        if exc.code in (401, 403):
-            sent = f"the key from {key_name} was refused" if key else f"{key_name} is not set here"
-            raise AuthError(
-                f"{url}: HTTP {exc.code} {exc.reason}: the server wants its API key; {sent}",
-                "set the profile's api_key ({from_env: NAME}) and export NAME where orch runs",
-            ) from exc
-        status, body = exc.code, exc.read()
-    except (urllib.error.URLError, OSError) as exc:
-        reason = getattr(exc, "reason", exc)
-        raise ConnectError(
-            f"cannot reach {url}: {reason}",
-            "is the server up, and its tunnel running (`kubectl port-forward svc/NAME "
-            "30000`, `ssh -L`)? A timeout is --url's host not answering",
-        ) from exc
-    try:
-        return status, json.loads(body)
-    except ValueError:
-        return status, None

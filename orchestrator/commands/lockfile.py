@@ -19,22 +19,60 @@ def lock_path(profiles: Path, name: str) -> Path:
 
 
 def read_lock(profiles: Path, name: str) -> dict[str, Any] | None:
+    """The profile's lock, None when it has none; one of another shape is an error (checks that
+    read it must never skip it without a word)."""
+    from orchestrator.plan import LOCK_FORMAT
+
     target = lock_path(profiles, name)
+    hint = f"orch lock {name} rewrites it"
     try:
         document = json.loads(target.read_text(encoding="utf-8"))
     except FileNotFoundError:
         return None
-    except ValueError as exc:
-        raise ProfileError(f"{target}: not JSON: {exc}", f"orch lock {name} rewrites it") from exc
-    return document if isinstance(document, dict) else None
+    except (ValueError, RecursionError) as exc:
+        raise ProfileError(f"not JSON: {exc}", hint, source=str(target)) from exc
+    except OSError as exc:
+        raise ProfileError(f"unreadable: {exc.strerror or exc}", hint, source=str(target)) from exc
+    wrong = _shape_problem(document, LOCK_FORMAT)
+    if wrong is not None:
+        raise ProfileError(
+            f"expected an {LOCK_FORMAT} object {{format, sglang: a version, effective: "
+            f"{{field: value}}}}, got {wrong}",
+            hint,
+            source=str(target),
+        )
+    return dict(document)
+
+
+def _shape_problem(document: Any, lock_format: str) -> str | None:
+    """What in ``document`` is not a lock's shape, None when nothing is."""
+    if not isinstance(document, dict):
+        return _a(document)
+    for key, wanted in (("format", lock_format), ("sglang", str), ("effective", dict)):
+        if key not in document:
+            return f"{key}: missing"
+        value = document[key]
+        if isinstance(wanted, str) and value != wanted:
+            return f"{key}: {json.dumps(value) if isinstance(value, str) else _a(value)}"
+        if isinstance(wanted, type) and not isinstance(value, wanted):
+            return f"{key}: {_a(value)}"
+    return None
+
+
+def _a(value: Any) -> str:
+    """``a list``, ``an int``: how a JSON value's type reads in a message."""
+    name = type(value).__name__ if value is not None else "null"
+    return f"{'an' if name[0] in 'aeiou' else 'a'} {name}"
 
 
 def write_lock(profiles: Path, name: str, document: dict[str, Any]) -> Path:
     from orchestrator import plan  # the plan's modules: only where a lock is written or read
+    from orchestrator.files import replace_file
 
     target = lock_path(profiles, name)
-    target.write_text(plan.lock_text(document), encoding="utf-8")
-    return target
+    return replace_file(
+        target, plan.lock_text(document), hint=f"remove {target}; orch lock {name} writes it anew"
+    )
 
 
 def stale_lock(profiles: Path, loaded: LoadedProfile) -> ProfileError | None:

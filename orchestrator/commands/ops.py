@@ -159,15 +159,16 @@ def node_profile(ctx: Context, name: str, rank: int) -> Profile:
 
 
 def runs(ctx: Context, name: str, *, rank: int = 0) -> RunsView:
-    """The deployment's runs with their start, end and verdict: one agent call (and state.json
-    read directly, for the live state of the current run)."""
+    """The deployment's runs with their start, end and verdict, and the current run's live
+    state: two agent commands over the SSH channel, as every other command asks (no SFTP,
+    which some hosts turn off)."""
     profile = node_profile(ctx, name, rank)
     agent = ctx.agent(profile)
     reply = agent.runs_reply()
     if not reply.runs:
         raise NotDeployed(f"{name} has no runs on {profile.host.name}", f"orch up {name}")
     return RunsView(
-        name, profile.host.name, reply.runs, agent.read_state(), reply.now, reply.skipped_events
+        name, profile.host.name, reply.runs, agent.status(), reply.now, reply.skipped_events
     )
 
 

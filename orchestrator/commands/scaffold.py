@@ -6,7 +6,6 @@ init``) with the hook switched on. Never overwrites."""
 
 from __future__ import annotations
 
-import os
 import shlex
 import shutil
 import subprocess
@@ -15,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from orchestrator.errors import ProfileError
+from orchestrator.files import create_file
 
 HOSTS = """\
 # The machines this team's profiles run on. `address`: a hostname, an IP, or a Host alias from
@@ -114,9 +114,10 @@ def init(root: Path) -> Scaffolded:
     for name, text, mode in files:
         target = root / name
         target.parent.mkdir(parents=True, exist_ok=True)
-        descriptor = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode)
-        with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
-            handle.write(text)
+        try:
+            create_file(target, text, mode=mode, hint="orch init into a directory of your own")
+        except FileExistsError as exc:  # created since the check above
+            raise ProfileError(f"{target} already exists", "orch init never overwrites") from exc
         written.append(target)
     return Scaffolded(root, tuple(written), _git_init(root))
 

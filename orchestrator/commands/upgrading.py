@@ -27,6 +27,7 @@ from orchestrator.errors import (
     UpgradeBlocked,
     UsageError,
 )
+from orchestrator.files import replace_file
 from orchestrator.profile import ProfileStore
 
 
@@ -285,10 +286,7 @@ def _write(
     written = []
     for display, text in result.files.items():
         path = _path(ctx.store, display)
-        partial = path.with_name(f".{path.name}.orch-upgrade")
-        partial.write_text(text, encoding="utf-8")
-        shutil.copymode(path, partial)
-        partial.replace(path)
+        replace_file(path, text, hint=f"make {display} a regular file of yours, then --write again")
         written.append(display)
     note = "no lock file: none written"
     if lock is not None and target_plan is not None:

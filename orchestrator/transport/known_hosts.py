@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from orchestrator.errors import HostKeyError
+from orchestrator.files import open_append
 
 SSH_PORT = 22
 
@@ -268,15 +269,13 @@ def pin(known_hosts_file: Path, name: str, key_type: str, key_b64: str) -> bool:
             f"(ssh-keygen -R '{name}' -f {path}) and trust the host again",
         )
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-    with os.fdopen(fd, "ab") as handle:
-        if handle.tell() > 0 and not _ends_with_newline(path):
+    hint = f"make {path} a regular file of yours (or remove it), then trust the host again"
+    with open_append(path, hint=hint) as handle:  # never through a planted link, never a FIFO
+        if handle.tell() > 0 and not _ends_with_newline(handle.fileno()):
             handle.write(b"\n")
         handle.write(key_line(name, key_type, key_b64).encode("ascii"))
     return True
 
 
-def _ends_with_newline(path: Path) -> bool:
-    with path.open("rb") as handle:
-        handle.seek(-1, os.SEEK_END)
-        return handle.read(1) == b"\n"
+def _ends_with_newline(descriptor: int) -> bool:
+    return os.pread(descriptor, 1, os.fstat(descriptor).st_size - 1) == b"\n"

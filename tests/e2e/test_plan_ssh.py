@@ -121,4 +121,9 @@ def test_lock_then_diff_effective_checks_the_running_server_against_it(
     drift = ssh_workspace.orch("diff-effective", name, "--json")
     assert drift.code == ExitCode.DRIFT
     row = rows_by_field(drift.json())["attention_backend"]
-    assert (row["verdict"], row["profile"], row["resolved"]) == ("lock-drift", "triton", "fa3")
+    assert (row["verdict"], row["profile"], row["lock"], row["resolved"]) == (
+        "lock-drift",
+        None,
+        "triton",
+        "fa3",
+    )  # the lock's value, not the profile's: the profile does not set it

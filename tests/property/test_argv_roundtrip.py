@@ -1,10 +1,10 @@
 """Any argument or env value reaches the server unchanged: through YAML, render, the displayed
-command read back by ``shlex.split``, and the launcher script run by a real ``bash``."""
+command read back by a real ``bash`` (it is for pasting into one: a value with control
+characters is written ``$'...'``), and the launcher script run by ``bash``."""
 
 from __future__ import annotations
 
 import json
-import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -66,6 +66,13 @@ def _plan(workspace: Path, arg_value: str, env_value: str) -> ServerCommand:
     return render.render(loaded.profile, loaded.table)
 
 
+def _bash_words(command: str) -> list[str]:
+    """The words bash makes of ``command`` (quotes removed, nothing run)."""
+    script = f"set -- {command}\nfor word; do printf '%s\\0' \"$word\"; done"
+    done = subprocess.run(["bash", "-c", script], capture_output=True, check=True, timeout=30)
+    return done.stdout.decode("utf-8").split("\0")[:-1]
+
+
 def _value_of(argv: list[str] | tuple[object, ...], flag: str) -> str:
     for index, token in enumerate(argv):
         if token == flag:
@@ -82,7 +89,7 @@ def test_displayed_command_splits_back_exactly(
 ) -> None:
     plan = _plan(workspace, arg_value, env_value)
     assert _value_of(plan.argv, "--tokenizer-path") == arg_value
-    words = shlex.split(render.format_command(plan, multiline=False))
+    words = _bash_words(render.format_command(plan, multiline=False))
     assert words[0] == f"ODD_VALUE={env_value}"
     assert tuple(words[1:]) == plan.argv
 

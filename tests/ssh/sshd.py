@@ -122,8 +122,7 @@ PasswordAuthentication no
 KbdInteractiveAuthentication no
 PermitRootLogin prohibit-password
 AllowTcpForwarding yes
-Subsystem sftp internal-sftp
-LogLevel ERROR
+{sftp}LogLevel ERROR
 MaxSessions 50
 MaxStartups 100
 PrintMotd no
@@ -156,9 +155,10 @@ class SshdUnavailable(RuntimeError):
     """No sshd or ssh-keygen on this machine."""
 
 
-def start_sshd(root: Path) -> tuple[SshServer, subprocess.Popen[bytes]]:
+def start_sshd(root: Path, *, sftp: bool = True) -> tuple[SshServer, subprocess.Popen[bytes]]:
     """A fresh sshd on 127.0.0.1 with its own keys under ``root`` (used by the session fixture
-    and by the benchmarks, which start several). Stop it with ``process.terminate()``."""
+    and by the benchmarks, which start several). Stop it with ``process.terminate()``.
+    ``sftp=False``: no SFTP subsystem, as on hosts that turn it off."""
     binary = _tool("sshd")
     if binary is None or _tool("ssh-keygen") is None:
         raise SshdUnavailable(
@@ -176,7 +176,10 @@ def start_sshd(root: Path) -> tuple[SshServer, subprocess.Popen[bytes]]:
     for _attempt in range(3):  # the free port may be taken between probing and binding
         port = free_port()
         config = root / "sshd_config"
-        config.write_text(SSHD_CONFIG.format(port=port, host_key=host_key, root=root))
+        subsystem = "Subsystem sftp internal-sftp\n" if sftp else ""
+        config.write_text(
+            SSHD_CONFIG.format(port=port, host_key=host_key, root=root, sftp=subsystem)
+        )
         started = time.monotonic()
         with log.open("wb") as log_file:
             process = subprocess.Popen(

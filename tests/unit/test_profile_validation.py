@@ -417,3 +417,23 @@ def test_inventory_persist_s_is_read_and_bounded(profile_dir: ProfileDir) -> Non
     [error] = caught.value.errors
     assert error.key_path == "hosts.box.persist_s"
     assert error.problem.startswith("expected a number in 0..")
+
+
+@pytest.mark.parametrize(
+    ("body", "key_path"),
+    [
+        ("model: {path: --help}\n", "model.path"),
+        ("model: {path: /models/m, served_model_name: -v}\n", "model.served_model_name"),
+        ("model: {path: /models/m}\nbind: -h\n", "bind"),
+    ],
+)
+def test_validation_refuses_a_value_that_reads_as_an_option(
+    profile_dir: ProfileDir, body: str, key_path: str
+) -> None:
+    """``model.path: "--help"`` validated, then the agent's probe read it as its own --help
+    (issue 26): a value that becomes a command-line word must not start with '-'."""
+    error = _one(profile_dir, body, head='sglang: "0.5.11"\nhost: gpu-1\n')
+    assert error.key_path == key_path
+    assert error.problem.endswith("starts with '-': a command line would read it as an option")
+    assert error.hint is not None
+    assert error.line is not None

@@ -26,7 +26,7 @@ def _budget() -> memory.Budget:
 
 def test_each_gpu_gets_its_bar_and_the_tightest_sizes_the_pools() -> None:
     budget = _budget()
-    lines = show_budget.budget_lines(budget, (), tty=False)
+    lines = show_budget.budget_lines(budget, ())
     bars = [line for line in lines if line.lstrip().startswith(("GPU0", "GPU1"))]
     assert len(bars) == 2
     # GPU1 has 40 GiB taken by others: more of its bar is "o", and every bar is as wide
@@ -37,8 +37,14 @@ def test_each_gpu_gets_its_bar_and_the_tightest_sizes_the_pools() -> None:
 
 
 def test_a_terminal_gets_colours_and_the_legend_names_every_part() -> None:
-    lines = show_budget.budget_lines(_budget(), (), tty=True)
-    assert any("\x1b[34mW" in line for line in lines)
+    texts = show_budget.budget_texts(_budget(), (), tty=True)
+    colours = [text.text for text in texts if text.control]
+    assert "\x1b[34m" in colours  # orch's own control texts, written as they are
+    assert not any("\x1b" in text.text for text in texts if not text.control)
+    plain = show_budget.budget_texts(_budget(), (), tty=False)
+    assert not any(text.control for text in plain)
+    lines = "".join(text.text for text in plain).splitlines()
+    assert lines == show_budget.budget_lines(_budget(), ())
     legend = next(line for line in lines if "W weights" in line)
     assert "K KV pool" in legend
     assert "M mamba state pool" in legend

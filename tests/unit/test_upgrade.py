@@ -146,7 +146,8 @@ def test_a_field_the_release_lacks_blocks_the_upgrade_and_nothing_is_written(
 def test_write_refuses_when_the_lock_cannot_be_refreshed(profiles: Path) -> None:
     path = profiles / "qwen36-mtp-b200.yaml"
     before = path.read_text()
-    (profiles / "qwen36-mtp-b200.lock.json").write_text('{"format": "orch-lock/1"}\n')
+    lock = '{"format": "orch.lock/1", "sglang": "0.5.11", "effective": {}}\n'  # a lock's shape
+    (profiles / "qwen36-mtp-b200.lock.json").write_text(lock)
     result = orch(profiles, "upgrade", "qwen36-mtp-b200", "--to", "0.5.23", "--write")
     assert result.code == ExitCode.UPGRADE
     assert "has a lock file, and the upgrade cannot refresh it" in result.err

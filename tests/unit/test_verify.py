@@ -355,3 +355,62 @@ def test_defaulted_lists_what_sglang_filled_in() -> None:
     assert defaulted["attention_backend"] == "fa3"
     assert "mem_fraction_static" not in defaulted  # the profile sets it
     assert report.drift == ()
+
+
+def test_a_value_with_spaces_in_launch_command_is_not_drift() -> None:
+    """SGLang joins launch_command with spaces, unquoted: ``--served-model-name qwen chat`` read
+    back by splitting gave "qwen" and a stray "chat", and a false drift (issue 26)."""
+    base = shipped("qwen36-mtp-b200")
+    profile = dataclasses.replace(
+        base, model=dataclasses.replace(base.model, served_model_name="qwen chat")
+    )
+    argv = argv_of(profile, T0523)
+    arguments = sglang_config.sglang_arguments(argv)
+    assert arguments is not None
+    info = {
+        **payload("server_info-payload-0523-offline.json"),
+        "served_model_name": "qwen chat",
+        "launch_command": " ".join(arguments),  # as SGLang writes it
+    }
+    observed = observe_answer({"pid": 1, "alive": True, "argv": list(argv), "server_info": info})
+    report = compare(profile, T0523, observed)
+    row = rows(report)["served_model_name"]
+    assert (row.verdict, row.launch_command) == ("ok", "qwen chat")
+    assert report.drift == ()
+    assert not any("launch_command does not parse" in note for note in report.notes)
+
+    elsewhere = {**info, "launch_command": info["launch_command"].replace("qwen chat", "qwen")}
+    observed = observe_answer(
+        {"pid": 1, "alive": True, "argv": list(argv), "server_info": elsewhere}
+    )
+    row = rows(compare(profile, T0523, observed))["served_model_name"]
+    assert row.verdict == "received-other"  # a real difference still shows
+
+
+def test_lock_values_are_the_locks_not_the_profiles() -> None:
+    """diff-effective's PROFILE column showed the lock's values for fields the profile never
+    set (issue 26): they belong to a LOCK column, the profile's cell empty."""
+    profile = shipped("qwen36-mtp-b200")
+    info = payload("server_info-payload-0523-offline.json")
+    observed = observe_answer(
+        {"pid": 1, "alive": True, "argv": list(argv_of(profile, T0523)), "server_info": info}
+    )
+    report = compare(profile, T0523, observed)
+    locked = {"attention_backend": "triton", "page_size": info["page_size"]}
+    report = verify.compare_lock(report, locked, info)
+    fields = rows(report)
+    attention = fields["attention_backend"]
+    assert attention.profile is verify.ABSENT  # the profile does not set it
+    assert (attention.locked, attention.verdict) == ("triton", "lock-drift")
+    assert fields["page_size"].profile is verify.ABSENT
+    text = show_reports.diff_text(report)
+    header, *table = text.splitlines()[1:]
+    assert header.split()[:3] == ["FIELD", "PROFILE", "LOCK"]
+    (line,) = [row for row in table if row.startswith("attention_backend ")]
+    assert line.split()[1:4] == ["-", "triton", "-"]  # profile, lock, received
+    document = show_reports.diff_json(report)
+    (row,) = [row for row in document["fields"] if row["field"] == "attention_backend"]
+    assert (row["profile"], row["lock"], row["verdict"]) == (None, "triton", "lock-drift")
+
+    unlocked = show_reports.diff_text(compare(profile, T0523, observed))
+    assert "LOCK" not in unlocked.splitlines()[1]  # no lock, no column

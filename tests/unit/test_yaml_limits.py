@@ -8,7 +8,7 @@ import time
 import pytest
 
 from orchestrator.errors import ExitCode, ProfileError
-from orchestrator.yamldoc import MAX_DEPTH, MAX_VALUES, parse_yaml
+from orchestrator.yamldoc import MAX_DEPTH, MAX_TEXT, MAX_VALUES, parse_yaml
 
 
 def _bomb(levels: int = 9) -> str:
@@ -142,3 +142,28 @@ def test_yaml_anchor_errors_say_both_places() -> None:
     )
     error, _ = _refusal("a: *nope\n")
     assert error.message == "profiles/p.yaml:1:4: YAML syntax error: found undefined alias"
+
+
+def test_a_long_text_repeated_by_aliases_is_refused_at_the_alias_past_the_bound() -> None:
+    """One 1 MiB anchored string repeated by 90,000 aliases: a 1.8 MB file that expands to
+    90 GiB of text (each copy scanned by validation: 31.6 s in `validate` before)."""
+    big = "x" * (1 << 20)
+    lines = ["sglang: '0.5.23'", f"description: &big {big}", "notes:", *["  - *big"] * 90_000]
+    error, ms = _refusal("\n".join(lines) + "\n")
+    print(f"1 MiB x 90k aliases refused in {ms:.0f} ms")  # noqa: T201 - the measured time, for the report
+    assert error.exit_code == ExitCode.CONFIG
+    assert f"expands to more than {MAX_TEXT >> 20} MiB of text" in error.message
+    assert "alias *big repeats 1048576 characters" in error.message
+    # the anchored MiB, then three aliases of it: 4 MiB, past the bound with the keys' text
+    crossing = MAX_TEXT // len(big) - 2
+    assert error.key_path == f"notes[{crossing}]"
+    assert error.line == 4 + crossing  # the first alias is on line 4
+    assert error.hint is not None
+    assert "aliases" in error.hint
+    assert ms < 2000
+
+
+def test_text_under_the_bound_through_aliases_is_kept() -> None:
+    text = "y" * 1000
+    document = parse_yaml(f"a: &t {text}\nb: [*t, *t, *t]\n", "p.yaml")
+    assert document.value == {"a": text, "b": [text, text, text]}
