@@ -102,7 +102,8 @@ def open_append(path: Path, *, mode: int = 0o644, hint: str) -> Iterator[BinaryI
     target = _through_link(path, hint)
     with _directory(target, hint) as directory:
         _existing(directory, target, hint)  # a device or a FIFO is never even opened
-        flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | _NOFOLLOW | _CLOEXEC
+        # read-write: a caller may read what is there (the last byte: does it end a line?)
+        flags = os.O_RDWR | os.O_CREAT | os.O_APPEND | _NOFOLLOW | _CLOEXEC
         try:
             descriptor = os.open(target.name, flags, mode, dir_fd=directory)
         except OSError as exc:

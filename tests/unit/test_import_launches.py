@@ -20,7 +20,8 @@ from orchestrator.shellscript import parse_script
 RECORD = "\x1e"  # between records in the capture file; NUL between a record's words
 
 STUBS = r"""
-__record() { printf '%s\0' "$@" >> "$CAPTURE"; printf '\x1e' >> "$CAPTURE"; }
+# one printf, one write: launches in the background must not interleave their records
+__record() { printf '%s\0' "$@" $'\x1e' >> "$CAPTURE"; }
 python3() { __record "$@"; }
 python() { __record "$@"; }
 command_not_found_handle() {  # "$ROOT/.venv/bin/python": recorded by its name
@@ -60,7 +61,7 @@ def _bash_launches(script: str, tmp_path: Path) -> list[list[str]]:
         cwd=tmp_path, capture_output=True, timeout=30, check=False,
     )  # fmt: skip
     launches = []
-    for record in capture.read_bytes().decode().split(RECORD)[:-1]:
+    for record in capture.read_bytes().decode().split(RECORD + "\0")[:-1]:
         words = record.split("\0")[:-1]
         if words[:2] == ["-m", "sglang.launch_server"]:
             launches.append(words[2:])

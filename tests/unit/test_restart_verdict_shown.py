@@ -97,7 +97,7 @@ def test_a_run_stopped_on_request_ends_without_a_restart_verdict() -> None:
     stopped = decode_state(_state(agent.STOPPED, "stopped on request", None)).last_exit
     line = _marker(RunEnded(RUN, stopped, None, agent.EXITED, "", ExitCode.OK))
     assert "restart" not in line
-    assert line.startswith(f"-- run {RUN} ended: stopped (SIGKILL); EXITED")
+    assert line.startswith(f"-- run {RUN} ended: stopped; EXITED")  # a clean stop: no signal shown
 
 
 def test_ups_failure_says_the_restart_verdict_and_why() -> None:
