@@ -454,11 +454,19 @@ _SELF_KILL_MARKS = (
     "kill_process_tree called",
     "hit an exception",  # Scheduler, TpModelWorkerClient, DetokenizerManager ...
     "crashed with exit code",
+    # http_server's warmup (0.3-0.5.x): logger.error("Initialization failed. warmup error: ...")
+    # then kill_process_tree(os.getpid())
+    "initialization failed. warmup error",
 )
 # SGLang 0.1-0.3's record of a failed process, before it killed its tree: logger.error("Exception
 # in ControllerSingle:\n" + traceback) then kill_parent_process() ("Exception in ModelTpServer:",
-# "Exception in ModelRpcClient:" likewise). Python's "Exception in thread X:" is not one.
-_COMPONENT_FAILED = re.compile(r"^Exception in (?!thread\b)[A-Z]\w*:$")
+# "Exception in ModelRpcClient:" likewise). Python's "Exception in thread X:" is not one. SGLang
+# 0.1-0.2's main process prints the traceback its router (controller) sent through a pipe after
+# "router init state:" ("Initialization failed. router_init_state:") and exits 1.
+_COMPONENT_FAILED = re.compile(
+    r"^Exception in (?!thread\b)[A-Z]\w*:$"
+    r"|^(?:Initialization failed\. )?(?:router|controller)[_ ]init[_ ]state: (?!init ok)"
+)
 # SGLang's own record of a stop it was asked for from outside.
 _EXTERNAL_STOP_MARKS = ("sigterm received. signum=",)
 # Exceptions and fatal errors, by the first line of their text.
@@ -482,9 +490,14 @@ _CHILD_FAILED = re.compile(
     r"Child process unexpectedly failed with (?:an exit code |exitcode=)(\d+)"
 )
 # A traceback frame in the entry point of one of SGLang's processes (scheduler, detokenizer,
-# data parallel controller): they report their failure to the main process, which kills the tree.
+# data parallel controller), or in the code only its model processes run (the TP worker, the
+# model runner and its CUDA graphs, the model loader, torch.distributed's groups; 0.1's router,
+# 0.2's controller): they report their failure to the main process, which kills the tree.
 _SUBPROCESS_FRAME = re.compile(
     r"\bin run_(?:scheduler|detokenizer|data_parallel_controller)_process"
+    r"|/srt/(?:managers/(?:router/|controller/)?(?:tp_worker(?:_overlap_thread)?|model_rpc"
+    r"|model_runner)|model_executor/(?:model_runner|cuda_graph_runner)|model_loader/loader"
+    r"|distributed/parallel_state)\.py\""
 )
 _CHAIN_SUPERSEDED = "during handling of the above exception, another exception occurred"
 _ABORTED = "Fatal Python error: Aborted"
@@ -494,11 +507,35 @@ _CUDA_ERROR_TRAILER = "CUDA kernel errors might be asynchronously reported"
 _ORPHAN_CUDA_ERROR = "CUDA error"
 # The innermost frame of a traceback: ``File "...", line N, in <module>`` is an import running.
 _FRAME = re.compile(r'^File "(?P<path>[^"]*)", line \d+, in (?P<function>\S+)')
+_CARETS = re.compile(r"[\^~ ]+")  # Python 3.11+ marks the failing part of a frame's line
+# How Python prints an exception of a class outside builtins: ``package.module.Name: message``.
+_QUALIFIED_EXCEPTION = re.compile(r"^(?:[A-Za-z_]\w*\.)+[A-Z]\w*: \S")
+# CUDA's report of a kernel's failed assert(): "<file>:<line>: <function>: block: [x,y,z],
+# thread: [x,y,z] Assertion `<condition>` failed." (torch's indexing kernels, any __assert_fail).
+_DEVICE_ASSERT = re.compile(
+    r": block: \[\d+,\d+,\d+\], thread: \[\d+,\d+,\d+\] Assertion `.*` failed\."
+)
 # GPU kernel libraries: their Python wrappers check the shapes, dtypes and GPUs their kernels
 # support (aiter's MLA decode asserts the head count, DeepGEMM its scale layouts, Triton's
 # front end its operand types) before they launch or build anything.
 _KERNEL_LIBRARY = re.compile(r"/(?:aiter|flashinfer|sgl_kernel|deep_gemm|flash_attn|triton)/")
 _KERNEL_LIBRARY_CHECKS = ("AssertionError", "ValueError", "NotImplementedError")
+# The kernel libraries' own exception texts: flashinfer::Error ("Error in function '<f>' at
+# <file>:<line>: <message>", include/flashinfer/exception.h) and its dispatch macros
+# (__PRETTY_FUNCTION__ " failed to dispatch " var " " value), DeepEP's EP_HOST_ASSERT
+# ("Failed: Assertion error <file>:<line> '<condition>'", csrc/kernels/exception.cuh).
+_KERNEL_LIBRARY_ERROR = re.compile(
+    r"\berror in function '[^']*' at \S*flashinfer\S*:\d+: |\bfailed to dispatch \w+ -?\d+"
+    r"|\bfailed: assertion error \S+:\d+ '"
+)
+# torch.ops.<library>.<op> runs the library's compiled kernel: a RuntimeError out of torch's
+# _ops.py is the op's own TORCH_CHECK refusing its inputs (vLLM's awq_dequantize and bfloat16).
+_COMPILED_OP = re.compile(r"/torch/_ops\.py$")
+# torch's dispatcher refusing a call to a compiled op for its arguments (createStackForSchema):
+# the op's library and its caller are of different releases (SGLang and a flashinfer JIT op).
+_OP_SIGNATURE_MISFIT = re.compile(
+    r"\(\) expected at most \d+ argument\(s\) but received \d+ argument\(s\)"
+)
 _REQUIRES_PACKAGE = re.compile(r'\brequires "?[\w.\-]+"? to be installed\b')
 # A JIT build's compiler failing (Triton builds its launcher stubs with gcc, torch's cpp_extension
 # and flashinfer run ninja, DeepGEMM nvcc): subprocess's CalledProcessError names the command.
@@ -507,8 +544,11 @@ _COMPILER_FAILED = re.compile(
 )
 # What code of two releases that do not fit raises while a module is imported.
 _IMPORT_TIME_MISFITS = ("ValueError", "TypeError", "AttributeError", "NameError")
-# Python's own text for a module that lacks a name (not an object's attribute: a bug's).
-_MODULE_LACKS = re.compile(r"^attributeerror: module '[^']+' has no attribute ")
+# Python's own text for a module that lacks a name (not an object's attribute: a bug's), and
+# torch's for an op namespace whose installed library registers no such op (torch/_ops.py).
+_MODULE_LACKS = re.compile(
+    r"^attributeerror: (?:module '[^']+'|'_opnamespace' '[^']+' object) has no attribute "
+)
 
 _MISSING_MODEL_TYPES = (
     "RepositoryNotFoundError",
@@ -517,6 +557,7 @@ _MISSING_MODEL_TYPES = (
     "LocalEntryNotFoundError",
     "RevisionNotFoundError",
     "EntryNotFoundError",
+    "OfflineModeIsEnabled",  # HF_HUB_OFFLINE: the Hub, and the model's files on it, unreachable
 )
 _MISSING_MODEL_MARKS = (
     "is not a local folder and is not a valid model identifier",
@@ -603,6 +644,12 @@ _PARALLEL_CHECK = re.compile(
     # divisible by weight quantization block_n = 128"); a kernel's tiles are _MARLIN_SHAPE's
     r"|\b\w+_(?:size_per_partition|partition_size) = \d+ is not divisible by\b"
 )
+# SGLang's ModelConfig._verify_quantization (vLLM's before it): --quantization against the
+# checkpoint's own quantization config and the methods the release knows.
+_QUANTIZATION_CHECK = re.compile(
+    r"does not match the quantization method specified in the `quantization` argument"
+    r"|\bunknown quantization method: "
+)
 _NCCL_TYPES = ("DistBackendError", "DistNetworkError", "DistStoreError")
 _NCCL_MARKS = (
     "nccl error",
@@ -652,10 +699,11 @@ def _failures(tail: Sequence[str], lines: Sequence[str]) -> list[_Failure]:
                 detail,
                 at_import=_raised_at_import(index, lines),
                 in_kernel_library=_raised_in_kernel_library(index, lines),
+                in_compiled_op=_raised_in_compiled_op(index, lines),
                 reading_model=_raised_reading_model(index, lines),
                 importing=_raised_while_importing(index, lines),
             )
-            python = bool(_EXCEPTION_LINE.match(shown))
+            python = bool(_EXCEPTION_LINE.match(shown)) or _is_exception_line(index, lines)
             found.append(_Failure(index, shown, cls, process, python))
     return found
 
@@ -664,7 +712,7 @@ def _failure_at(
     index: int, text: str, tail: Sequence[str], lines: Sequence[str]
 ) -> tuple[str, str, str] | None:
     """(type, text to show, lowered text to match) when line ``index`` states a failure."""
-    if _EXCEPTION_LINE.match(text):
+    if _is_exception_line(index, lines):
         exc_type = text.split(":", 1)[0]
         if exc_type.endswith("Warning") or _superseded(index, tail, lines):
             return None
@@ -681,6 +729,8 @@ def _failure_at(
         what = next((t for t in lines[index + 1 : index + 4] if t.startswith("what():")), "")
         detail = f"{text} {what}".lower()
         return terminate.group("type"), (what or text), detail
+    if _DEVICE_ASSERT.search(text):  # a kernel's own assert(), printed by CUDA
+        return "device-side assert", text, "device-side assert triggered"
     check = _CHECK_MACRO.search(text)
     if check is not None:  # its text as torch words the same error: "CUDA error: ..."
         return "CUDACHECK", text[check.start() :], f"{check['lib']} error: {check['what']}".lower()
@@ -774,12 +824,33 @@ def _raised_in_kernel_library(index: int, lines: Sequence[str]) -> bool:
     return frame is not None and _KERNEL_LIBRARY.search(frame.group("path")) is not None
 
 
+def _raised_in_compiled_op(index: int, lines: Sequence[str]) -> bool:
+    """The traceback ending at line ``index`` was raised by a call of a compiled op."""
+    frame = _innermost_frame(index, lines)
+    return frame is not None and _COMPILED_OP.search(frame.group("path")) is not None
+
+
+def _is_exception_line(index: int, lines: Sequence[str]) -> bool:
+    """Line ``index`` states the exception that ends a traceback: ``ExcType: message``, or right
+    after a frame ``module.Name: message`` whatever the class is called (Python prints every
+    exception so: huggingface_hub's OfflineModeIsEnabled has no usual suffix)."""
+    if _EXCEPTION_LINE.match(lines[index]):
+        return True
+    if _QUALIFIED_EXCEPTION.match(lines[index]) is None:
+        return False
+    earlier = index - 1
+    while earlier >= 0 and _CARETS.fullmatch(lines[earlier]):
+        earlier -= 1  # the ^^^ markers under the frame's source line
+    return any(_FRAME.match(lines[i]) for i in (earlier, earlier - 1) if i >= 0)
+
+
 def _specific_class(
     exc_type: str,
     detail: str,
     *,
     at_import: bool = False,
     in_kernel_library: bool = False,
+    in_compiled_op: bool = False,
     reading_model: bool = False,
     importing: bool = False,
 ) -> str | None:
@@ -794,6 +865,7 @@ def _specific_class(
         or (name == "AttributeError" and (at_import or "partially initialized module" in detail))
         # a module of another release than its caller's (vllm._custom_ops without silu_and_mul)
         or (name == "AttributeError" and _MODULE_LACKS.match(detail) is not None)
+        or _OP_SIGNATURE_MISFIT.search(detail) is not None
         # packages that do not fit together fail while one imports another (transformers
         # refusing SGLang's registration of a name it already has)
         or (importing and name in _IMPORT_TIME_MISFITS)
@@ -822,16 +894,22 @@ def _specific_class(
         or any(mark in detail for mark in _KERNEL_MARKS)
         or _MARLIN_SHAPE.search(detail)
         or (in_kernel_library and name in _KERNEL_LIBRARY_CHECKS)
+        or _KERNEL_LIBRARY_ERROR.search(detail) is not None
+        or (in_compiled_op and name == "RuntimeError" and not _names_nccl(detail))
         or (name == "CalledProcessError" and _COMPILER_FAILED.search(detail) is not None)
     ):
         return KERNEL_ERROR
-    if name in ("AssertionError", "ValueError") and _PARALLEL_CHECK.search(detail):
-        return CONFIG_ERROR
-    if (name in _NCCL_TYPES and _CARRIES_CUDA_ERROR not in detail) or any(
-        mark in detail for mark in _NCCL_MARKS
+    if name in ("AssertionError", "ValueError") and (
+        _PARALLEL_CHECK.search(detail) or _QUANTIZATION_CHECK.search(detail)
     ):
+        return CONFIG_ERROR
+    if (name in _NCCL_TYPES and _CARRIES_CUDA_ERROR not in detail) or _names_nccl(detail):
         return NCCL
     return None
+
+
+def _names_nccl(detail: str) -> bool:
+    return any(mark in detail for mark in _NCCL_MARKS)
 
 
 def _argparse_error(tail: Sequence[str]) -> str | None:
