@@ -17,7 +17,7 @@ from pathlib import Path
 import psutil
 import yaml
 
-from bench.__main__ import (
+from bench.lab import (
     MODEL,
     REPO,
     STANDIN,
@@ -34,7 +34,7 @@ from bench.relay import Counts
 from orchestrator.commands.context import Context
 from orchestrator.commands.events import Outcome
 from orchestrator.commands.up import up
-from orchestrator.profile import ProfileStore
+from orchestrator.profile.store import ProfileStore
 from orchestrator.transport import mux
 from orchestrator.transport.ssh import SSHTransport
 from tests.ssh.sshd import free_port

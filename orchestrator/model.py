@@ -187,7 +187,7 @@ class Group:
         return f"{shown}:{self.rendezvous_port}"
 
 
-# What ``orch export`` writes (orchestrator/export.py): Kubernetes LeaderWorkerSet, Deployment,
+# What ``orch export`` writes (orchestrator/export/): Kubernetes LeaderWorkerSet, Deployment,
 # SkyPilot task, dstack run configuration.
 EXPORT_ENGINES = ("k8s-lws", "k8s", "skypilot", "dstack")
 

@@ -18,8 +18,6 @@ import urllib.parse
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
-from orchestrator import argtable
-from orchestrator.argtable import ArgTable, BadValue
 from orchestrator.errors import RenderError
 from orchestrator.model import (
     ArgvToken,
@@ -29,7 +27,9 @@ from orchestrator.model import (
     SecretRef,
     ServerCommand,
 )
-from orchestrator.profile import requested_fields
+from orchestrator.profile.store import requested_fields
+from orchestrator.sglang import argtable
+from orchestrator.sglang.argtable import ArgTable, BadValue
 
 MODULE = "sglang.launch_server"
 LAUNCHER_TEMPLATE = "launch.sh.j2"

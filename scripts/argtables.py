@@ -18,7 +18,8 @@ requires (found by importing it). ``scripts/gen_sglang_argtable.py`` then runs S
 release the first time (pip's cache keeps the wheels) and are kept under
 ``${ORCH_SGLANG_VENV_CACHE:-~/.cache/orch/sglang-venvs}/argtable-overlays/``.
 
-Where the tables live: ``orchestrator/argtables/`` as a pack (``orchestrator/argtable_pack.py``):
+Where the tables live: ``orchestrator/sglang/argtables/`` as a pack
+(``orchestrator/sglang/argtable_pack.py``):
 every distinct option record once (``options.jsonl``), every distinct (field, default) pair once
 (``fields.jsonl``), and per release the lines it is made of (``releases.json``). 45 releases take
 ~1/10 of their separate size, a new release adds only what changed, and ``git diff`` of a rebuild
@@ -43,13 +44,13 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from orchestrator import argtable, argtable_pack  # noqa: E402
+from orchestrator.sglang import argtable, argtable_pack  # noqa: E402
 
 CACHE_ROOT = Path(
     os.environ.get("ORCH_SGLANG_VENV_CACHE", str(Path.home() / ".cache/orch/sglang-venvs"))
 )
 BASE_VERSION = os.environ.get("ORCH_ARGTABLE_BASE", "0.5.23")
-PACK_DIR = REPO / "orchestrator" / "argtables"
+PACK_DIR = REPO / "orchestrator" / "sglang" / "argtables"
 REPORT = REPO / "docs" / "sglang-versions.md"
 # Every release from 0.4.9.post1 on (0.5.0 was never published on PyPI); older ones on request
 # (0.4.5 ships: a script of the corpus runs its image).
@@ -269,7 +270,7 @@ def build(versions: list[str]) -> int:
 
 
 def report(check: bool) -> int:
-    from orchestrator import argtable_changes
+    from orchestrator.sglang import argtable_changes
 
     text, problems = argtable_changes.release_report(argtable.available_versions())
     if check:

@@ -2,7 +2,7 @@
 
 ``scripts/argtables.py build VERSION...`` (``make argtables``) runs it for each release under
 the python of a venv where ``import sglang`` is that release, and stores its output in orch's
-pack (``orchestrator/argtables/``, ``orchestrator/argtable_pack.py``). By hand::
+pack (``orchestrator/sglang/argtables/``, ``orchestrator/sglang/argtable_pack.py``). By hand::
 
     scripts/build-sglang-venv.sh 0.5.11
     ~/.cache/orch/sglang-venvs/0.5.11/bin/python scripts/gen_sglang_argtable.py --out /tmp/t

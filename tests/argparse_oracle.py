@@ -1,5 +1,5 @@
 """A real ``argparse`` parser built from an argument table: the oracle that orch's own reading
-of SGLang arguments (orchestrator.launches.parse_arguments) is checked against.
+of SGLang arguments (orchestrator.importing.launches.parse_arguments) is checked against.
 
 SGLang's server parser is a plain ``argparse.ArgumentParser`` (allow_abbrev on); the table holds
 each action's flags, nargs, type and action class as read from the real package. Python's own
@@ -16,7 +16,7 @@ import json
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from orchestrator.argtable import RENAMES, ArgOption, ArgTable, const_of
+from orchestrator.sglang.argtable import RENAMES, ArgOption, ArgTable, const_of
 
 # Custom actions whose arity the table does not say; tests keep them out of generated input.
 UNCERTAIN_ACTIONS = frozenset({"custom:DeprecatedStoreConstAction", "custom:DeprecatedAction"})

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.bundled import bundled_path
-from orchestrator.profile import ProfileStore
+from orchestrator.profile.bundled import bundled_path
+from orchestrator.profile.store import ProfileStore
 from tests.ssh.sshd import sshd, sshd_config  # one real sshd for the whole session
 
 __all__ = ["sshd", "sshd_config"]

@@ -30,8 +30,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from orchestrator import argtable, sglang_config, verify
+from orchestrator.effective import verify
 from orchestrator.errors import AuthError, ConnectError, NotResolved, UsageError
+from orchestrator.sglang import argtable
+from orchestrator.sglang import config as sglang_config
 
 URL_TIMEOUT_S = 10.0  # --url: /server_info comes from the tokenizer manager, fast under load
 SERVER_INFO_ENDPOINTS = ("/server_info", "/get_server_info")  # the second: its older name

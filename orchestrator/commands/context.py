@@ -18,10 +18,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from orchestrator import __version__, render
-from orchestrator.argtable import ArgTable
+from orchestrator.fleet.client import Agent, locate
 from orchestrator.model import Host, Profile, ServerCommand
-from orchestrator.profile import LoadedProfile, ProfileStore
-from orchestrator.supervise import Agent, locate
+from orchestrator.profile.store import LoadedProfile, ProfileStore
+from orchestrator.sglang.argtable import ArgTable
 from orchestrator.transport import Transport
 
 KNOWN_HOSTS_FILE = "known_hosts"  # the team's pinned host keys, beside the profiles

@@ -6,20 +6,25 @@ from __future__ import annotations
 import dataclasses
 import json
 import posixpath
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from orchestrator import argtable, groups, memory, observe, sglang_config, verify
 from orchestrator.commands import lockfile
 from orchestrator.commands.by_url import URL_TIMEOUT_S, observe_url
 from orchestrator.commands.context import Context, Launch
+from orchestrator.commands.events import Effective, Outcome, UpEvent, Warn
+from orchestrator.commands.fanout import parallel
 from orchestrator.commands.follow import StartupLog
-from orchestrator.errors import NotDeployed, NotResolved
+from orchestrator.effective import verify
+from orchestrator.errors import ExitCode, NotDeployed, NotResolved, OrchError
+from orchestrator.fleet import groups
+from orchestrator.fleet.client import InspectRequest
+from orchestrator.fleet.protocol import LastRun, health_host
 from orchestrator.model import Profile, SecretRef
-from orchestrator.protocol import LastRun, health_host
 from orchestrator.remote.agent import CONFIG_FILE
-from orchestrator.supervise import InspectRequest
+from orchestrator.sglang import argtable, memory, observe
+from orchestrator.sglang import config as sglang_config
 
 
 def diff_effective(
@@ -165,8 +170,6 @@ class GroupReport:
 
 def diff_group(ctx: Context, launch: Launch, *, include_defaulted: bool = False) -> GroupReport:
     """Every rank compared (each node asked in parallel), then with each other."""
-    from orchestrator.commands.group import parallel  # the group's stages import this module
-
     def compare_rank(rank: int) -> verify.Report:
         return diff_effective(ctx, launch, include_defaulted=include_defaulted, rank=rank)
 
@@ -223,3 +226,32 @@ def _api_key(profile: Profile, secrets: Mapping[str, str]) -> tuple[str | None, 
     if isinstance(value, str) and value:
         return value, "args.api_key"
     return None, "args.api_key"
+
+
+def verify_ready(
+    ctx: Context, launch: Launch, ready: Outcome, inspected: Inspected | None = None
+) -> Iterator[UpEvent]:
+    profile = launch.profile
+    try:
+        report = diff_effective(ctx, launch, inspected=inspected)
+    except (NotDeployed, NotResolved):
+        yield ready
+        return
+    except OrchError as exc:
+        yield Warn(f"could not compare the effective configuration: {exc.message}", exc.hint)
+        yield ready
+        return
+    pinned = report.pinned_drift(profile.pin, launch.table)
+    yield Effective(report, pinned)
+    if not pinned:
+        yield ready
+        return
+    names = ", ".join(row.field for row in pinned)
+    yield Outcome(
+        ok=False,
+        exit_code=ExitCode.DRIFT,
+        state=ready.state,
+        summary=f"pinned field{'s' if len(pinned) > 1 else ''} drifted: {names} "
+        f"(run {ready.state.run_id} is READY and keeps running)",
+        hint=f"orch diff-effective {profile.name} shows why; orch down {profile.name} to stop it",
+    )

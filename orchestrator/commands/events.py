@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from orchestrator import memory, verify
+from orchestrator.effective import verify
+from orchestrator.effective.plan import PlanReport
 from orchestrator.errors import ExitCode
-from orchestrator.model import RunState
-from orchestrator.observe import LogEvent
-from orchestrator.plan import PlanReport
+from orchestrator.fleet.protocol import StopReply
+from orchestrator.model import ExitInfo, RunState
+from orchestrator.sglang import memory
+from orchestrator.sglang.observe import LogEvent
 
 
 @dataclass(frozen=True)
@@ -82,3 +84,45 @@ class Outcome:
 UpEvent = (
     Step | Warn | Planned | Started | Attached | LogLine | Effective | MemoryMeasured | Outcome
 )
+
+
+# -- down and logs ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Stopping:
+    """``down`` is about to ask the agent to stop (the call blocks for up to ``timeout_s``)."""
+
+    profile: str
+    pid: int | None  # the server's, when one runs (none in BACKOFF)
+    state: str | None
+    timeout_s: float
+
+
+@dataclass(frozen=True)
+class Stopped:
+    """``down``'s answer for one server (one rank of a group)."""
+
+    label: str  # the profile, or "<profile> rank N (<host>)"
+    reply: StopReply
+
+
+@dataclass(frozen=True)
+class LogChunk:
+    text: str
+    run_id: str
+    path: str
+
+
+@dataclass(frozen=True)
+class RunEnded:
+    """The followed run ended. With ``next_run`` the agent started another, followed from its
+    start; without, the deployment ended (``state`` EXITED or FATAL) and so does ``logs``,
+    with ``exit_code``."""
+
+    run_id: str
+    verdict: ExitInfo | None  # None when no exit of the run was recorded
+    next_run: str | None
+    state: str | None = None
+    message: str = ""
+    exit_code: ExitCode = ExitCode.OK

@@ -15,9 +15,9 @@ from typing import Any, NoReturn
 
 from orchestrator.commands.events import LogLine, Outcome, UpEvent
 from orchestrator.errors import ConnectError, ExitCode, StartupTimeout
+from orchestrator.fleet.client import Agent, InspectRequest, WatchSilent
+from orchestrator.fleet.protocol import decode_state
 from orchestrator.model import Profile, RunState
-from orchestrator.observe import LineSplitter, LogEvent, parse_line
-from orchestrator.protocol import decode_state
 from orchestrator.remote.agent import (
     BACKOFF,
     CONFIG_ERROR,
@@ -37,7 +37,7 @@ from orchestrator.remote.agent import (
     TERMINAL_STATES,
     restart_for,
 )
-from orchestrator.supervise import Agent, InspectRequest, WatchSilent
+from orchestrator.sglang.observe import LineSplitter, LogEvent, parse_line
 
 POLL_S = 0.1
 # How often up asks the host whether the supervisor is still the process it recorded: state.json

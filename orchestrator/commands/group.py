@@ -2,7 +2,7 @@
 together.
 
 ``up``: every node's deployment state; preflight on every node (in parallel: each node is its own
-round trips); the nodes against each other (``orchestrator.groups``); rank 0's rendezvous and
+round trips); the nodes against each other (``orchestrator.fleet.groups``); rank 0's rendezvous and
 control ports reached from every other node through a short-lived listener (not the server);
 SGLang's plan (rank 0's command); then every rank's supervisor is started at once (rank 0's
 coordinates the others over the control port: ``remote/agent.py``); rank 0's startup is followed,
@@ -19,14 +19,26 @@ import queue
 import secrets
 import threading
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 
-from orchestrator import groups, render
-from orchestrator.commands import ops, ownership, planning, preflight
+from orchestrator import render
+from orchestrator.commands import ownership, planning, preflight
 from orchestrator.commands.context import Context, Launch, Member
-from orchestrator.commands.events import Attached, Outcome, Started, Step, UpEvent, Warn
+from orchestrator.commands.effective import verify_ready
+from orchestrator.commands.events import (
+    Attached,
+    LogChunk,
+    Outcome,
+    RunEnded,
+    Started,
+    Step,
+    Stopped,
+    Stopping,
+    UpEvent,
+    Warn,
+)
+from orchestrator.commands.fanout import parallel
 from orchestrator.commands.follow import (
     POLL_S,
     Clock,
@@ -35,15 +47,13 @@ from orchestrator.commands.follow import (
     failure_outcome,
     follow,
 )
-from orchestrator.commands.ops import LogChunk, RunEnded, Stopped, Stopping
+from orchestrator.commands.logs import LogTail, logs
 from orchestrator.errors import Conflict, ExitCode, PreflightError, SupervisorError
+from orchestrator.fleet import groups
+from orchestrator.fleet.client import Agent
+from orchestrator.fleet.protocol import ProbeAnswer, StopReply, build_spec, health_host
 from orchestrator.model import Group, Profile, RunState
-from orchestrator.protocol import ProbeAnswer, StopReply, build_spec, health_host
 from orchestrator.remote.agent import READY
-from orchestrator.supervise import Agent
-
-T = TypeVar("T")
-R = TypeVar("R")
 
 REACH_TIMEOUT_S = 5.0  # one TCP connect between two nodes of a group: seconds, not minutes
 LISTEN_S = 60.0  # the probe listener's life at most; it ends once every node has reached it
@@ -66,16 +76,6 @@ class Node:
     @property
     def name(self) -> str:
         return f"rank {self.rank} ({self.profile.host.name})"
-
-
-def parallel(work: Callable[[T], R], items: Sequence[T]) -> list[R]:
-    """``work`` on every item at once (each node is its own connection and round trips); the
-    first error is raised once all have ended."""
-    if len(items) <= 1:
-        return [work(item) for item in items]
-    with ThreadPoolExecutor(max_workers=len(items)) as pool:
-        futures = [pool.submit(work, item) for item in items]
-        return [future.result() for future in futures]
 
 
 def nodes_of(ctx: Context, launch: Launch) -> list[Node]:
@@ -306,8 +306,6 @@ def _follow(
 ) -> Iterator[UpEvent]:
     """Rank 0's startup, streamed as a single server's; then every other rank to READY. The
     group's verdict is rank 0's supervisor's: it names the rank whose end took the group down."""
-    from orchestrator.commands.up import verify_ready  # up imports this module
-
     leader = nodes[0]
     startup = StartupLog()
     clock = Clock(ctx.clock, ctx.sleep)
@@ -362,7 +360,7 @@ def _with_failed_rank_tail(
     state = node.agent.read_state()
     if state is None or state.log is None:
         return outcome
-    text = ops.LogTail(node.agent.transport, state.log).last_lines(TAIL_LINES)
+    text = LogTail(node.agent.transport, state.log).last_lines(TAIL_LINES)
     if not text:
         return outcome
     return dataclasses.replace(
@@ -466,7 +464,7 @@ def _active(state: RunState) -> bool:
 def logs_every_node(
     ctx: Context, name: str, *, follow_log: bool, lines: int
 ) -> Iterator[tuple[int, LogChunk | RunEnded]]:
-    """Every rank's log (``ops.logs`` of each, read in a thread per node), whole lines only,
+    """Every rank's log (``logs_.logs`` of each, read in a thread per node), whole lines only,
     each prefixed with its rank (``r1| ...``), as they come; until every rank's deployment
     ended when following."""
     profile = ctx.launch(name, require_secrets=False).profile
@@ -474,7 +472,7 @@ def logs_every_node(
 
     def read(rank: int) -> None:
         try:
-            for item in ops.logs(
+            for item in logs(
                 ctx, name, run=None, follow_log=follow_log, lines=lines, rank=rank
             ):
                 found.put((rank, item))

@@ -19,18 +19,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from orchestrator import credentials
 from orchestrator.errors import ImportScriptError, InvalidProfile, OrchError, UsageError
-from orchestrator.profile import ProfileStore, valid_name
-from orchestrator.render import Redactor
-from orchestrator.script_import import (
+from orchestrator.importing import credentials
+from orchestrator.importing.profiles import (
     ImportedProfile,
     ImportRequest,
     Note,
     ScriptFile,
     import_scripts,
 )
-from orchestrator.yamldoc import dump_yaml
+from orchestrator.profile.store import ProfileStore, valid_name
+from orchestrator.profile.yamldoc import dump_yaml
+from orchestrator.render import Redactor
 
 STDIN = "-"
 MAX_SCRIPT_BYTES = 4 << 20

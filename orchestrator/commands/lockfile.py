@@ -9,7 +9,7 @@ from typing import Any
 
 from orchestrator import render
 from orchestrator.errors import ProfileError
-from orchestrator.profile import LoadedProfile
+from orchestrator.profile.store import LoadedProfile
 
 SUFFIX = ".lock.json"
 
@@ -21,7 +21,7 @@ def lock_path(profiles: Path, name: str) -> Path:
 def read_lock(profiles: Path, name: str) -> dict[str, Any] | None:
     """The profile's lock, None when it has none; one of another shape is an error (checks that
     read it must never skip it without a word)."""
-    from orchestrator.plan import LOCK_FORMAT
+    from orchestrator.effective.plan import LOCK_FORMAT
 
     target = lock_path(profiles, name)
     hint = f"orch lock {name} rewrites it"
@@ -66,7 +66,9 @@ def _a(value: Any) -> str:
 
 
 def write_lock(profiles: Path, name: str, document: dict[str, Any]) -> Path:
-    from orchestrator import plan  # the plan's modules: only where a lock is written or read
+    from orchestrator.effective import (
+        plan,  # the plan's modules: only where a lock is written or read
+    )
     from orchestrator.files import replace_file
 
     target = lock_path(profiles, name)
@@ -86,7 +88,7 @@ def stale_lock(profiles: Path, loaded: LoadedProfile) -> ProfileError | None:
     except (OSError, ValueError) as exc:
         problems = [f"unreadable: {exc}"]
     else:
-        from orchestrator import plan
+        from orchestrator.effective import plan
 
         digest = render.launch_digest(render.render(profile, loaded.table))
         problems = plan.lock_problems(profile, digest, document, profile.sglang_version)

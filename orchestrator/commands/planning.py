@@ -15,13 +15,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from orchestrator import argtable, memory, plan, sglang_config, verify
 from orchestrator.commands import lockfile
 from orchestrator.commands.context import Context, Launch
 from orchestrator.commands.events import Planned, UpEvent, Warn
+from orchestrator.effective import plan, verify
 from orchestrator.errors import PlanRefused, PreflightError, ProfileError
-from orchestrator.protocol import decode_plan_answer, last_json_line
-from orchestrator.supervise import PROBE_FILE
+from orchestrator.fleet.client import PROBE_FILE
+from orchestrator.fleet.protocol import decode_plan_answer, last_json_line
+from orchestrator.sglang import argtable, memory
+from orchestrator.sglang import config as sglang_config
 
 
 @dataclass(frozen=True)

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from collections.abc import Generator, Iterator, Mapping
 
-from orchestrator import argtable
 from orchestrator.commands.context import Launch
 from orchestrator.commands.events import Step, UpEvent, Warn
 from orchestrator.errors import PreflightError
+from orchestrator.fleet.protocol import GpuFacts, HostFacts
 from orchestrator.model import Profile, RunState
-from orchestrator.protocol import GpuFacts, HostFacts
+from orchestrator.sglang import argtable
 
 
 def check(

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from orchestrator.errors import ProfileError
 from orchestrator.files import create_file
+from orchestrator.profile.bundled import bundled_profiles
 
 HOSTS = """\
 # The machines this team's profiles run on. `address`: a hostname, an IP, or a Host alias from
@@ -87,8 +88,6 @@ class Scaffolded:
 
 
 def _files() -> tuple[tuple[str, str, int], ...]:
-    from orchestrator.arguments import bundled_profiles
-
     demo = (bundled_profiles() / "demo.yaml").read_text(encoding="utf-8")
     hook = GIT_HOOK.format(python=shlex.quote(sys.executable))
     return (

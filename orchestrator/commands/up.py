@@ -6,9 +6,10 @@ from __future__ import annotations
 from collections.abc import Generator, Iterator
 from typing import Any
 
-from orchestrator import memory, observe, render, sglang_config
+from orchestrator import render
 from orchestrator.commands import effective, group, ownership, planning, preflight
 from orchestrator.commands.context import Context, Launch
+from orchestrator.commands.effective import verify_ready
 from orchestrator.commands.events import (
     Attached,
     Effective,
@@ -20,10 +21,12 @@ from orchestrator.commands.events import (
     Warn,
 )
 from orchestrator.commands.follow import Clock, StartupLog, follow, follow_seconds
-from orchestrator.errors import Conflict, ExitCode, NotDeployed, NotResolved, OrchError
+from orchestrator.errors import Conflict, OrchError
+from orchestrator.fleet.client import Agent, PendingStart
+from orchestrator.fleet.protocol import build_spec, decode_inspect
 from orchestrator.model import RunState
-from orchestrator.protocol import build_spec, decode_inspect
-from orchestrator.supervise import Agent, PendingStart
+from orchestrator.sglang import config as sglang_config
+from orchestrator.sglang import memory, observe
 
 SAME_LAUNCH_WAIT_S = 5.0  # how long a loser of the start lock waits for the winner's state
 
@@ -224,35 +227,6 @@ def _compare_logged(launch: Launch, startup: StartupLog) -> Iterator[UpEvent]:
         yield Warn(f"could not read the server_args line: {exc}")
         return
     yield Effective(report, report.pinned_drift(launch.profile.pin, launch.table))
-
-
-def verify_ready(
-    ctx: Context, launch: Launch, ready: Outcome, inspected: effective.Inspected | None = None
-) -> Iterator[UpEvent]:
-    profile = launch.profile
-    try:
-        report = effective.diff_effective(ctx, launch, inspected=inspected)
-    except (NotDeployed, NotResolved):
-        yield ready
-        return
-    except OrchError as exc:
-        yield Warn(f"could not compare the effective configuration: {exc.message}", exc.hint)
-        yield ready
-        return
-    pinned = report.pinned_drift(profile.pin, launch.table)
-    yield Effective(report, pinned)
-    if not pinned:
-        yield ready
-        return
-    names = ", ".join(row.field for row in pinned)
-    yield Outcome(
-        ok=False,
-        exit_code=ExitCode.DRIFT,
-        state=ready.state,
-        summary=f"pinned field{'s' if len(pinned) > 1 else ''} drifted: {names} "
-        f"(run {ready.state.run_id} is READY and keeps running)",
-        hint=f"orch diff-effective {profile.name} shows why; orch down {profile.name} to stop it",
-    )
 
 
 def _same_launch_winner(ctx: Context, agent: Agent, digest: str) -> RunState | None:

@@ -17,9 +17,10 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from orchestrator import argtable, plan, render, upgrade
+from orchestrator import render
 from orchestrator.commands import lockfile, planning
 from orchestrator.commands.context import Context, Launch
+from orchestrator.effective import plan, upgrade
 from orchestrator.errors import (
     InvalidProfile,
     OrchError,
@@ -28,7 +29,8 @@ from orchestrator.errors import (
     UsageError,
 )
 from orchestrator.files import replace_file
-from orchestrator.profile import ProfileStore
+from orchestrator.profile.store import ProfileStore
+from orchestrator.sglang import argtable
 
 
 @dataclass(frozen=True)

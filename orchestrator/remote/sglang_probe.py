@@ -49,7 +49,7 @@ import os
 import sys
 
 # Run as a script, Python puts this file's directory first on sys.path; beside orch's own
-# modules that would shadow the standard library (orchestrator/profile.py vs `profile`).
+# modules that would shadow the standard library (orchestrator/profile/store.py vs `profile`).
 if sys.path and os.path.abspath(sys.path[0] or ".") == os.path.dirname(os.path.abspath(__file__)):
     del sys.path[0]
 

@@ -24,9 +24,9 @@ from typing import Any
 import psutil
 import pytest
 
-from orchestrator.protocol import decode_state, decode_stop
+from orchestrator.cli.show.core import state_cell
+from orchestrator.fleet.protocol import decode_state, decode_stop
 from orchestrator.remote import agent
-from orchestrator.show import state_cell
 from tests.agent.test_supervisor import CONFIG_LINE, READY, Deployment, _agent, _free_port
 
 FS_SIZE = "4m"

@@ -26,10 +26,10 @@ import pytest
 from orchestrator.commands.events import Outcome
 from orchestrator.commands.follow import Clock, StartupLog, follow
 from orchestrator.errors import ExitCode
+from orchestrator.fleet.client import Agent, Deployment
+from orchestrator.fleet.protocol import decode_state
 from orchestrator.model import Host
-from orchestrator.protocol import decode_state
 from orchestrator.remote import agent
-from orchestrator.supervise import Agent, Deployment
 from orchestrator.transport.local import LocalTransport
 from tests.agent.test_supervisor import AGENT, CONFIG_LINE, PRELUDE, READY, _agent, _free_port
 from tests.conftest import ProfileDir

@@ -17,7 +17,7 @@ from typing import Any
 import psutil
 import pytest
 
-from orchestrator.protocol import decode_runs_reply, decode_start, decode_state, decode_stop
+from orchestrator.fleet.protocol import decode_runs_reply, decode_start, decode_state, decode_stop
 from orchestrator.remote import agent
 
 AGENT = Path(agent.__file__)

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 import yaml
 
-from orchestrator.cli import main
+from orchestrator.cli.main import main
 from tests.conftest import REPO
 from tests.ssh.sshd import SshServer
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.arguments import parser
+from orchestrator.cli.arguments import parser
 from orchestrator.errors import ExitCode
 from tests.conftest import REPO
 from tests.e2e.conftest import Workspace

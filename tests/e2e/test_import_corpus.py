@@ -36,13 +36,13 @@ from typing import Any
 import pytest
 import yaml
 
-from orchestrator import argtable
-from orchestrator.cli import main
+from orchestrator.cli.main import main
 from orchestrator.commands.importing import Written, run_import
 from orchestrator.errors import ImportScriptError
-from orchestrator.profile import PLACEHOLDER_RE, ProfileStore
+from orchestrator.importing.profiles import ScriptFile, read_scripts
+from orchestrator.profile.store import PLACEHOLDER_RE, ProfileStore
 from orchestrator.render import Redactor
-from orchestrator.script_import import ScriptFile, read_scripts
+from orchestrator.sglang import argtable
 from tests.argparse_oracle import OracleError, parse
 from tests.conftest import REPO
 

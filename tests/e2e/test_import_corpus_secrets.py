@@ -2,7 +2,7 @@
 nothing ``orch import`` writes or prints (the profiles, standard output and error, ``--check``
 and ``--check --json``), for every script, whether or not import finds a launch in it.
 
-What a script holds is found two ways, both read by the classifier (orchestrator/credentials.py)
+What a script holds is found two ways, both read by the classifier (orchestrator/importing/credentials.py)
 and neither by orch's own reading of the shell: what real bash hands each SGLang server it starts
 (the sandbox of test_import_corpus.py: each variable of its environment, each argument), and the
 script's text itself (a token, a ``NAME=value`` credential, a bearer token, a URL's password,
@@ -19,9 +19,10 @@ from typing import Any
 import pytest
 import yaml
 
-from orchestrator import argtable, credentials
-from orchestrator.cli import main
+from orchestrator.cli.main import main
+from orchestrator.importing import credentials
 from orchestrator.render import MIN_FOUND_SECRET
+from orchestrator.sglang import argtable
 from tests.argparse_oracle import OracleError, parse
 from tests.e2e.test_import_corpus import CASES, HOST, Case, _run_in_bash, _sglang_arguments
 

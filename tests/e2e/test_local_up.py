@@ -94,8 +94,8 @@ def test_up_walks_one_profile_through_each_stage_once(
     inspection at READY comes on that stream: no inspect, status or watch command of its own)."""
     from orchestrator import render
     from orchestrator.commands import effective, planning
-    from orchestrator.profile import ProfileStore
-    from orchestrator.supervise import Agent, PendingStart
+    from orchestrator.fleet.client import Agent, PendingStart
+    from orchestrator.profile.store import ProfileStore
 
     calls: Counter[str] = Counter()
 

@@ -10,8 +10,8 @@ import sys
 import time
 from pathlib import Path
 
-from orchestrator.cli import terminal_safe
-from orchestrator.commands.ops import LogTail
+from orchestrator.cli.main import terminal_safe
+from orchestrator.commands.logs import LogTail
 from orchestrator.errors import ExitCode
 from orchestrator.model import Host
 from orchestrator.remote import agent

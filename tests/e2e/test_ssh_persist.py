@@ -179,7 +179,7 @@ def test_a_kept_connection_gone_before_a_command_asks_is_replaced_by_its_own(
     import sys
 
     from orchestrator.commands.context import Context
-    from orchestrator.profile import ProfileStore
+    from orchestrator.profile.store import ProfileStore
 
     name = ssh_workspace.profile("gone")
     assert ssh_workspace.orch("status", name).code == ExitCode.OK

@@ -8,7 +8,7 @@ import marshal
 from pathlib import Path
 
 from orchestrator.errors import ExitCode
-from orchestrator.supervise import AGENT_DIGEST, AGENT_SOURCE
+from orchestrator.fleet.client import AGENT_DIGEST, AGENT_SOURCE
 from tests.e2e.conftest import Workspace
 
 

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator import export
 from orchestrator.errors import RenderError
+from orchestrator.export import engines as export
 from orchestrator.model import EXPORT_ENGINES
-from orchestrator.profile import ProfileStore
+from orchestrator.profile.store import ProfileStore
 from tests.conftest import EXAMPLES, REPO, SHIPPED_PROFILES, portable
 
 GOLDEN = Path(__file__).resolve().parent / "export"

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator import render
-from orchestrator.profile import ProfileStore
+from orchestrator.profile.store import ProfileStore
 from tests.conftest import EXAMPLES, SHIPPED_PROFILES, copy_examples, portable
 
 GOLDEN = Path(__file__).resolve().parent

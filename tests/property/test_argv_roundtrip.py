@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from orchestrator import render
 from orchestrator.model import ServerCommand
-from orchestrator.profile import ProfileStore
+from orchestrator.profile.store import ProfileStore
 
 # Every character a YAML file and a POSIX argv can hold: no NUL, no lone surrogates.
 TEXT = st.text(

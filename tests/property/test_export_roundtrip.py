@@ -17,9 +17,9 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from orchestrator import export
+from orchestrator.export import engines as export
 from orchestrator.model import SecretRef, ServerCommand
-from orchestrator.profile import ProfileStore
+from orchestrator.profile.store import ProfileStore
 
 TEXT = st.text(
     alphabet=st.characters(blacklist_categories=["Cs"], blacklist_characters="\x00"), max_size=30

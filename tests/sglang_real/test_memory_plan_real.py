@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from orchestrator.cli import main
+from orchestrator.cli.main import main
 from tests.conftest import copy_examples
 from tests.sglang_real.test_memory_real import FIXTURE, MODEL_CONFIG, REFERENCE, _venv_json
 

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from orchestrator import protocol
+from orchestrator.fleet import protocol
 from tests.conftest import REPO
 from tests.standin.sglang_plugin import run_probe
 from tests.unit.test_protocol import write_safetensors

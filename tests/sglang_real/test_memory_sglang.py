@@ -1,4 +1,4 @@
-"""orch's memory budget (orchestrator/memory.py) against SGLang's own pool sizing, 0.5.11 and
+"""orch's memory budget (orchestrator/sglang/memory.py) against SGLang's own pool sizing, 0.5.11 and
 0.5.23: for each case, SGLang's functions run on CPU in its venv (sglang_budget_reference.py says
 which, and what is supplied to them) and orch's ``plan_budget`` runs on the same inputs.
 
@@ -23,8 +23,8 @@ from typing import Any
 
 import pytest
 
-from orchestrator import memory
-from orchestrator.memory import GIB, Budget, GpuMemory
+from orchestrator.sglang import memory
+from orchestrator.sglang.memory import GIB, Budget, GpuMemory
 from tests.conftest import REPO
 
 VERSIONS = ("0.5.11", "0.5.23")

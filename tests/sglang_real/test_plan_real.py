@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from orchestrator.cli import main
+from orchestrator.cli.main import main
 from orchestrator.errors import ExitCode
 from tests.conftest import CAPTURES, REPO
 from tests.e2e.conftest import Outcome

@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from orchestrator.cli import main
+from orchestrator.cli.main import main
 from orchestrator.errors import ExitCode
 from tests.conftest import REPO, copy_examples
 from tests.e2e.conftest import Outcome

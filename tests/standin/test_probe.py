@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.cli import main
+from orchestrator.cli.main import main
 from orchestrator.errors import ExitCode
 from tests.standin.conftest import STANDIN, Launcher, write_model
 from tests.standin.sglang_plugin import (

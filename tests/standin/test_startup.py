@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from orchestrator import argtable
-from orchestrator.observe import memory_figures
+from orchestrator.sglang import argtable
+from orchestrator.sglang.observe import memory_figures
 from tests.standin.conftest import (
     LOG_LINE,
     READY,

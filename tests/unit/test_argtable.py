@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator import argtable, argtable_changes, argtable_pack
-from orchestrator.argtable import ArgOption, ArgTable, BadValue, parse_version
 from orchestrator.errors import ArgTableError
+from orchestrator.sglang import argtable, argtable_changes, argtable_pack
+from orchestrator.sglang.argtable import ArgOption, ArgTable, BadValue, parse_version
 from tests.conftest import REPO
 
 

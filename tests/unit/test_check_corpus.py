@@ -11,8 +11,8 @@ from typing import Any
 
 import yaml
 
-from orchestrator.script_check import check_scripts
-from orchestrator.script_import import ScriptFile
+from orchestrator.importing.check import check_scripts
+from orchestrator.importing.profiles import ScriptFile
 from tests.conftest import REPO
 
 CORPUS = REPO / "tests" / "fixtures" / "launchscripts"

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.cli import main
+from orchestrator.cli.main import main
 from orchestrator.errors import ExitCode
 from tests.conftest import EXAMPLES, ProfileDir, copy_examples
 
@@ -270,7 +270,7 @@ def test_cli_status_in_a_fresh_clone_lists_the_examples_and_succeeds(
 def test_every_subcommand_has_a_description_and_an_example() -> None:
     import argparse
 
-    from orchestrator.arguments import parser
+    from orchestrator.cli.arguments import parser
 
     (commands,) = [a for a in parser()._actions if isinstance(a, argparse._SubParsersAction)]
     for name, sub in commands.choices.items():

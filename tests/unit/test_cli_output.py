@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.cli import _Output, main
+from orchestrator.cli.main import _Output, main
 from orchestrator.errors import ExitCode
 from orchestrator.render import shell_token
 from tests.conftest import REPO, ProfileDir, copy_examples
@@ -59,7 +59,7 @@ def test_debug_in_process_returns_the_code_instead_of_raising(shipped: Path) -> 
 def test_debug_on_an_unexpected_error_is_exit_70_with_the_traceback(
     shipped: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from orchestrator import profile
+    from orchestrator.profile import store as profile
 
     def broken(self: object, name: str) -> None:  # a bug in orch, as the user would meet it
         raise RuntimeError(f"boom while loading {name}")
@@ -130,8 +130,8 @@ def test_json_output_stays_json_and_keeps_the_value(profile_dir: ProfileDir) -> 
 
 
 def test_the_stream_escapes_what_comes_from_outside_and_writes_orchs_own_controls() -> None:
+    from orchestrator.cli.show.text import Text
     from orchestrator.render import Redactor
-    from orchestrator.show import Text
 
     out, err = io.StringIO(), io.StringIO()
     output = _Output(out, err, Redactor())
@@ -155,8 +155,8 @@ def test_a_shell_word_with_control_characters_reaches_bash_unchanged() -> None:
 
 
 def test_a_stop_on_request_reads_stopped_whatever_signal_ended_it() -> None:
+    from orchestrator.cli.show.core import run_verdict
     from orchestrator.model import ExitInfo
-    from orchestrator.show import run_verdict
 
     # SGLang's SIGTERM handler drains, then kill_process_tree(include_parent=True): -9
     stopped = ExitInfo("0001", -9, "stopped", "stopped on request", 0.0, True, "SIGKILL")

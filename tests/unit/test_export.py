@@ -13,10 +13,12 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from orchestrator import cli, export, render
+from orchestrator import render
+from orchestrator.cli import main as cli
 from orchestrator.errors import ExitCode, RenderError
+from orchestrator.export import engines as export
 from orchestrator.model import EXPORT_ENGINES, SecretRef, ServerCommand
-from orchestrator.profile import LoadedProfile, ProfileStore
+from orchestrator.profile.store import LoadedProfile, ProfileStore
 from tests.conftest import EXAMPLES, SHIPPED_PROFILES, copy_examples
 
 PROVENANCE = export.Provenance("profiles/p.yaml", "0123456789abcdef")

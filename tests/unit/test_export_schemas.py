@@ -8,8 +8,8 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from orchestrator import export
-from orchestrator.profile import ProfileStore
+from orchestrator.export import engines as export
+from orchestrator.profile.store import ProfileStore
 from tests.conftest import EXAMPLES, SHIPPED_PROFILES
 from tests.k8s_validate import validate_manifests
 

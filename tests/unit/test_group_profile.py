@@ -7,10 +7,11 @@ import json
 
 import pytest
 
-from orchestrator import groups, render
+from orchestrator import render
 from orchestrator.errors import ExitCode, InvalidProfile, ProfileError
-from orchestrator.profile import LoadedProfile
-from orchestrator.protocol import GpuFacts, HostFacts, PortFacts
+from orchestrator.fleet import groups
+from orchestrator.fleet.protocol import GpuFacts, HostFacts, PortFacts
+from orchestrator.profile.store import LoadedProfile
 from tests.conftest import ProfileDir
 
 HOSTS = """\

@@ -15,14 +15,14 @@ import yaml
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from orchestrator import argtable
-from orchestrator.argtable import RENAMES
-from orchestrator.cli import main
+from orchestrator.cli.main import main
 from orchestrator.errors import ExitCode
-from orchestrator.launches import parse_arguments
-from orchestrator.script_check import check_scripts
-from orchestrator.script_import import ScriptFile
-from orchestrator.shellscript import Position, literal, parse_script
+from orchestrator.importing.check import check_scripts
+from orchestrator.importing.launches import parse_arguments
+from orchestrator.importing.profiles import ScriptFile
+from orchestrator.importing.shellscript import Position, literal, parse_script
+from orchestrator.sglang import argtable
+from orchestrator.sglang.argtable import RENAMES
 from tests.argparse_oracle import UNCERTAIN_ACTIONS, OracleError, parse
 from tests.conftest import EXAMPLES, REPO, SHIPPED_PROFILES, copy_examples
 
@@ -345,7 +345,7 @@ def _shipped() -> list[str]:
 def _bundled(document: Any) -> Any:
     """``document`` with each ``{from_orch: NAME}`` as the path it names (the script holds the
     path: it runs on this machine)."""
-    from orchestrator.bundled import bundled_path
+    from orchestrator.profile.bundled import bundled_path
 
     if isinstance(document, dict):
         if set(document) == {"from_orch"}:
@@ -360,7 +360,7 @@ def _bundled(document: Any) -> Any:
 def test_a_shipped_profile_comes_back_from_its_launch_script(name: str, profiles: Path) -> None:
     """`orch render --script`, imported back: the same values (the rank scripts of a group,
     imported together, the same group)."""
-    from orchestrator.profile import ProfileStore
+    from orchestrator.profile.store import ProfileStore
 
     store = ProfileStore(profiles, display_root=profiles.parent)
     merged = store.merged(name)

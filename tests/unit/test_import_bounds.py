@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.cli import main
+from orchestrator.cli.main import main
 from orchestrator.commands.importing import MAX_SCRIPT_BYTES, read_stdin
 from orchestrator.errors import ExitCode, ImportBoundError, ImportScriptError
-from orchestrator.script_check import check_scripts
-from orchestrator.script_import import ImportRequest, ScriptFile, import_scripts
+from orchestrator.importing.check import check_scripts
+from orchestrator.importing.profiles import ImportRequest, ScriptFile, import_scripts
 from tests.conftest import REPO
 
 LAUNCH = "python3 -m sglang.launch_server --model-path /m"

@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 import yaml
 
-from orchestrator.cli import main
-from orchestrator.script_check import check_scripts
-from orchestrator.script_import import ScriptFile
-from orchestrator.shellscript import parse_script
+from orchestrator.cli.main import main
+from orchestrator.importing.check import check_scripts
+from orchestrator.importing.profiles import ScriptFile
+from orchestrator.importing.shellscript import parse_script
 
 
 def _run(argv: list[str]) -> tuple[int, str, str]:

@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.launches import Launch, find_launches
-from orchestrator.script_check import check_scripts
-from orchestrator.script_import import ImportRequest, ScriptFile, import_scripts
-from orchestrator.shell_arith import run_arithmetic
-from orchestrator.shellscript import parse_script
+from orchestrator.importing.check import check_scripts
+from orchestrator.importing.launches import Launch, find_launches
+from orchestrator.importing.profiles import ImportRequest, ScriptFile, import_scripts
+from orchestrator.importing.shell_arith import run_arithmetic
+from orchestrator.importing.shellscript import parse_script
 
 RECORD = "\x1e"  # between records in the capture file; NUL between a record's words
 

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 import yaml
 
-from orchestrator.cli import main
+from orchestrator.cli.main import main
 from orchestrator.errors import ExitCode
 from tests.conftest import copy_examples
 
@@ -311,7 +311,7 @@ def test_a_secret_default_is_not_quoted_in_the_note(profiles: Path) -> None:
     ],
 )  # fmt: skip
 def test_a_name_that_says_credential_is_a_secret(name: str) -> None:
-    from orchestrator import credentials
+    from orchestrator.importing import credentials
 
     assert credentials.secret_name(name)
 
@@ -329,7 +329,7 @@ def test_a_name_that_says_credential_is_a_secret(name: str) -> None:
     ],
 )  # fmt: skip
 def test_a_setting_that_mentions_a_credential_word_is_not_a_secret(name: str) -> None:
-    from orchestrator import credentials
+    from orchestrator.importing import credentials
 
     assert not credentials.secret_name(name)
 
@@ -347,7 +347,7 @@ def test_a_setting_that_mentions_a_credential_word_is_not_a_secret(name: str) ->
     ],
 )  # fmt: skip
 def test_a_value_that_holds_a_secret_is_found(text: str, secret: str) -> None:
-    from orchestrator import credentials
+    from orchestrator.importing import credentials
 
     found = credentials.secrets_in(text)
     assert found, text
@@ -363,7 +363,7 @@ def test_a_value_that_holds_a_secret_is_found(text: str, secret: str) -> None:
     ],
 )  # fmt: skip
 def test_an_ordinary_value_holds_no_secret(text: str) -> None:
-    from orchestrator import credentials
+    from orchestrator.importing import credentials
 
     assert credentials.secrets_in(text) == ()
 
@@ -371,7 +371,8 @@ def test_an_ordinary_value_holds_no_secret(text: str) -> None:
 def test_only_sglangs_credential_options_are_named_like_one() -> None:
     """Every flag of every release orch knows, read by the name rule: exactly the three options
     that hold a credential (SECRET_ARGS) are secrets; the many TOKEN/KEY settings are not."""
-    from orchestrator import argtable, credentials
+    from orchestrator.importing import credentials
+    from orchestrator.sglang import argtable
 
     named = set()
     for version in argtable.available_versions():
@@ -413,7 +414,7 @@ def test_the_value_scanner_stays_linear_on_hostile_text(text: str) -> None:
     took quadratic time: `a.a.a.` ran for over ten minutes at 4 MiB)."""
     import time
 
-    from orchestrator import credentials
+    from orchestrator.importing import credentials
 
     started = time.monotonic()
     credentials.secrets_in(text)

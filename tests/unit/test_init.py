@@ -10,7 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from orchestrator.cli import main
+from orchestrator.cli.main import main
 from orchestrator.errors import ExitCode
 
 

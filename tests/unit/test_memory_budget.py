@@ -1,4 +1,4 @@
-"""The memory budget's arithmetic (orchestrator/memory.py), on round numbers worked by hand.
+"""The memory budget's arithmetic (orchestrator/sglang/memory.py), on round numbers worked by hand.
 
 Each scenario's expected figures are derived in its comments from SGLang's code as quoted in
 docs/memory.md; the real-SGLang tier (tests/sglang_real/test_memory_sglang.py) runs SGLang's own
@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator import memory
-from orchestrator.memory import GIB, BudgetInputs, GpuMemory, ModelMemory
+from orchestrator.sglang import memory
+from orchestrator.sglang.memory import GIB, BudgetInputs, GpuMemory, ModelMemory
 
 pytestmark = pytest.mark.unit
 

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.memory import MeasuredMemory
-from orchestrator.observe import memory_figures
+from orchestrator.sglang.memory import MeasuredMemory
+from orchestrator.sglang.observe import memory_figures
 from tests.conftest import REPO
 
 MEMORY_LOGS = REPO / "tests" / "fixtures" / "sglang" / "memory-logs"

@@ -6,11 +6,11 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from orchestrator import plan, verify
-from orchestrator.argtable import load_table
-from orchestrator.gpus import gpu_type
-from orchestrator.profile import ProfileStore
-from orchestrator.protocol import decode_plan_answer
+from orchestrator.effective import plan, verify
+from orchestrator.fleet.protocol import decode_plan_answer
+from orchestrator.profile.gpus import gpu_type
+from orchestrator.profile.store import ProfileStore
+from orchestrator.sglang.argtable import load_table
 from tests.conftest import SHIPPED_PROFILES
 
 T0511 = load_table("0.5.11")

@@ -6,7 +6,7 @@ import pytest
 
 from orchestrator.errors import ExitCode, InvalidProfile, ProfileError
 from orchestrator.model import RestartMode, Severity
-from orchestrator.profile import LoadedProfile
+from orchestrator.profile.store import LoadedProfile
 from tests.conftest import ProfileDir
 
 HEAD = 'sglang: "0.5.11"\nhost: gpu-1\nmodel: {path: /models/m}\n'

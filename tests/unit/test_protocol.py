@@ -13,10 +13,10 @@ from typing import Any
 
 import pytest
 
-from orchestrator import protocol
 from orchestrator.errors import PreflightError, SupervisorError
-from orchestrator.memory import GIB, GpuMemory
+from orchestrator.fleet import protocol
 from orchestrator.remote import agent
+from orchestrator.sglang.memory import GIB, GpuMemory
 from tests.conftest import REPO, ProfileDir
 from tests.standin.sglang_plugin import run_probe
 from tests.unit.test_supervisor_logic import CONFIG, FakeClock, Script, ScriptedWorld

@@ -10,7 +10,7 @@ import urllib.parse
 
 import pytest
 
-from orchestrator.cli import RedactingStream, main
+from orchestrator.cli.main import RedactingStream, main
 from orchestrator.errors import ExitCode
 from orchestrator.render import Redactor
 from tests.conftest import REPO, ProfileDir
@@ -143,7 +143,7 @@ def test_a_secret_in_an_error_is_redacted(
 def test_an_unexpected_error_is_one_line_and_exit_70(
     profile_dir: ProfileDir, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from orchestrator import profile
+    from orchestrator.profile import store as profile
 
     def broken(self: object, name: str) -> None:
         raise RuntimeError(f"boom while loading {name}")

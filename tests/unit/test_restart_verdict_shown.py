@@ -7,11 +7,13 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from orchestrator import show
+from orchestrator.cli.show import core as show
+from orchestrator.commands.events import RunEnded
 from orchestrator.commands.follow import exit_code_of, failure_outcome
-from orchestrator.commands.ops import RunEnded, RunsView, StatusRow
+from orchestrator.commands.logs import RunsView
+from orchestrator.commands.ops import StatusRow
 from orchestrator.errors import ExitCode
-from orchestrator.protocol import RunInfo, decode_state
+from orchestrator.fleet.protocol import RunInfo, decode_state
 from orchestrator.remote import agent
 
 RUN = "0002-20261201T005318Z"

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator import cli, files
+from orchestrator import files
+from orchestrator.cli import main as cli
 from orchestrator.commands import lockfile
 from orchestrator.errors import ExitCode, WriteRefused
 from orchestrator.transport.known_hosts import pin

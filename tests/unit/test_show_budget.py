@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from orchestrator import memory, show_budget
-from orchestrator.memory import GIB, BudgetInputs, GpuMemory, ModelMemory
+from orchestrator.cli.show import budget as show_budget
+from orchestrator.sglang import memory
+from orchestrator.sglang.memory import GIB, BudgetInputs, GpuMemory, ModelMemory
 
 pytestmark = pytest.mark.unit
 

@@ -11,9 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator import observe
 from orchestrator.commands.follow import StartupLog
-from orchestrator.observe import parse_line
 from orchestrator.remote import agent
 from orchestrator.remote.agent import (
     READY_LINE,
@@ -22,6 +20,8 @@ from orchestrator.remote.agent import (
     is_ready_line,
     log_record,
 )
+from orchestrator.sglang import observe
+from orchestrator.sglang.observe import parse_line
 from tests.conftest import capture_lines
 
 CONFIG_CAPTURES = ("server_args-logline-0511-simcuda.txt", "server_args-logline-0523-simcuda.txt")

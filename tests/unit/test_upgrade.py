@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator import upgrade
-from orchestrator.cli import main
+from orchestrator.cli.main import main
+from orchestrator.effective import upgrade
+from orchestrator.effective.upgrade import Respelling
 from orchestrator.errors import ExitCode
-from orchestrator.upgrade import Respelling
 from tests.conftest import copy_examples
 from tests.e2e.conftest import Outcome
 

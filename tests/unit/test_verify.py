@@ -9,12 +9,15 @@ from typing import Any
 
 import pytest
 
-from orchestrator import render, sglang_config, show_reports, verify
-from orchestrator.argtable import load_table
+from orchestrator import render
+from orchestrator.cli.show import reports as show_reports
+from orchestrator.effective import verify
+from orchestrator.fleet.protocol import decode_inspect
 from orchestrator.model import Profile
-from orchestrator.profile import ProfileStore
-from orchestrator.protocol import decode_inspect
+from orchestrator.profile.store import ProfileStore
 from orchestrator.remote import agent
+from orchestrator.sglang import config as sglang_config
+from orchestrator.sglang.argtable import load_table
 from tests.conftest import CAPTURES, SHIPPED_PROFILES, capture_lines
 
 T0511 = load_table("0.5.11")

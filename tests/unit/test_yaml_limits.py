@@ -8,7 +8,7 @@ import time
 import pytest
 
 from orchestrator.errors import ExitCode, ProfileError
-from orchestrator.yamldoc import MAX_DEPTH, MAX_TEXT, MAX_VALUES, parse_yaml
+from orchestrator.profile.yamldoc import MAX_DEPTH, MAX_TEXT, MAX_VALUES, parse_yaml
 
 
 def _bomb(levels: int = 9) -> str:

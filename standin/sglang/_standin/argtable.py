@@ -1,6 +1,6 @@
 """SGLang's command line, rebuilt from orch's argument table of the imitated release.
 
-The tables (the pack in ``<repo>/orchestrator/argtables/``, or the directory named by
+The tables (the pack in ``<repo>/orchestrator/sglang/argtables/``, or the directory named by
 ``ORCH_STANDIN_ARGTABLES``) list every argparse action of SGLang's ``sglang serve`` parser and every
 ServerArgs field with its default. Building an ``argparse.ArgumentParser(prog="sglang serve")``
 from them gives SGLang's own usage text, errors and exit code 2 for free.
@@ -62,13 +62,13 @@ def tables_dir() -> Path:
     override = os.environ.get("ORCH_STANDIN_ARGTABLES")
     if override:
         return Path(override)
-    # <repo>/standin/sglang/_standin/argtable.py -> <repo>/orchestrator/argtables; in an
+    # <repo>/standin/sglang/_standin/argtable.py -> <repo>/orchestrator/sglang/argtables; in an
     # installed orch (package data) <site>/orchestrator/standin/sglang/_standin/argtable.py ->
-    # <site>/orchestrator/argtables
+    # <site>/orchestrator/sglang/argtables
     here = Path(__file__).parents[3]
     for candidate in (
-        here / "argtables",
-        Path(__file__).resolve().parents[3] / "orchestrator" / "argtables",
+        here / "sglang" / "argtables",
+        Path(__file__).resolve().parents[3] / "orchestrator" / "sglang" / "argtables",
     ):
         if (candidate / "releases.json").is_file():
             return candidate

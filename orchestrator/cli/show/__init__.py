@@ -1,0 +1,1 @@
+"""Every text and --json shape orch prints."""

@@ -1,0 +1,212 @@
+"""The memory budget's text and ``--json`` shapes: the plan's section, one bar per GPU, and the
+predicted-against-measured table ``up`` shows once the server is READY. Nothing prints."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+from orchestrator.cli.show.text import Text, grid, line
+from orchestrator.sglang import memory
+
+BAR_WIDTH = 60
+# One letter and one colour per part of a GPU, the same in the bar and its legend.
+PARTS = {
+    "other": ("o", "90", "used before SGLang (CUDA context, other tenants)"),
+    "weights": ("W", "34", "weights"),
+    "mamba": ("M", "35", "mamba state pool"),
+    "spec": ("S", "95", "speculative reserve"),
+    "kv": ("K", "32", "KV pool"),
+    "graphs": ("G", "33", "CUDA graphs + activations (estimated)"),
+    "free": (".", "0", "headroom"),
+}
+
+
+def gib(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f} GiB"
+
+
+def size(nbytes: int) -> str:
+    if nbytes >= 1 << 20:
+        return f"{nbytes / (1 << 20):.1f} MiB"
+    return f"{nbytes / 1024:.1f} KiB"
+
+
+Segments = tuple[tuple[str, float], ...]
+
+
+@dataclass(frozen=True)
+class Bar:
+    """A line of the budget that is a GPU's bar: its label and its parts."""
+
+    label: str
+    segments: Segments
+
+
+def bar(segments: Segments, width: int = BAR_WIDTH) -> str:
+    """A GPU as one row of cells, each part in proportion."""
+    return "[" + "".join(letter * count for letter, _, count in _cells(segments, width)) + "]"
+
+
+def bar_texts(segments: Segments, width: int = BAR_WIDTH) -> list[Text]:
+    """The same bar coloured for a terminal: the colours are orch's own control texts."""
+    texts = [Text("[")]
+    for letter, colour, count in _cells(segments, width):
+        if count:
+            texts += [Text(f"\x1b[{colour}m", control=True), Text(letter * count),
+                      Text("\x1b[0m", control=True)]  # fmt: skip
+    return [*texts, Text("]")]
+
+
+def _cells(segments: Segments, width: int) -> list[tuple[str, str, int]]:
+    total = sum(part for _, part in segments) or 1.0
+    return [
+        (PARTS[name][0], PARTS[name][1], round(part / total * width)) for name, part in segments
+    ]
+
+
+def legend(budget: memory.Budget) -> str:
+    return "  ".join(
+        f"{PARTS[name][0]} {PARTS[name][2]} {part:.1f}" for name, part in budget.segments if part
+    )
+
+
+def budget_lines(budget: memory.Budget | None, notes: tuple[str, ...]) -> list[str]:
+    """``orch plan``'s memory section, as plain lines."""
+    return [
+        row if isinstance(row, str) else row.label + bar(row.segments)
+        for row in _budget_rows(budget, notes)
+    ]
+
+
+def budget_texts(
+    budget: memory.Budget | None, notes: tuple[str, ...], *, tty: bool = False
+) -> list[Text]:
+    """``orch plan``'s memory section, its bars coloured on a terminal."""
+    texts: list[Text] = []
+    for row in _budget_rows(budget, notes):
+        if isinstance(row, str):
+            texts.append(line(row))
+        elif tty:
+            texts += [Text(row.label), *bar_texts(row.segments), Text("\n")]
+        else:
+            texts.append(line(row.label + bar(row.segments)))
+    return texts
+
+
+def _budget_rows(budget: memory.Budget | None, notes: tuple[str, ...]) -> list[str | Bar]:
+    if budget is None:
+        return [f"memory: {note}" for note in notes] or ["memory: no budget"]
+    lines: list[str | Bar] = [
+        f"memory per GPU: {budget.verdict.upper()} (SGLang's sizing as of {budget.family}: "
+        f"{budget.source})"
+    ]
+    rows = [
+        ("GPU", f"{budget.gpu_name}: {budget.total_gib:.1f} GiB, {budget.free_gib:.1f} free "
+                f"({budget.gpu_basis})"),
+        ("free at load (P)", f"{gib(budget.pre_load_gib)} (estimated: free less the CUDA "
+                             "context)"),
+        ("weights", f"{gib(budget.weights_gib)} ({budget.weights_basis})"),
+        ("budget (rest)", f"{gib(budget.after_weights_gib - budget.slack_gib)} = free after "
+                          f"weights {budget.after_weights_gib:.1f} - P x (1 - "
+                          f"{budget.mem_fraction_static:g})"),
+    ]  # fmt: skip
+    if budget.multimodal_reserve_gib:
+        rows.append(("multimodal cache", f"{gib(budget.multimodal_reserve_gib)} reserved"))
+    mamba = budget.mamba
+    if mamba is not None:
+        rows.append((
+            "mamba pool",
+            f"{mamba.slots} slots x {size(mamba.slot_bytes)} = {gib(mamba.pool_gib)} "
+            f"(sized by {mamba.sized_by}); {mamba.slots_per_request} slots per request",
+        ))  # fmt: skip
+        if mamba.spec_reserve_gib:
+            rows.append(("speculative reserve", f"{gib(mamba.spec_reserve_gib)} (intermediate "
+                                                "SSM/conv states for verification)"))  # fmt: skip
+    rows += [
+        ("KV pool", f"{budget.kv_tokens:,} tokens x {size(budget.kv_cell_bytes)} = "
+                    f"{gib(budget.kv_gib)}"),
+        ("max_running_requests", f"{budget.max_running_requests} (limited by "
+                                 f"{budget.limited_by})"),
+        ("slack", f"{gib(budget.slack_gib)} = P x (1 - {budget.mem_fraction_static:g})"
+                  + (f"; SGLang's default {budget.default_mem_fraction_static:g} would leave "
+                     f"{gib(budget.default_slack_gib)}"
+                     if budget.default_mem_fraction_static is not None
+                     and budget.default_mem_fraction_static != budget.mem_fraction_static
+                     else "")),
+        ("graphs+activations", f"~{gib(budget.graphs_gib + budget.activations_gib)} estimated"
+                               + (f", + draft KV {gib(budget.draft_in_slack_gib)}"
+                                  if budget.draft_in_slack_gib else "")),
+        ("headroom", gib(budget.headroom_gib)),
+    ]  # fmt: skip
+    lines += ["  " + text for text in grid(rows).splitlines()]
+    gpus = budget.gpus or ()
+    if len(gpus) > 1:
+        for gpu in gpus:
+            label = f"GPU{gpu.index}" if gpu.index is not None else gpu.name
+            lines.append(Bar(f"  {label:<6} ", budget.segments_for(gpu)))
+    else:
+        lines.append(Bar("  ", budget.segments))
+    lines.append("  " + legend(budget))
+    if budget.failure:
+        lines.append(f"  will fail: {budget.failure}")
+    lines += [f"  warning: {text}" for text in budget.warnings]
+    lines += [f"  hint: {text}" for text in budget.hints]
+    lines += [f"  estimate: {text}" for text in budget.estimates]
+    lines += [f"  note: {text}" for text in notes]
+    return lines
+
+
+def budget_json(budget: memory.Budget | None, notes: tuple[str, ...]) -> dict[str, Any]:
+    if budget is None:  # the same keys a consumer checks first, none of the figures
+        return {"verdict": None, "failure": None, "notes": list(notes)}
+    document = dataclasses.asdict(budget)
+    document["segments_gib"] = {name: round(part, 3) for name, part in budget.segments}
+    document["notes"] = list(notes)
+    return document
+
+
+def comparison_lines(comparisons: tuple[memory.Comparison, ...]) -> list[str]:
+    table = [("FIGURE", "PREDICTED", "MEASURED", "ERROR")]
+    for row in comparisons:
+        error = row.error_pct
+        table.append((
+            row.figure, _figure(row.predicted, row.unit), _figure(row.measured, row.unit),
+            "-" if error is None else f"{error:+.1f}%",
+        ))  # fmt: skip
+    return grid(table).splitlines()
+
+
+def measured_lines(measured: tuple[memory.MeasuredMemory, ...]) -> list[str]:
+    """What SGLang logged, per rank, when there was no prediction to compare with."""
+    table = [("RANK", "WEIGHTS", "KV TOKENS", "MAMBA SLOTS", "MAX RUNNING", "FREE AFTER")]
+    for rank in measured:
+        table.append((
+            rank.rank or "-", gib(rank.weights_gib), _count(rank.kv_tokens),
+            _count(rank.mamba_slots), _count(rank.max_running_requests),
+            gib(rank.available_gpu_mem_gib if rank.available_gpu_mem_gib is not None
+                else rank.avail_after_pools_gib),
+        ))  # fmt: skip
+    return grid(table).splitlines()
+
+
+def comparison_json(
+    measured: tuple[memory.MeasuredMemory, ...], comparisons: tuple[memory.Comparison, ...]
+) -> dict[str, Any]:
+    return {
+        "measured": [dataclasses.asdict(rank) for rank in measured],
+        "comparisons": [
+            {**dataclasses.asdict(row), "error_pct": row.error_pct} for row in comparisons
+        ],
+    }
+
+
+def _figure(value: float | None, unit: str) -> str:
+    if value is None:
+        return "-"
+    return f"{value:.2f} {unit}" if unit else f"{value:,.0f}"
+
+
+def _count(value: int | None) -> str:
+    return "-" if value is None else f"{value:,}"

@@ -1,0 +1,1 @@
+"""The effective configuration: predicted (plan), compared (verify), across releases (upgrade)."""

@@ -1,0 +1,1 @@
+"""Profile -> Kubernetes, SkyPilot, dstack. Pure."""

@@ -1,0 +1,1 @@
+"""orch's side of the hosts: the agent client and bootstrap, the protocol, launch groups."""

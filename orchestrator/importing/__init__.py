@@ -1,0 +1,1 @@
+"""Launch scripts -> profiles, and --check. Pure."""

@@ -1,0 +1,1 @@
+"""YAML -> Profile: the store, its checks, the YAML document, GPU types. Pure."""
