@@ -123,6 +123,25 @@ def open_append(path: Path, *, mode: int = 0o644, hint: str) -> Iterator[BinaryI
                 raise _cannot(path, exc, hint) from exc
 
 
+def read_regular(path: Path, *, limit: int = 16 << 20) -> bytes | None:
+    """The bytes of ``path`` when it is a regular file (a symlink to one is followed), else None:
+    missing, unreadable, or a FIFO, a device, a directory, which are never read (a planted FIFO
+    would block the reader for ever, /dev/zero fill it). At most ``limit`` bytes are read."""
+    try:
+        descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK | _CLOEXEC)
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(descriptor).st_mode):
+            return None
+        with os.fdopen(os.dup(descriptor), "rb") as handle:
+            return handle.read(limit)
+    except OSError:
+        return None
+    finally:
+        os.close(descriptor)
+
+
 def is_temporary(name: str) -> bool:
     """A file name :func:`replace_file` uses while it writes (listings skip them)."""
     return name.startswith(".") and name.endswith(TEMPORARY_SUFFIX)

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from orchestrator.errors import HostKeyError
-from orchestrator.files import open_append
+from orchestrator.files import open_append, read_regular
 
 SSH_PORT = 22
 
@@ -165,7 +165,8 @@ class KnownHosts:
 
     @classmethod
     def load(cls, files: Iterable[Path]) -> KnownHosts:
-        """Read every file that exists; missing or unreadable files count as empty."""
+        """Read every file that exists; missing or unreadable files, and anything but a regular
+        file, count as empty."""
         entries: list[KnownHostEntry] = []
         looked_at: list[str] = []
         for path in files:
@@ -173,10 +174,10 @@ class KnownHosts:
             if str(path) in looked_at:
                 continue
             looked_at.append(str(path))
-            try:
-                text = path.read_text(encoding="utf-8", errors="replace")
-            except OSError:
+            data = read_regular(path)  # a FIFO or a device planted there is never read
+            if data is None:
                 continue
+            text = data.decode("utf-8", "replace")
             for lineno, line in enumerate(text.splitlines(), 1):
                 entry = parse_line(line, str(path), lineno)
                 if entry is not None:

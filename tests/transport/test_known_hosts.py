@@ -5,7 +5,9 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
+import os
 import stat
+import threading
 from pathlib import Path
 
 import pytest
@@ -160,3 +162,15 @@ def test_pin_adds_another_type_but_refuses_a_different_key_of_the_same_type(
     with pytest.raises(HostKeyError, match="different ssh-ed25519 key"):
         pin(path, "gpu", "ssh-ed25519", b64(KEY_B))
     assert len(path.read_text().splitlines()) == 2
+
+
+def test_a_fifo_planted_as_known_hosts_is_not_read(tmp_path: Path) -> None:
+    # a FIFO with no writer would block the reader for ever (every SSH connect reads this file)
+    planted = tmp_path / "known_hosts"
+    os.mkfifo(planted)
+    done: list[KnownHosts] = []
+    reader = threading.Thread(target=lambda: done.append(KnownHosts.load([planted])), daemon=True)
+    reader.start()
+    reader.join(timeout=10)
+    assert done, "KnownHosts.load blocked on a FIFO"
+    assert done[0].entries == ()
