@@ -118,6 +118,7 @@ def _command_lines(draw: st.DrawFn) -> list[str]:
 @settings(max_examples=200, deadline=None)
 @given(argv=_command_lines())
 @example(argv=["--cuda-graph-bs", "4"])  # a renamed flag's old name, drawn as a prefix
+@example(argv=["--prefe", "v"])  # a json.loads option by a prefix: both refuse it
 def test_arguments_are_read_as_argparse_reads_them(argv: list[str]) -> None:
     """Abbreviations, `=` values, arity, types, the last of a repeated flag: orch's reading
     against argparse itself, built from the same table."""
@@ -127,7 +128,8 @@ def test_arguments_are_read_as_argparse_reads_them(argv: list[str]) -> None:
     # the release's own argparse may find it ambiguous: hypothesis drew --cuda-graph-bs), and
     # text that is not JSON for an option argparse takes as any text (SGLang's json.loads
     # refuses it later; options typed json.loads argparse refuses itself)
-    typed = {o.written: o.option.type for o in parsed.occurrences}
+    # by the flag as written and as spelled in full (a problem names the full flag: --prefe)
+    typed = {flag: o.option.type for o in parsed.occurrences for flag in (o.written, *o.option.flags)}
     refusals = [
         p for p in parsed.problems
         if p.code not in ("duplicate-flag", "removed-flag")
