@@ -3,6 +3,7 @@ OpenSSH sshd on 127.0.0.1 (tests/ssh/sshd.py) for every test that goes over SSH.
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import textwrap
@@ -11,12 +12,19 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 from orchestrator.profile.bundled import bundled_path
 from orchestrator.profile.store import ProfileStore
 from tests.ssh.sshd import sshd, sshd_config  # one real sshd for the whole session
 
 __all__ = ["sshd", "sshd_config"]
+
+# Under CI the property tests draw the same examples every run (a landing must not depend on a
+# random draw); elsewhere they explore, and what they find is kept in .hypothesis/ and fixed.
+settings.register_profile("ci", derandomize=True, database=None)
+if os.environ.get("CI") == "true":
+    settings.load_profile("ci")
 
 REPO = Path(__file__).resolve().parent.parent
 SHIPPED_PROFILES = REPO / "profiles"
