@@ -92,7 +92,7 @@ def _event_record(raw: bytes) -> dict[str, Any] | None:
 
 
 def _exit_record(record: dict[str, Any]) -> dict[str, Any] | None:
-    """An ``exit`` event as the agent writes it (see _record_exit), else None."""
+    """An ``exit`` event as the agent writes it (see Supervisor.record_exit), else None."""
     ended = {key: record.get(key) for key in (
         "run_id", "returncode", "signal", "class", "message", "at", "was_ready",
     )}  # fmt: skip

@@ -92,6 +92,9 @@ class Coordinator(GroupRank):
         coordinator: GroupCoordinator,
         watcher: OutputWatcher,
     ) -> None:
+        """While rank 0's server runs: every node's ranks at the gate gathered (its own from its
+        log, the members' from their reports), the gate activated once all are there, the
+        generation failed when they are not there gate.timeout_s after its start."""
         progress = coordinator.gate()
         if progress is None or progress.settled or coordinator.failures():
             return  # a rank's end stops the generation: its gate no longer matters
@@ -121,18 +124,19 @@ class Coordinator(GroupRank):
         """Every rank is at the gate: POST the activation, once per generation (a few tries:
         rank 0's gate server starts in a thread as its ranks arrive). Not answered, it is the
         generation's failure."""
+        supervisor = self.supervisor
         error = "not tried"
         for attempt in range(gate.attempts):
-            if attempt and self.supervisor.clock.wait(self.supervisor.stop_requested, GATE_RETRY_S):
+            if attempt and supervisor.clock.wait(supervisor.stop_requested, GATE_RETRY_S):
                 return  # stopped meanwhile: the stop ends the generation
             error = open_gate(gate.url, gate.request_timeout_s) or ""
             if not error:
                 break
-        now = self.supervisor.clock.monotonic()
+        now = supervisor.clock.monotonic()
         if not error:
             after = now - progress.started
-            coordinator.gate_activated(progress.generation, self.supervisor.clock.wall(), after)
-            self.supervisor.event(
+            coordinator.gate_activated(progress.generation, supervisor.clock.wall(), after)
+            supervisor.event(
                 "group-gate-activated", generation=progress.generation, url=gate.url,
                 ranks=gate.world_size, elapsed_s=round(after, 3),
             )  # fmt: skip
@@ -157,16 +161,17 @@ class Coordinator(GroupRank):
         """Rank 0: the control port first, then the group generation by generation: every
         member joined, ``start`` to each and its own server spawned; any rank's end stops every
         rank, and rank 0's restart policy decides on the group (see _coordinate_generations)."""
+        supervisor = self.supervisor
         group = self.group
         coordinator = GroupCoordinator(
-            group, self.supervisor.clock, on_change=self.show, on_event=self.supervisor.event
+            group, supervisor.clock, on_change=self.show, on_event=supervisor.event
         )
         self.link = coordinator
         problem = coordinator.open()
         if problem is not None:
             cls, message = problem
             failure = GroupFailure(
-                0, group.nodes[0], cls, message, None, 0, self.supervisor.clock.monotonic()
+                0, group.nodes[0], cls, message, None, 0, supervisor.clock.monotonic()
             )
             self.fail_for_good(failure)
             return 0
@@ -177,11 +182,12 @@ class Coordinator(GroupRank):
             coordinator.close()
 
     def _coordinate_generations(self, group: GroupSpec, coordinator: GroupCoordinator) -> int:
+        supervisor = self.supervisor
         reply_s = group.member_stop_grace_s + GROUP_REPLY_MARGIN_S
         consecutive_failures = 0
-        while not self.supervisor.stop_requested.is_set():
+        while not supervisor.stop_requested.is_set():
             missing = self._await_members(group, coordinator)
-            if self.supervisor.stop_requested.is_set():
+            if supervisor.stop_requested.is_set():
                 break
             if coordinator.left is not None:
                 return self._end_as_a_member_left(coordinator, coordinator.left, reply_s)
@@ -195,58 +201,59 @@ class Coordinator(GroupRank):
                 self.fail_for_good(
                     GroupFailure(
                         missing[0], group.nodes[missing[0]], GROUP_NEVER_JOINED, message, None,
-                        coordinator.generation, self.supervisor.clock.monotonic(),
+                        coordinator.generation, supervisor.clock.monotonic(),
                     )
                 )  # fmt: skip
                 coordinator.shutdown(message, reply_s)
                 return 0
-            self._interrupted_by = self.supervisor.exit_noticed = None
+            self._interrupted_by = supervisor.exit_noticed = None
             generation = coordinator.begin()
             self.show()
-            self.supervisor.event("group-start", generation=generation)
-            self.supervisor.note_start()
-            returncode, verdict, was_ready = self.supervisor.run_once()
-            if self.supervisor.stop_requested.is_set():
+            supervisor.event("group-start", generation=generation)
+            supervisor.note_start()
+            returncode, verdict, was_ready = supervisor.run_once()
+            if supervisor.stop_requested.is_set():
                 break
             failure = self._end_generation(group, coordinator, verdict, returncode)
-            if self.supervisor.stop_requested.is_set():
+            if supervisor.stop_requested.is_set():
                 break
             if failure.cls == STOPPED:  # a member was stopped on request on its own node
                 return self._end_as_a_member_left(coordinator, failure, reply_s)
             consecutive_failures = 1 if was_ready else consecutive_failures + 1
-            delay = self.supervisor.apply_policy(
+            delay = supervisor.apply_policy(
                 failure.verdict,
                 returncode if failure.returncode is None else failure.returncode,
                 consecutive_failures,
                 cause=f": {failure.message}",
             )
             if delay is None:  # FATAL or EXITED: the members have nothing left to do
-                coordinator.shutdown(str(self.supervisor.record.message), reply_s)
+                coordinator.shutdown(str(supervisor.record.message), reply_s)
                 return 0
-            if self.supervisor.clock.wait(self.supervisor.stop_requested, delay):
+            if supervisor.clock.wait(supervisor.stop_requested, delay):
                 break
-            self.supervisor.update(restarts=self.supervisor.record.restarts + 1, next_start_at=None)
-        # A stop request (orch down). Rank 0's server got its SIGTERM first (in _watch): SGLang's
+            supervisor.update(restarts=supervisor.record.restarts + 1, next_start_at=None)
+        # A stop request (orch down). Rank 0's server got its SIGTERM first (in its watch): SGLang's
         # rank 0 drains and broadcasts the shutdown to the other nodes; now their supervisors.
-        self.supervisor.update(message="stopping: the members next")
+        supervisor.update(message="stopping: the members next")
         coordinator.shutdown(f"stopped on request on {group.name(0)}", reply_s)
-        return self.supervisor.stopped()
+        return supervisor.stopped()
 
     def _await_members(self, group: GroupSpec, coordinator: GroupCoordinator) -> list[int]:
         """Until every member is connected: [] then (or on a stop request, or when a member
         left), else the ranks still missing after join_timeout_s."""
-        deadline = self.supervisor.clock.monotonic() + group.join_timeout_s
+        supervisor = self.supervisor
+        deadline = supervisor.clock.monotonic() + group.join_timeout_s
         missing = coordinator.missing()
         if missing:
             names = ", ".join(group.name(rank) for rank in missing)
-            self.supervisor.update(
+            supervisor.update(
                 message=f"waiting for {names} to join the group "
                 f"(control port {group.control_address})"
             )
-        while missing and not self.supervisor.stop_requested.is_set() and coordinator.left is None:
-            if self.supervisor.clock.monotonic() >= deadline:
+        while missing and not supervisor.stop_requested.is_set() and coordinator.left is None:
+            if supervisor.clock.monotonic() >= deadline:
                 return missing
-            self.supervisor.clock.wait(self.supervisor.stop_requested, 0.05)
+            supervisor.clock.wait(supervisor.stop_requested, 0.05)
             missing = coordinator.missing()
         return []
 
@@ -260,12 +267,13 @@ class Coordinator(GroupRank):
         """After rank 0's run ended other than on request: every member stopped (bounded; one
         that does not confirm is dropped), then the failure that names the generation's end
         (decisive_failure of every rank's end learnt of meanwhile) recorded."""
+        supervisor = self.supervisor
         generation = coordinator.generation
         own: list[GroupFailure] = []
         if self._interrupted_by is None:  # rank 0's own server ended, or could not start
-            noticed = self.supervisor.exit_noticed
+            noticed = supervisor.exit_noticed
             if noticed is None:
-                noticed = self.supervisor.clock.monotonic()
+                noticed = supervisor.clock.monotonic()
             own.append(
                 GroupFailure(
                     0, group.nodes[0], verdict.cls, f"{group.name(0)}: {verdict.message}",
@@ -273,22 +281,22 @@ class Coordinator(GroupRank):
                 )
             )  # fmt: skip
             reason = f"group failure: {own[0].message}"
-            self.supervisor.update(message=f"{reason}: stopping every member")
+            supervisor.update(message=f"{reason}: stopping every member")
             coordinator.stop_members(reason)
-            self.supervisor.event("group-stop", generation=generation, reason=reason)
+            supervisor.event("group-stop", generation=generation, reason=reason)
         unconfirmed = coordinator.wait_stopped(
-            group.member_stop_grace_s + GROUP_REPLY_MARGIN_S, self.supervisor.stop_requested
+            group.member_stop_grace_s + GROUP_REPLY_MARGIN_S, supervisor.stop_requested
         )
-        if unconfirmed and not self.supervisor.stop_requested.is_set():
+        if unconfirmed and not supervisor.stop_requested.is_set():
             coordinator.drop(unconfirmed, "did not confirm its stop in time")
         failure = decisive_failure(coordinator.failures() + own)
         assert failure is not None  # noqa: S101 - rank 0's own end, or the member's that stopped it
         coordinator.finish()
         self.failure = failure
-        last_exit = self.supervisor.record.last_exit
+        last_exit = supervisor.record.last_exit
         if failure.rank != 0 and isinstance(last_exit, dict):
             # rank 0's run ended for the failed rank: its verdict is that rank's
-            self.supervisor.update(
+            supervisor.update(
                 last_exit=dict(
                     last_exit, **{"class": failure.cls, "message": failure.message},
                     restart_helps=failure.verdict.restart_helps,
@@ -296,7 +304,7 @@ class Coordinator(GroupRank):
                 )
             )  # fmt: skip
         self.show()
-        self.supervisor.event("group-failure", **failure.as_dict())
+        supervisor.event("group-failure", **failure.as_dict())
         return failure
 
     def _end_as_a_member_left(
