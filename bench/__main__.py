@@ -168,14 +168,14 @@ def many_hosts(lab: Lab, hosts: list[str], sizes: Sequence[int], runs: int) -> S
         loop_times[size] = median(times)
         # the same remote work as orch (the agent's status) through parallel OpenSSH clients:
         # the floor this machine sets when every "host" shares its CPUs
-        agent_file = REPO / "orchestrator" / "remote" / "agent.py"
+        agent = f"{sys.executable} -m orchestrator.remote.agent"  # its package's __main__
         times = []
         for _ in range(runs):
             started = time.monotonic()
             clients = []
             for host in hosts[:size]:
                 remote = (
-                    f"{sys.executable} {agent_file} status --dir {lab.hosts[host]['workdir']}/x"
+                    f"{agent} status --dir {lab.hosts[host]['workdir']}/x"
                 )
                 clients.append(
                     subprocess.Popen([*lab.ssh_argv(host), remote], stdout=subprocess.DEVNULL)
@@ -346,7 +346,6 @@ time.sleep(600)
 
 
 def ready_with_long_line(root: Path, sizes: Sequence[int], runs: int) -> Section:
-    agent_py = REPO / "orchestrator" / "remote" / "agent.py"
     rows = []
     for size in sizes:
         times = []
@@ -363,7 +362,7 @@ def ready_with_long_line(root: Path, sizes: Sequence[int], runs: int) -> Section
             }  # fmt: skip
             spec_path = root / f"spec-{size}-{run}.json"
             spec_path.write_text(json.dumps(spec))
-            agent_argv = [sys.executable, str(agent_py)]
+            agent_argv = [sys.executable, "-m", "orchestrator.remote.agent"]
             start = [*agent_argv, "start", "--dir", str(deployment), "--spec", str(spec_path)]
             subprocess.run(start, check=True, capture_output=True, timeout=60)
             state: dict[str, Any] = {}

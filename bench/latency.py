@@ -277,12 +277,12 @@ def _one_delay(lab: Lab, delay: float, runs: int, many: Sequence[int]) -> Sectio
         walls[size] = ours[0]
 
         def parallel(size: int = size) -> None:
-            agent = REPO / "orchestrator" / "remote" / "agent.py"
+            agent = f"{sys.executable} -m orchestrator.remote.agent"  # its package's __main__
             clients = [
                 subprocess.Popen(
                     [
                         *lab.ssh_argv(h),
-                        f"{sys.executable} {agent} status --dir "
+                        f"{agent} status --dir "
                         f"{lab.hosts[h]['workdir']}/svc{index:02d}",
                     ],
                     stdout=subprocess.DEVNULL,

@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TypeAlias, TypeVar
 
-# The agent defines its states once (one file pushed to hosts, importing nothing from orch).
-from orchestrator.remote.agent import TERMINAL_STATES, UNSUPERVISED
+# The agent defines its states once (its vocabulary, pushed to hosts, importing nothing of orch).
+from orchestrator.remote.agent.states import TERMINAL_STATES, UNSUPERVISED
 
 K = TypeVar("K")
 V = TypeVar("V")
@@ -144,7 +144,7 @@ class GroupNode:
 class Group:
     """One SGLang server spread over several nodes: rank r runs on ``nodes[r]``. orch sets
     ``--dist-init-addr``, ``--nnodes`` and ``--node-rank``; the supervisors of the nodes
-    coordinate over ``control_port`` on rank 0's node (remote/agent.py)."""
+    coordinate over ``control_port`` on rank 0's node (remote/agent/group/)."""
 
     nodes: tuple[GroupNode, ...]
     rendezvous_port: int  # --dist-init-addr <rank 0>:<port>: torch's TCPStore on rank 0
@@ -386,7 +386,7 @@ class RunState:
     """One deployment's state on its host, as its agent reports it."""
 
     deployed: bool
-    state: str | None = None  # one of remote/agent.py's STATES
+    state: str | None = None  # one of remote/agent/states.py's STATES
     pid: int | None = None
     run_id: str | None = None
     run_dir: str | None = None

@@ -38,7 +38,7 @@ LAUNCHER_TEMPLATE = "launch.sh.j2"
 def gated(profile: Profile, table: ArgTable) -> Profile:
     """``profile`` with its group's gated launch port made active where ``table``'s SGLang has
     ``--gated-launch-port`` (0.5.19+): every rank renders it, rank 0's supervisor activates the
-    gate once every rank has arrived (remote/agent.py)."""
+    gate once every rank has arrived (remote/agent/group/gate.py)."""
     group = profile.group
     if group is None:
         return profile

@@ -22,7 +22,7 @@ from orchestrator.fleet import groups
 from orchestrator.fleet.client import InspectRequest
 from orchestrator.fleet.protocol import LastRun, health_host
 from orchestrator.model import Profile, SecretRef
-from orchestrator.remote.agent import CONFIG_FILE
+from orchestrator.remote.agent.protocol import CONFIG_FILE
 from orchestrator.sglang import argtable, memory, observe
 from orchestrator.sglang import config as sglang_config
 
@@ -170,6 +170,7 @@ class GroupReport:
 
 def diff_group(ctx: Context, launch: Launch, *, include_defaulted: bool = False) -> GroupReport:
     """Every rank compared (each node asked in parallel), then with each other."""
+
     def compare_rank(rank: int) -> verify.Report:
         return diff_effective(ctx, launch, include_defaulted=include_defaulted, rank=rank)
 

@@ -18,8 +18,8 @@ from orchestrator.errors import ConnectError, ExitCode, StartupTimeout
 from orchestrator.fleet.client import Agent, InspectRequest, WatchSilent
 from orchestrator.fleet.protocol import decode_state
 from orchestrator.model import Profile, RunState
-from orchestrator.remote.agent import (
-    BACKOFF,
+from orchestrator.remote.agent.states import BACKOFF, READY, TERMINAL_STATES
+from orchestrator.remote.agent.verdict import (
     CONFIG_ERROR,
     CRASHED,
     CUDA_OOM,
@@ -31,10 +31,8 @@ from orchestrator.remote.agent import (
     MODEL_NOT_FOUND,
     NCCL,
     PORT_IN_USE,
-    READY,
     SPAWN_FAILED,
     STARTUP_TIMEOUT,
-    TERMINAL_STATES,
     restart_for,
 )
 from orchestrator.sglang.observe import LineSplitter, LogEvent, parse_line

@@ -5,7 +5,7 @@ together.
 round trips); the nodes against each other (``orchestrator.fleet.groups``); rank 0's rendezvous and
 control ports reached from every other node through a short-lived listener (not the server);
 SGLang's plan (rank 0's command); then every rank's supervisor is started at once (rank 0's
-coordinates the others over the control port: ``remote/agent.py``); rank 0's startup is followed,
+coordinates the others over the control port: ``remote/agent/group``); rank 0's startup is followed,
 then every other rank to READY.
 
 ``down``: rank 0 first (SGLang's rank 0 drains and broadcasts the shutdown, its supervisor tells
@@ -53,7 +53,7 @@ from orchestrator.fleet import groups
 from orchestrator.fleet.client import Agent
 from orchestrator.fleet.protocol import ProbeAnswer, StopReply, build_spec, health_host
 from orchestrator.model import Group, Profile, RunState
-from orchestrator.remote.agent import READY
+from orchestrator.remote.agent.states import READY
 
 REACH_TIMEOUT_S = 5.0  # one TCP connect between two nodes of a group: seconds, not minutes
 LISTEN_S = 60.0  # the probe listener's life at most; it ends once every node has reached it
@@ -472,9 +472,7 @@ def logs_every_node(
 
     def read(rank: int) -> None:
         try:
-            for item in logs(
-                ctx, name, run=None, follow_log=follow_log, lines=lines, rank=rank
-            ):
+            for item in logs(ctx, name, run=None, follow_log=follow_log, lines=lines, rank=rank):
                 found.put((rank, item))
         except BaseException as exc:  # noqa: BLE001 - handed to the reader, raised there
             found.put((rank, exc))

@@ -12,7 +12,8 @@ from orchestrator.commands.follow import exit_code_of
 from orchestrator.errors import ExitCode, NotDeployed, UsageError
 from orchestrator.fleet.protocol import RunInfo
 from orchestrator.model import ExitInfo, Profile, RunState
-from orchestrator.remote.agent import EXITED, STOPPED, TERMINAL_STATES
+from orchestrator.remote.agent.states import EXITED, TERMINAL_STATES
+from orchestrator.remote.agent.verdict import STOPPED
 from orchestrator.transport import Transport
 
 # -- runs ------------------------------------------------------------------------------------------

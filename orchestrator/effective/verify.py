@@ -34,7 +34,7 @@ from typing import Any
 
 from orchestrator.model import Profile, SecretRef
 from orchestrator.profile.store import requested_fields
-from orchestrator.remote.agent import log_record
+from orchestrator.remote.agent.sglang_log import log_record
 from orchestrator.sglang.argtable import ArgTable, arg_tokens, spell
 from orchestrator.sglang.config import (
     ArgvUnreadable,

@@ -1,5 +1,5 @@
-"""The agent's client: push ``remote/agent.py`` and ``remote/sglang_probe.py``, call them, and
-hand back every answer decoded (``protocol.py``) into a frozen value.
+"""The agent's client: push the agent (``remote/agent/``) and ``remote/sglang_probe.py``, call
+them, and hand back every answer decoded (``protocol.py``) into a frozen value.
 
 Everything crosses to the host as an argv (``<python> <agent.py> <command> --dir ...``) and comes
 back as one JSON document on the last line of stdout, or as JSON lines while it happens (a
@@ -57,8 +57,8 @@ from orchestrator.fleet.protocol import (
     refused,
 )
 from orchestrator.model import Host, RunState
-from orchestrator.remote import agent as agent_module
-from orchestrator.remote.agent import PROTOCOL
+from orchestrator.remote import agent as agent_package
+from orchestrator.remote.agent.protocol import PROTOCOL
 from orchestrator.transport import Stream, Transport, expand_home
 
 
@@ -142,11 +142,53 @@ class WatchSilent(Exception):
     """The agent's watch stream went silent: follow falls back to looking itself."""
 
 
-AGENT_FILE = Path(agent_module.__file__)
-AGENT_SOURCE = AGENT_FILE.read_bytes()
+# INTERIM (issue 27): the bundle branch replaces this with its deterministic zip (fleet/bundle.py)
+# and a bootstrap that imports from the checked bytes. Until then the agent package travels as
+# ONE Python file, pushed, checked and run by the bootstrap below as the single-file agent was:
+# its modules' sources in a dict, imported through a finder of its own (never from the disk: a
+# supervisor that imports a module days later gets the bytes that were checked), then the
+# package's __main__ run. The file's bytes depend only on the sources.
+_INTERIM_RUNNER = """\
+import importlib.abc, importlib.util, runpy, sys
+MODULES = %s
+class Finder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    def find_spec(self, name, path=None, target=None):
+        if name not in MODULES:
+            return None
+        return importlib.util.spec_from_loader(name, self, is_package=MODULES[name][1])
+    def create_module(self, spec):
+        return None
+    def exec_module(self, module):
+        module.__file__ = MODULES[module.__name__][2]
+        exec(self.get_code(module.__name__), module.__dict__)
+    def get_code(self, name):
+        return compile(MODULES[name][0], MODULES[name][2], "exec", dont_inherit=True)
+    def get_source(self, name):
+        return MODULES[name][0]
+    def is_package(self, name):
+        return MODULES[name][1]
+sys.meta_path.insert(0, Finder())
+runpy.run_module("orch_agent", run_name="__main__", alter_sys=True)
+"""
+
+
+def _interim_agent_source() -> bytes:
+    """The agent package as one Python file (see _INTERIM_RUNNER), its package ``orch_agent``."""
+    root = Path(agent_package.__file__).parent
+    modules: dict[str, tuple[str, bool, str]] = {}
+    for path in sorted(root.rglob("*.py")):
+        parts = path.relative_to(root).with_suffix("").parts
+        package = parts[-1] == "__init__"
+        name = ".".join(("orch_agent", *(parts[:-1] if package else parts)))
+        where = "/".join(("orch-agent", *path.relative_to(root).parts))  # tracebacks name it
+        modules[name] = (path.read_text(encoding="utf-8"), package, where)
+    return (_INTERIM_RUNNER % repr(modules)).encode("utf-8")
+
+
+AGENT_SOURCE = _interim_agent_source()
 AGENT_SHA256 = hashlib.sha256(AGENT_SOURCE).hexdigest()
 AGENT_DIGEST = AGENT_SHA256[:12]
-PROBE_FILE = AGENT_FILE.with_name("sglang_probe.py")
+PROBE_FILE = Path(agent_package.__file__).parent.with_name("sglang_probe.py")
 PROBE_SOURCE = PROBE_FILE.read_bytes()
 PROBE_SHA256 = hashlib.sha256(PROBE_SOURCE).hexdigest()
 PROBE_DIGEST = PROBE_SHA256[:12]

@@ -29,7 +29,8 @@ from orchestrator.model import (
     RunState,
     frozen_map,
 )
-from orchestrator.remote.agent import PROTOCOL, restart_for
+from orchestrator.remote.agent.protocol import PROTOCOL
+from orchestrator.remote.agent.verdict import restart_for
 from orchestrator.sglang import config as sglang_config
 from orchestrator.sglang import memory
 from orchestrator.sglang.memory import GpuMemory, MemoryAnswer, ModelMemory

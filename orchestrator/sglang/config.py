@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from orchestrator.remote.agent import config_line_payload
+from orchestrator.remote.agent.sglang_log import config_line_payload
 from orchestrator.sglang.argtable import RENAMES, ArgTable
 
 # -- the server_args= line and /server_info ---------------------------------------------------
@@ -37,7 +37,7 @@ def parse_server_args_line(line: str) -> dict[str, Any] | None:
     ``ServerArgs(a=1, ...)`` (<= 0.5.18) and ``{'a': 1, ...}`` (>= 0.5.19) both parse with
     ``ast``; values are literals only (``ast.literal_eval``), so nothing in a log is executed.
     """
-    body = config_line_payload(line)  # SGLang's log vocabulary is the agent's (remote/agent.py)
+    body = config_line_payload(line)  # the agent's log vocabulary (agent/sglang_log.py)
     if body is None:
         return None
     try:

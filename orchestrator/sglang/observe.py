@@ -4,8 +4,9 @@ rank's startup memory figures (``memory_figures``).  [pure]
 Formats are SGLang's real ones (docs/sglang-facts.md §2):
 ``[YYYY-mm-dd HH:MM:SS(.mmm)( TP0)] message``;
 tqdm progress redrawn with ``\\r``. The log vocabulary (the record prefix, the config line, the
-ready line) and exit classification live in the agent (it decides states and restarts on the
-host) and are used here, so that orch and its agent read a log the same way.
+ready line) live in the agent's vocabulary (remote/agent/sglang_log.py: it decides states and
+restarts on the host by them) and are used here, so that orch and its agent read a log the same
+way.
 """
 
 from __future__ import annotations
@@ -15,33 +16,27 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from orchestrator.model import frozen_map
-from orchestrator.remote.agent import (
+from orchestrator.remote.agent.sglang_log import (
     LOG_RECORD,
-    ExitVerdict,
     LogRecord,
-    classify_exit,
     config_line_payload,
     is_ready_line,
     last_exception_line,
     log_record,
-    strip_log_prefix,
 )
 from orchestrator.sglang.memory import MeasuredMemory
 
 __all__ = [
     "LINE_RE",
-    "ExitVerdict",
     "LineSplitter",
     "LogEvent",
     "LogRecord",
-    "classify_exit",
     "config_line_payload",
     "is_ready_line",
     "last_exception_line",
     "log_record",
     "memory_figures",
     "parse_line",
-    "strip_log_prefix",
 ]
 
 # SGLang's log-record prefix, groups timestamp (1), rank (2) and message (3): the agent's one

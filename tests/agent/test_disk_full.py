@@ -26,7 +26,9 @@ import pytest
 
 from orchestrator.cli.show.core import state_cell
 from orchestrator.fleet.protocol import decode_state, decode_stop
-from orchestrator.remote import agent
+from orchestrator.remote.agent import states as agent_states
+from orchestrator.remote.agent.states import EXITED
+from orchestrator.remote.agent.verdict import CRASHED
 from tests.agent.test_supervisor import CONFIG_LINE, READY, Deployment, _agent, _free_port
 
 FS_SIZE = "4m"
@@ -134,7 +136,7 @@ def test_a_full_disk_drops_output_with_a_marker_and_the_supervisor_serves_on(
     counter, crash = tmp_path / "progress", tmp_path / "crash"
     deployment.start(NOISY, **noisy_spec(counter, crash))
     try:
-        first = deployment.wait_for(agent.READY)
+        first = deployment.wait_for(agent_states.READY)
         supervisor, server = first["agent_pid"], first["pid"]
         filler = fill(small_fs)
         time.sleep(0.5)  # a server whose pipe nobody drains has blocked by now
@@ -163,14 +165,14 @@ def test_a_full_disk_drops_output_with_a_marker_and_the_supervisor_serves_on(
 
         def restarted() -> bool:
             status = deployment.status()
-            return bool(status["state"] == agent.READY and status["restarts"] == 1)
+            return bool(status["state"] == agent_states.READY and status["restarts"] == 1)
 
         freed = time.monotonic()
         wait_until("READY again after the restart", restarted)
         print(f"room again: state.json READY (restarts 1) {time.monotonic() - freed:.2f} s later")  # noqa: T201 - measured, for docs/faults.md (-s)
         status = deployment.status()
         assert status["agent_pid"] == supervisor  # the same supervisor throughout
-        assert status["last_exit"]["class"] == agent.CRASHED
+        assert status["last_exit"]["class"] == CRASHED
         assert status["last_exit"]["message"] == "RuntimeError: boom on a full disk"
         assert status["disk"]["full"] is False
         assert status["disk"]["dropped_bytes"] > 0
@@ -192,7 +194,7 @@ def test_stop_works_on_a_full_disk_and_says_what_it_could_not_record(
 ) -> None:
     deployment = Deployment(small_fs)
     deployment.start(NOISY, **noisy_spec(tmp_path / "progress", tmp_path / "crash"))
-    ready = deployment.wait_for(agent.READY)
+    ready = deployment.wait_for(agent_states.READY)
     time.sleep(0.5)  # what it records just after READY (the server's memory figures) is written
     before = (deployment.dir / "state.json").read_text()
     filler = fill(small_fs)
@@ -209,5 +211,5 @@ def test_stop_works_on_a_full_disk_and_says_what_it_could_not_record(
         filler.unlink()
     # with room again, a second stop records the end
     again = decode_stop(_agent("stop", "--dir", str(deployment.dir), "--timeout", "2"))
-    assert again.state.state == agent.EXITED
+    assert again.state.state == EXITED
     assert again.notes == ()

@@ -20,7 +20,8 @@ import psutil
 import pytest
 
 from orchestrator.fleet.protocol import decode_state
-from orchestrator.remote import agent
+from orchestrator.remote.agent.files import Paths
+from orchestrator.remote.agent.trust import UnsafePath, secure_deployment
 from tests.agent.test_supervisor import (
     AGENT,
     CONFIG_LINE,
@@ -459,7 +460,7 @@ def _linked_workdir(tmp_path: Path) -> tuple[Path, Path]:
 
 
 def _secure(workdir: Path) -> None:
-    agent.secure_deployment(agent.Paths(str(workdir / "svc")), create=True)
+    secure_deployment(Paths(str(workdir / "svc")), create=True)
 
 
 def test_a_workdir_linked_to_the_users_own_private_directory_is_accepted(tmp_path: Path) -> None:
@@ -494,7 +495,7 @@ def test_a_workdir_link_is_refused_when_anyone_else_could_have_planted_or_change
         os.chown(target, 65534, 65534)
     else:
         os.lchown(link, 65534, 65534)
-    with pytest.raises(agent.UnsafePath) as refused:
+    with pytest.raises(UnsafePath) as refused:
         _secure(link)
     assert says in refused.value.message
     assert not (target / "svc").exists()
@@ -505,7 +506,7 @@ def test_the_probe_env_file_never_outlives_a_failed_parse(deployment: Deployment
     env_file.write_text(json.dumps({"HF_TOKEN": "hf_secret"}))
     env_file.chmod(0o600)
     done = subprocess.run(
-        [sys.executable, str(AGENT), "probe", "--port", "1", "--env-file", str(env_file),
+        [*AGENT, "probe", "--port", "1", "--env-file", str(env_file),
          "--model", "--help"],
         capture_output=True, text=True, timeout=60, check=False,
     )  # fmt: skip

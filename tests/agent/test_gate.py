@@ -15,7 +15,15 @@ from typing import Any
 
 import pytest
 
-from orchestrator.remote import agent
+from orchestrator.remote.agent.cmd_status import cmd_status
+from orchestrator.remote.agent.group.control import ControlLink, greet_coordinator
+from orchestrator.remote.agent.group.coordinator_link import GroupCoordinator
+from orchestrator.remote.agent.group.failure import GROUP_GATE_UNREACHABLE, GROUP_RENDEZVOUS_TIMEOUT
+from orchestrator.remote.agent.group.gate import GateProgress, rank_runs, rendezvous_shortfall
+from orchestrator.remote.agent.output import LogSink, OutputWatcher
+from orchestrator.remote.agent.spec import GateSpec, GroupSpec, Spec
+from orchestrator.remote.agent.states import EXITED, FATAL
+from orchestrator.remote.agent.world import RealClock
 from tests.agent.test_group import (
     NODES,
     WORKER_READY,
@@ -138,7 +146,7 @@ def failures(rank: Rank) -> list[dict[str, Any]]:
 
 
 def test_the_watcher_counts_each_rank_logged_waiting_at_the_gate_once(tmp_path: Path) -> None:
-    watcher = agent.OutputWatcher(agent.LogSink(str(tmp_path / "server.log"), 1 << 20, 1))
+    watcher = OutputWatcher(LogSink(str(tmp_path / "server.log"), 1 << 20, 1))
     watcher.feed(b"[2026-11-29 07:42:57 TP1] Gated launch waiting for activation. rank=1\n")
     watcher.feed(b"[2026-11-29 07:42:57 TP0 PP1] Gated launch waiting for act")  # split
     watcher.feed(b"ivation. rank=3\r\n")
@@ -155,16 +163,16 @@ def test_the_watcher_counts_each_rank_logged_waiting_at_the_gate_once(tmp_path: 
 
 def test_the_gate_spec_reads_orchs_keys_and_refuses_ranks_that_do_not_add_up() -> None:
     plan = GroupPlan(20100, "ab" * 32)
-    spec = agent.Spec.from_json(plan.spec(1, "", gate=gate_spec(20050, host="0.0.0.0")))
+    spec = Spec.from_json(plan.spec(1, "", gate=gate_spec(20050, host="0.0.0.0")))
     assert spec.group is not None
     gate = spec.group.gate
     assert gate is not None
     assert (gate.url, gate.world_size, gate.node_ranks) == (
         "http://127.0.0.1:20050/gate/activate", 4, ((0, 1), (2, 3)),
     )  # fmt: skip
-    ipv6 = agent.GateSpec.from_json(gate_spec(20050, host="::"), 2)
+    ipv6 = GateSpec.from_json(gate_spec(20050, host="::"), 2)
     assert ipv6.url == "http://[::1]:20050/gate/activate"
-    ungated = agent.Spec.from_json(plan.spec(1, "")).group
+    ungated = Spec.from_json(plan.spec(1, "")).group
     assert ungated is not None
     assert ungated.gate is None
     for bad in (
@@ -177,49 +185,49 @@ def test_the_gate_spec_reads_orchs_keys_and_refuses_ranks_that_do_not_add_up() -
         document = plan.spec(1, "", gate=gate_spec(20050))
         document["group"]["gate"].update(bad)
         with pytest.raises(ValueError, match=r"group\.gate"):
-            agent.Spec.from_json(document)
+            Spec.from_json(document)
 
 
 def test_the_rendezvous_shortfall_names_what_each_node_lacks_first_node_short_first() -> None:
-    group = agent.GroupSpec.from_json(
+    group = GroupSpec.from_json(
         GroupPlan(20100, "ab" * 32).spec(0, "", nodes=["node-a", "node-b", "node-c"], nnodes=3)[
             "group"
         ]
     )
     spread = ((0, 1, 2, 3, 4, 5, 6, 7), (8, 9, 10, 11, 12, 13, 14, 15), (16, 17))
-    gate = agent.GateSpec(20050, "127.0.0.1", 18, spread, timeout_s=300.0)
-    progress = agent.GateProgress.begin(gate, 1, 0.0).arrive(0, range(8)).arrive(2, [16])
+    gate = GateSpec(20050, "127.0.0.1", 18, spread, timeout_s=300.0)
+    progress = GateProgress.begin(gate, 1, 0.0).arrive(0, range(8)).arrive(2, [16])
     assert not progress.complete
-    assert agent.rendezvous_shortfall(progress, group) == (
+    assert rendezvous_shortfall(progress, group) == (
         1,
         "the group did not rendezvous within 300 s: rank 1 (node-b) has none of its ranks 8-15 "
         "at the gate; rank 2 (node-c) lacks 17 of its ranks 16-17 at the gate; "
         "rank 0 (node-a) has all",
     )
-    rank0_short = agent.GateProgress.begin(gate, 1, 0.0).arrive(0, [0, 1, 4]).arrive(1, spread[1])
-    rank, message = agent.rendezvous_shortfall(rank0_short.arrive(2, spread[2]), group)
+    rank0_short = GateProgress.begin(gate, 1, 0.0).arrive(0, [0, 1, 4]).arrive(1, spread[1])
+    rank, message = rendezvous_shortfall(rank0_short.arrive(2, spread[2]), group)
     assert rank == 0
     assert message == (
         "the group did not rendezvous within 300 s: rank 0 (node-a) lacks 2-3, 5-7 of its ranks "
         "0-7 at the gate; rank 1 (node-b) has all; rank 2 (node-c) has all"
     )
-    assert agent.rank_runs([3, 0, 2, 9]) == "0, 2-3, 9"
+    assert rank_runs([3, 0, 2, 9]) == "0, 2-3, 9"
 
 
 def test_the_coordinator_counts_only_this_generations_gate_reports() -> None:
     plan = GroupPlan(_free_port(), secrets.token_hex(32))
     gate = gate_spec(_free_port())
-    group = agent.GroupSpec.from_json(plan.spec(0, "", gate=gate, lost_after_s=10)["group"])
-    coordinator = agent.GroupCoordinator(
-        group, agent.RealClock(), on_change=lambda: None, on_event=lambda kind, **details: None
+    group = GroupSpec.from_json(plan.spec(0, "", gate=gate, lost_after_s=10)["group"])
+    coordinator = GroupCoordinator(
+        group, RealClock(), on_change=lambda: None, on_event=lambda kind, **details: None
     )
     assert coordinator.open() is None
-    member = agent.GroupSpec.from_json(plan.spec(1, "", gate=gate, lost_after_s=10)["group"])
-    link = agent.ControlLink(
+    member = GroupSpec.from_json(plan.spec(1, "", gate=gate, lost_after_s=10)["group"])
+    link = ControlLink(
         socket.create_connection(("127.0.0.1", plan.control_port), timeout=5), member
     )
     try:
-        assert agent.greet_coordinator(link) == 0
+        assert greet_coordinator(link) == 0
         wait_until("rank 1 joined", lambda: not coordinator.missing())
         assert coordinator.gate() is None  # no generation yet
         assert coordinator.begin() == 1
@@ -269,7 +277,7 @@ def test_the_gate_opens_once_when_every_rank_of_every_node_waits_then_both_are_r
         "generation": 1, "ranks": [2, 3], "waiting": [2, 3], "activated": True,
     }  # fmt: skip
     assert rank1["group"]["failure"] is None
-    status = agent.cmd_status(coordinator.supervisor.paths.root)  # what `agent.py status` shows
+    status = cmd_status(coordinator.supervisor.paths.root)  # what `agent.py status` shows
     assert status["group"]["gate"]["status"] == "activated"
 
 
@@ -288,26 +296,26 @@ def test_a_node_never_at_the_gate_is_a_rendezvous_timeout_naming_it(
     )
     failure = failures(coordinator)[0]
     assert (failure["rank"], failure["node"], failure["cls"], failure["generation"]) == (
-        1, "node-b", agent.GROUP_RENDEZVOUS_TIMEOUT, 1,
+        1, "node-b", GROUP_RENDEZVOUS_TIMEOUT, 1,
     )  # fmt: skip
     assert failure["message"] == why
     first = coordinator.first_start()
     if start_limit == 1:
         rank0 = coordinator.ended()
-        assert rank0["state"] == agent.FATAL
+        assert rank0["state"] == FATAL
         assert rank0["message"] == (
             f"group-rendezvous-timeout: start limit hit (1 starts within 60 s): {why}"
         )
-        assert rank0["last_exit"]["class"] == agent.GROUP_RENDEZVOUS_TIMEOUT
+        assert rank0["last_exit"]["class"] == GROUP_RENDEZVOUS_TIMEOUT
         assert rank0["group"]["gate"]["status"] == "timed-out"
         assert rank0["group"]["gate"]["missing"] == [2, 3]
         rank1 = member.ended()
-        assert rank1["state"] == agent.EXITED  # shut down by its coordinator
+        assert rank1["state"] == EXITED  # shut down by its coordinator
     else:  # the restart policy applies: the group starts again whole, the gate waits anew
         wait_until("generation 2", lambda: coordinator.state["group"]["generation"] == 2)
         rank0 = coordinator.state
         assert rank0["restarts"] == 1
-        assert rank0["group"]["failure"]["cls"] == agent.GROUP_RENDEZVOUS_TIMEOUT
+        assert rank0["group"]["failure"]["cls"] == GROUP_RENDEZVOUS_TIMEOUT
         wait_until("rank 0 at generation 2's gate", lambda: coordinator.state["group"]["gate"]["waiting"] == [0, 1])  # fmt: skip
         assert coordinator.state["group"]["gate"]["generation"] == 2
         wait_until("rank 1 at generation 2", lambda: member.state["group"]["generation"] == 2)
@@ -336,15 +344,15 @@ def test_a_gate_port_that_does_not_answer_is_gate_unreachable(ranks: Ranks, hold
         f"rank 0 (node-a): could not activate the gated launch at {url}: {error} (2 attempts; "
         f"another program may hold port {port}, leaving SGLang's gate server unbound)"
     )
-    assert rank0["state"] == agent.FATAL
-    assert rank0["group"]["failure"]["cls"] == agent.GROUP_GATE_UNREACHABLE
+    assert rank0["state"] == FATAL
+    assert rank0["group"]["failure"]["cls"] == GROUP_GATE_UNREACHABLE
     assert rank0["group"]["failure"]["message"] == why
     assert (
         rank0["message"] == f"group-gate-unreachable: start limit hit (1 starts within 60 s): {why}"
     )
     assert rank0["group"]["gate"]["status"] == "unreachable"
     assert rank0["group"]["gate"]["waiting"] == [0, 1, 2, 3]
-    assert member.ended()["state"] == agent.EXITED
+    assert member.ended()["state"] == EXITED
 
 
 def test_without_a_gate_in_the_spec_the_group_is_as_before(ranks: Ranks) -> None:

@@ -29,7 +29,34 @@ from orchestrator.errors import ExitCode
 from orchestrator.fleet.client import Agent, Deployment
 from orchestrator.fleet.protocol import decode_state
 from orchestrator.model import Host
-from orchestrator.remote import agent
+from orchestrator.remote.agent import states as agent_states
+from orchestrator.remote.agent import verdict as agent_verdict
+from orchestrator.remote.agent.cmd_status import cmd_status
+from orchestrator.remote.agent.files import Paths
+from orchestrator.remote.agent.group.control import (
+    ControlLink,
+    LinkBroken,
+    greet_member,
+    sign_control_message,
+    verify_control_message,
+)
+from orchestrator.remote.agent.group.coordinator_link import evicted_pending
+from orchestrator.remote.agent.group.failure import (
+    GROUP_COORDINATOR_LOST,
+    GROUP_COORDINATOR_UNREACHABLE,
+    GROUP_NEVER_JOINED,
+    GROUP_PORT_IN_USE,
+    GroupFailure,
+    decisive_failure,
+)
+from orchestrator.remote.agent.protocol import PROTOCOL
+from orchestrator.remote.agent.roles import supervisor_for
+from orchestrator.remote.agent.sglang_log import READY_LINE, is_ready_line, is_worker_ready_line
+from orchestrator.remote.agent.spec import GroupSpec, Spec
+from orchestrator.remote.agent.states import EXITED, FATAL, STARTING, UNSUPERVISED
+from orchestrator.remote.agent.supervisor import Supervisor
+from orchestrator.remote.agent.trust import secure_deployment
+from orchestrator.remote.agent.verdict import CRASHED, KILLED, NCCL, STOPPED, restart_for
 from orchestrator.transport.local import LocalTransport
 from tests.agent.test_supervisor import AGENT, CONFIG_LINE, PRELUDE, READY, _agent, _free_port
 from tests.conftest import ProfileDir
@@ -83,7 +110,7 @@ class GroupPlan:
     def spec(self, rank: int, program: str, **group: Any) -> dict[str, Any]:
         port = _free_port()
         return {
-            "protocol": agent.PROTOCOL,
+            "protocol": PROTOCOL,
             "deployment": "g",
             "argv": [sys.executable, "-c", PRELUDE + program],
             "env": {"TEST_PORT": str(port)},
@@ -102,16 +129,16 @@ class GroupPlan:
         }  # fmt: skip
 
     @property
-    def group(self) -> agent.GroupSpec:
+    def group(self) -> GroupSpec:
         """Rank 1's view of the group (what a fake coordinator or stranger needs)."""
-        return agent.GroupSpec.from_json(self.spec(1, "")["group"])
+        return GroupSpec.from_json(self.spec(1, "")["group"])
 
 
 @dataclass(frozen=True)
 class Rank:
     """One rank's supervisor running in a thread of this process."""
 
-    supervisor: agent.Supervisor
+    supervisor: Supervisor
     thread: threading.Thread
 
     @property
@@ -152,10 +179,10 @@ class Ranks:
         """Rank ``rank``'s supervisor in a thread; ``start_limit``: its restart policy's."""
         spec = self.plan.spec(rank, program, **group)
         spec["restart"]["start_limit"] = start_limit
-        paths = agent.Paths(str(self.root / "workdir" / f"r{rank}"))
-        agent.secure_deployment(paths, create=True)
+        paths = Paths(str(self.root / "workdir" / f"r{rank}"))
+        secure_deployment(paths, create=True)
         Path(paths.spec).write_text(json.dumps(spec))
-        supervisor = agent.Supervisor(agent.Spec.from_json(spec), paths)
+        supervisor = supervisor_for(Spec.from_json(spec), paths)
         thread = threading.Thread(target=supervisor.run, name=f"rank-{rank}", daemon=True)
         thread.start()
         started = Rank(supervisor, thread)
@@ -180,7 +207,7 @@ def ranks(tmp_path: Path) -> Iterator[Ranks]:
 
 def both_ready(*group: Rank, besides: tuple[str, ...] = ()) -> bool:
     states = [rank.state for rank in group]
-    return all(s["state"] == agent.READY and s["run_id"] not in besides for s in states)
+    return all(s["state"] == agent_states.READY and s["run_id"] not in besides for s in states)
 
 
 # -- the vocabulary, the spec, the wire ---------------------------------------------------------
@@ -189,20 +216,20 @@ def both_ready(*group: Rank, besides: tuple[str, ...] = ()) -> bool:
 def test_the_worker_line_is_a_ready_line_and_only_it_is_a_worker_line() -> None:
     worker = "[2026-11-29 07:43:40] Dummy health check server started in background thread at 0.0.0.0:30000"
     ipv6 = "[2026-11-29 07:43:40] Dummy health check server started in background thread at [::1]:30000"
-    assert agent.is_ready_line(worker)
-    assert agent.is_worker_ready_line(worker)
-    assert agent.is_worker_ready_line(ipv6 + "\r\n")
-    assert agent.is_ready_line(f"[2026-11-29 07:43:40] {agent.READY_LINE}")
-    assert not agent.is_worker_ready_line(f"[2026-11-29 07:43:40] {agent.READY_LINE}")
-    assert not agent.is_ready_line(worker.split("] ", 1)[1])  # printed, not logged
-    assert not agent.is_ready_line(
+    assert is_ready_line(worker)
+    assert is_worker_ready_line(worker)
+    assert is_worker_ready_line(ipv6 + "\r\n")
+    assert is_ready_line(f"[2026-11-29 07:43:40] {READY_LINE}")
+    assert not is_worker_ready_line(f"[2026-11-29 07:43:40] {READY_LINE}")
+    assert not is_ready_line(worker.split("] ", 1)[1])  # printed, not logged
+    assert not is_ready_line(
         "[2026-11-29 07:43:40] Dummy health check server stopped at 0.0.0.0:30000"
     )
 
 
 def test_spec_reads_the_group_and_keeps_the_key_out_of_its_repr() -> None:
     plan = GroupPlan(20100, "ab" * 32)
-    spec = agent.Spec.from_json(plan.spec(1, ""))
+    spec = Spec.from_json(plan.spec(1, ""))
     group = spec.group
     assert group is not None
     assert (group.rank, group.nnodes, group.nodes, group.control_address) == (
@@ -213,41 +240,41 @@ def test_spec_reads_the_group_and_keeps_the_key_out_of_its_repr() -> None:
     assert group.name(1) == "rank 1 (node-b)"
     single = plan.spec(0, "")
     del single["group"]
-    assert agent.Spec.from_json(single).group is None
+    assert Spec.from_json(single).group is None
     for bad in ({"key": "00"}, {"rank": 2}, {"nodes": ["a"]}, {"control_port": 0}):
         document = plan.spec(1, "")
         document["group"].update(bad)
         with pytest.raises(ValueError, match="group"):
-            agent.Spec.from_json(document)
+            Spec.from_json(document)
 
 
 def test_a_control_message_verifies_only_with_its_key_and_unchanged() -> None:
     key = bytes.fromhex("11" * 32)
-    line = agent.sign_control_message(key, {"type": "stop", "generation": 3, "reason": "é"})
-    assert agent.verify_control_message(key, line) == {
+    line = sign_control_message(key, {"type": "stop", "generation": 3, "reason": "é"})
+    assert verify_control_message(key, line) == {
         "type": "stop", "generation": 3, "reason": "é",
     }  # fmt: skip
-    assert agent.verify_control_message(bytes.fromhex("22" * 32), line) is None
+    assert verify_control_message(bytes.fromhex("22" * 32), line) is None
     assert (
-        agent.verify_control_message(key, line.replace(b'"generation":3', b'"generation":4'))
+        verify_control_message(key, line.replace(b'"generation":3', b'"generation":4'))
         is None
     )
-    assert agent.verify_control_message(key, b"[" * 100_000 + b"]" * 100_000) is None
-    assert agent.verify_control_message(key, b'{"type": "stop", "mac": 7}') is None
-    assert agent.verify_control_message(key, b"\xff\xfe not json") is None
+    assert verify_control_message(key, b"[" * 100_000 + b"]" * 100_000) is None
+    assert verify_control_message(key, b'{"type": "stop", "mac": 7}') is None
+    assert verify_control_message(key, b"\xff\xfe not json") is None
 
 
 def test_the_decisive_failure_is_deterministic_first_then_a_cause_then_the_first() -> None:
-    def failure(rank: int, cls: str, at: float) -> agent.GroupFailure:
-        return agent.GroupFailure(rank, NODES[rank], cls, f"rank {rank}: {cls}", 1, 1, at)
+    def failure(rank: int, cls: str, at: float) -> GroupFailure:
+        return GroupFailure(rank, NODES[rank], cls, f"rank {rank}: {cls}", 1, 1, at)
 
-    nccl_first = failure(0, agent.NCCL, 1.0)
-    killed = failure(1, agent.KILLED, 2.0)
-    config = failure(1, agent.CONFIG_ERROR, 3.0)
-    assert agent.decisive_failure([]) is None
-    assert agent.decisive_failure([nccl_first, killed]) == killed
-    assert agent.decisive_failure([nccl_first, killed, config]) == config
-    assert agent.decisive_failure([killed, failure(0, agent.CRASHED, 2.5)]) == killed
+    nccl_first = failure(0, NCCL, 1.0)
+    killed = failure(1, KILLED, 2.0)
+    config = failure(1, agent_verdict.CONFIG_ERROR, 3.0)
+    assert decisive_failure([]) is None
+    assert decisive_failure([nccl_first, killed]) == killed
+    assert decisive_failure([nccl_first, killed, config]) == config
+    assert decisive_failure([killed, failure(0, CRASHED, 2.5)]) == killed
 
 
 # -- the group at work ----------------------------------------------------------------------------
@@ -269,7 +296,7 @@ def test_group_starts_together_reports_members_and_a_stop_of_rank0_stops_every_r
     seen = coordinator.state["group"]["members"]["1"]
     assert seen["connected"] is True
     assert (seen["node"], seen["state"], seen["run_id"], seen["pid"]) == (
-        "node-b", agent.READY, rank1["run_id"], rank1["pid"],
+        "node-b", agent_states.READY, rank1["run_id"], rank1["pid"],
     )  # fmt: skip
     assert rank1["group"]["role"] == "member"
     assert rank1["group"]["coordinator"] == {"rank": 0, "node": "node-a", "connected": True}
@@ -277,22 +304,22 @@ def test_group_starts_together_reports_members_and_a_stop_of_rank0_stops_every_r
     assert "Dummy health check server started" in Path(rank1["log"]).read_text()
     assert "key" not in json.dumps(rank0["group"])
 
-    status = agent.cmd_status(coordinator.supervisor.paths.root)  # what `agent.py status` shows
-    assert status["group"]["members"]["1"]["state"] == agent.READY
+    status = cmd_status(coordinator.supervisor.paths.root)  # what `agent.py status` shows
+    assert status["group"]["members"]["1"]["state"] == agent_states.READY
     kinds = [event["event"] for event in coordinator.events()]
     assert "group-join" in kinds
     assert "group-start" in kinds
     assert "group-join" in [event["event"] for event in member.events()]
 
     coordinator.supervisor.stop_requested.set()  # `agent.py stop`, i.e. orch down
-    assert coordinator.ended()["state"] == agent.EXITED
+    assert coordinator.ended()["state"] == EXITED
     final = member.ended()
-    assert final["state"] == agent.EXITED
+    assert final["state"] == EXITED
     assert final["message"].startswith("stopped: the group coordinator shut the group down")
-    assert final["last_exit"]["class"] == agent.STOPPED
+    assert final["last_exit"]["class"] == STOPPED
     assert gone(rank0["pid"])
     assert gone(rank1["pid"])
-    assert coordinator.state["group"]["members"]["1"]["state"] == agent.EXITED
+    assert coordinator.state["group"]["members"]["1"]["state"] == EXITED
 
 
 @pytest.mark.parametrize("dying", [1, 0], ids=["member", "coordinator"])
@@ -309,14 +336,14 @@ def test_any_rank_dying_restarts_the_whole_group_as_the_next_generation(
         lambda: both_ready(coordinator, member, besides=(first[0]["run_id"],)),
     )
     wait_until("the member restarted too", lambda: member.state["run_id"] != first[1]["run_id"])
-    wait_until("rank 1 READY again", lambda: member.state["state"] == agent.READY)
+    wait_until("rank 1 READY again", lambda: member.state["state"] == agent_states.READY)
     rank0 = coordinator.state
     assert rank0["restarts"] == 1
     assert rank0["group"]["generation"] == 2
     failure = rank0["group"]["failure"]
     assert (failure["rank"], failure["node"], failure["cls"]) == (dying, NODES[dying], "killed")
     assert failure["message"].startswith(f"rank {dying} ({NODES[dying]}): killed by SIGKILL")
-    assert rank0["last_exit"]["class"] == agent.KILLED
+    assert rank0["last_exit"]["class"] == KILLED
     if dying == 1:  # rank 0's run ended for rank 1: its verdict is rank 1's
         assert rank0["last_exit"]["message"] == failure["message"]
     assert member.state["group"]["generation"] == 2
@@ -341,35 +368,35 @@ def test_a_config_error_on_a_member_is_fatal_for_the_group_naming_it_never_resta
 ) -> None:
     coordinator = ranks.start(0, SERVES)
     member = ranks.start(1, CONFIG_ERROR)
-    rank0 = coordinator.wait_for(agent.FATAL)
+    rank0 = coordinator.wait_for(FATAL)
     assert rank0["message"] == (
-        f"config-error: not restarting ({agent.restart_for(agent.CONFIG_ERROR).why}): "
+        f"config-error: not restarting ({restart_for(agent_verdict.CONFIG_ERROR).why}): "
         "rank 1 (node-b): ValueError: bad mamba strategy"
     )
-    assert rank0["group"]["failure"]["cls"] == agent.CONFIG_ERROR
+    assert rank0["group"]["failure"]["cls"] == agent_verdict.CONFIG_ERROR
     # the member's restart verdict travelled with its class, and names the failed rank's cause
     assert rank0["group"]["failure"]["restart_helps"] is False
-    assert rank0["last_exit"]["class"] == agent.CONFIG_ERROR
+    assert rank0["last_exit"]["class"] == agent_verdict.CONFIG_ERROR
     assert rank0["last_exit"]["restart_helps"] is False
     assert rank0["starts"] == 1
     assert rank0["restarts"] == 0
     rank1 = member.ended()
-    assert rank1["state"] == agent.EXITED  # shut down by its coordinator
+    assert rank1["state"] == EXITED  # shut down by its coordinator
     assert rank1["starts"] == 1
-    assert rank1["last_exit"]["class"] == agent.CONFIG_ERROR
-    assert coordinator.ended()["state"] == agent.FATAL
+    assert rank1["last_exit"]["class"] == agent_verdict.CONFIG_ERROR
+    assert coordinator.ended()["state"] == FATAL
 
 
 def test_a_member_that_never_joins_is_fatal_naming_it(ranks: Ranks) -> None:
     coordinator = ranks.start(0, SERVES, join_timeout_s=0.5)
     rank0 = coordinator.ended()
     address = f"127.0.0.1:{ranks.plan.control_port}"
-    assert rank0["state"] == agent.FATAL
+    assert rank0["state"] == FATAL
     assert (
         rank0["message"]
         == f"rank 1 (node-b) never joined the group (control port {address}, 0.5 s)"
     )
-    assert rank0["group"]["failure"]["cls"] == agent.GROUP_NEVER_JOINED
+    assert rank0["group"]["failure"]["cls"] == GROUP_NEVER_JOINED
     assert rank0["starts"] == 0  # no server of a group that never formed
 
 
@@ -380,7 +407,7 @@ def test_up_of_a_group_that_never_formed_exits_with_the_group_code(
     transport) when the group never formed: no run, FATAL with the group's failure. Its exit
     code is the group's (30), never a crash's (27)."""
     rank0 = ranks.start(0, SERVES, join_timeout_s=0.5).ended()
-    assert rank0["state"] == agent.FATAL
+    assert rank0["state"] == FATAL
     assert rank0["run_id"] is None  # no run to follow: only the state says why
     profile_dir.write("g", "host: local\nmodel: {path: /models/m}\nsglang: '0.5.11'\nport: 31234\n")
     profile = profile_dir.store().load("g").profile
@@ -394,18 +421,18 @@ def test_up_of_a_group_that_never_formed_exits_with_the_group_code(
     outcome = events[-1]
     assert isinstance(outcome, Outcome)
     assert outcome.exit_code == ExitCode.GROUP
-    assert outcome.summary.startswith(f"{agent.GROUP_NEVER_JOINED}: rank 1 (node-b) never joined")
+    assert outcome.summary.startswith(f"{GROUP_NEVER_JOINED}: rank 1 (node-b) never joined")
 
 
 def test_a_member_that_cannot_reach_its_coordinator_is_fatal(ranks: Ranks) -> None:
     member = ranks.start(1, WORKS, join_timeout_s=0.5)
     rank1 = member.ended()
-    assert rank1["state"] == agent.FATAL
+    assert rank1["state"] == FATAL
     assert rank1["message"] == (
         f"could not reach the group coordinator (rank 0, node-a) at "
         f"127.0.0.1:{ranks.plan.control_port} within 0.5 s (connection refused)"
     )
-    assert rank1["group"]["failure"]["cls"] == agent.GROUP_COORDINATOR_UNREACHABLE
+    assert rank1["group"]["failure"]["cls"] == GROUP_COORDINATOR_UNREACHABLE
     assert rank1["starts"] == 0
 
 
@@ -414,8 +441,8 @@ def test_the_control_port_in_use_is_fatal_with_its_class(ranks: Ranks) -> None:
         holder.bind(("127.0.0.1", ranks.plan.control_port))
         holder.listen()
         rank0 = ranks.start(0, SERVES).ended()
-    assert rank0["state"] == agent.FATAL
-    assert rank0["group"]["failure"]["cls"] == agent.GROUP_PORT_IN_USE
+    assert rank0["state"] == FATAL
+    assert rank0["group"]["failure"]["cls"] == GROUP_PORT_IN_USE
     assert f"control port 127.0.0.1:{ranks.plan.control_port} is in use" in rank0["message"]
 
 
@@ -424,7 +451,7 @@ def test_a_stop_while_waiting_for_members_ends_at_once(ranks: Ranks) -> None:
     wait_until("waiting", lambda: "waiting for rank 1" in coordinator.state["message"])
     began = time.monotonic()
     coordinator.supervisor.stop_requested.set()
-    assert coordinator.ended()["state"] == agent.EXITED
+    assert coordinator.ended()["state"] == EXITED
     assert time.monotonic() - began < 2.0
 
 
@@ -434,9 +461,9 @@ def test_a_member_stopped_on_its_own_node_stops_the_group(ranks: Ranks) -> None:
     wait_until("both ranks READY", lambda: both_ready(coordinator, member))
     servers = [coordinator.state["pid"], member.state["pid"]]
     member.supervisor.stop_requested.set()
-    assert member.ended()["state"] == agent.EXITED
+    assert member.ended()["state"] == EXITED
     rank0 = coordinator.ended()
-    assert rank0["state"] == agent.EXITED
+    assert rank0["state"] == EXITED
     assert rank0["message"] == "rank 1 (node-b): stopped on request on its node: stopped the group"
     assert all(gone(pid) for pid in servers)
 
@@ -475,17 +502,17 @@ def test_unauthenticated_or_foreign_messages_are_dropped_and_their_connection_cl
     ]  # fmt: skip
     for signing_key, body in attempts:
         with _connect(ranks.plan.control_port) as stranger:
-            challenge = agent.verify_control_message(key, stranger.recv(1 << 16).split(b"\n")[0])
+            challenge = verify_control_message(key, stranger.recv(1 << 16).split(b"\n")[0])
             assert challenge is not None
             assert challenge["type"] == "challenge"
-            stranger.sendall(agent.sign_control_message(signing_key, body))
+            stranger.sendall(sign_control_message(signing_key, body))
             assert _closed_by_peer(stranger)
     with _connect(ranks.plan.control_port) as silent:
         assert b'"challenge"' in silent.recv(1 << 16)
         assert _closed_by_peer(silent)  # nothing sent within lost_after_s: dropped too
     state = coordinator.state
     assert state["group"]["members"]["1"]["connected"] is False
-    assert state["state"] == agent.STARTING
+    assert state["state"] == STARTING
     refused = [e["reason"] for e in coordinator.events() if e["event"] == "group-refused"]
     assert refused[:3] == [
         "it sent a message not signed with the group's key",
@@ -574,11 +601,11 @@ def test_the_coordinator_evicts_the_oldest_of_the_most_crowded_source() -> None:
     pending = [("10.0.0.9", 1.0), ("10.0.0.5", 2.0), ("10.0.0.9", 3.0), ("10.0.0.5", 4.0),
                ("10.0.0.5", 5.0)]  # fmt: skip
     # a source over its own cap loses its oldest, whoever else waits
-    assert agent.evicted_pending(pending, "10.0.0.9", per_source=1, total=10) == 0
+    assert evicted_pending(pending, "10.0.0.9", per_source=1, total=10) == 0
     # within every source's cap but over the total: the most crowded source's oldest
-    assert agent.evicted_pending(pending, "10.0.0.9", per_source=3, total=4) == 1
+    assert evicted_pending(pending, "10.0.0.9", per_source=3, total=4) == 1
     # room for everyone: nobody
-    assert agent.evicted_pending(pending, "10.0.0.9", per_source=3, total=5) is None
+    assert evicted_pending(pending, "10.0.0.9", per_source=3, total=5) is None
 
 
 def test_the_control_port_binds_rank0s_own_address_where_it_is_local(ranks: Ranks) -> None:
@@ -608,8 +635,8 @@ class FakeCoordinator:
     """Rank 0's end of the control channel, played by the test with the agent's own parts:
     it admits one member, starts it, and can go silent or vanish."""
 
-    def __init__(self, group: agent.GroupSpec, port: int) -> None:
-        coordinator = agent.GroupSpec.from_json(
+    def __init__(self, group: GroupSpec, port: int) -> None:
+        coordinator = GroupSpec.from_json(
             {
                 "id": group.group_id, "rank": 0, "nnodes": group.nnodes,
                 "nodes": list(group.nodes), "control_host": "127.0.0.1", "control_port": port,
@@ -618,15 +645,15 @@ class FakeCoordinator:
         )  # fmt: skip
         self.group = coordinator
         self.listener = socket.create_server(("127.0.0.1", port))
-        self.link: agent.ControlLink | None = None
+        self.link: ControlLink | None = None
         self.silent = threading.Event()
         self.received: list[dict[str, Any]] = []
 
-    def admit(self) -> agent.ControlLink:
+    def admit(self) -> ControlLink:
         connection, _ = self.listener.accept()
         connection.settimeout(5)
-        link = agent.ControlLink(connection, self.group)
-        assert agent.greet_member(link, self.group) == 1
+        link = ControlLink(connection, self.group)
+        assert greet_member(link, self.group) == 1
         link.send("welcome", generation=0)
         self.link = link
         threading.Thread(target=self._beat, daemon=True).start()
@@ -643,7 +670,7 @@ class FakeCoordinator:
         try:
             while True:
                 self.received.append(self.link.receive())
-        except agent.LinkBroken:
+        except LinkBroken:
             return
 
     def close(self) -> None:
@@ -661,7 +688,7 @@ def test_a_lost_coordinator_stops_the_member_server(ranks: Ranks, how: str) -> N
         link = fake.admit()
         link.send("stop", generation=0, reason="old")  # an older generation's: nothing runs
         link.send("start", generation=1)
-        rank1 = member.wait_for(agent.READY)
+        rank1 = member.wait_for(agent_states.READY)
         wait_until("rank 1 reported READY", lambda: any(m.get("ready") for m in fake.received))
         if how == "vanishes":
             link.close()
@@ -671,16 +698,16 @@ def test_a_lost_coordinator_stops_the_member_server(ranks: Ranks, how: str) -> N
     finally:
         fake.close()
     why = "connection closed" if how == "vanishes" else "silent for 1 s"
-    assert final["state"] == agent.EXITED
+    assert final["state"] == EXITED
     assert final["message"] == (
         f"the group coordinator (rank 0, node-a) was lost ({why}): stopped this rank"
     )
-    assert final["group"]["failure"]["cls"] == agent.GROUP_COORDINATOR_LOST
+    assert final["group"]["failure"]["cls"] == GROUP_COORDINATOR_LOST
     assert gone(rank1["pid"])
     stopped = [message["generation"] for message in fake.received if message["type"] == "stopped"]
     assert stopped == [0]  # its answer to the old stop: nothing ran
     states = [message["state"] for message in fake.received if message["type"] == "state"]
-    assert states[-1] == agent.READY
+    assert states[-1] == agent_states.READY
 
 
 # -- real detached agents --------------------------------------------------------------------------
@@ -699,8 +726,7 @@ def test_detached_ranks_form_a_group_and_a_killed_coordinator_takes_the_member_d
         pending = dirs[rank] / ".spec-1.json"
         pending.write_text(json.dumps(plan.spec(rank, program)))
         argv = [
-            sys.executable,
-            str(AGENT),
+            *AGENT,
             "start",
             "--dir",
             str(dirs[rank]),
@@ -716,20 +742,20 @@ def test_detached_ranks_form_a_group_and_a_killed_coordinator_takes_the_member_d
 
         def ready() -> bool:
             statuses[:] = [_agent("status", "--dir", str(d)) for d in dirs]
-            return all(status["state"] == agent.READY for status in statuses)
+            return all(status["state"] == agent_states.READY for status in statuses)
 
         wait_until("both detached ranks READY", ready, timeout=30)
         assert statuses[0]["group"]["members"]["1"]["connected"] is True
         os.kill(statuses[0]["agent_pid"], signal.SIGKILL)
         wait_until(
             "rank 1 EXITED",
-            lambda: _agent("status", "--dir", str(dirs[1]))["state"] == agent.EXITED,
+            lambda: _agent("status", "--dir", str(dirs[1]))["state"] == EXITED,
         )
         rank1 = _agent("status", "--dir", str(dirs[1]))
         assert "was lost (connection closed)" in rank1["message"]
         wait_until("rank 1's server gone", lambda: gone(statuses[1]["pid"]))
         orphan = _agent("status", "--dir", str(dirs[0]))
-        assert orphan["state"] == agent.UNSUPERVISED
+        assert orphan["state"] == UNSUPERVISED
         assert orphan["group"]["members"]["1"]["connected"] is False  # died with its supervisor
     finally:
         for directory in dirs:

@@ -9,9 +9,11 @@ import sys
 import time
 from pathlib import Path
 
-from orchestrator.remote import agent
+from orchestrator.remote.agent.output import LogSink, OutputWatcher
+from orchestrator.remote.agent.sglang_log import READY_LINE
+from orchestrator.remote.agent.world import RealClock, RealWorld
 
-READY_RECORD = f"[2026-11-29 07:43:40] {agent.READY_LINE}"
+READY_RECORD = f"[2026-11-29 07:43:40] {READY_LINE}"
 HUGE = 30_000_000
 
 
@@ -27,8 +29,8 @@ def _time_to_ready_line(tmp_path: Path, huge: int) -> tuple[float, int]:
         "time.sleep(60)\n"
     )
     log = tmp_path / f"server-{huge}.log"
-    watcher = agent.OutputWatcher(agent.LogSink(str(log), max_bytes=1 << 30, keep=1))
-    world = agent.RealWorld(agent.RealClock())
+    watcher = OutputWatcher(LogSink(str(log), max_bytes=1 << 30, keep=1))
+    world = RealWorld(RealClock())
     began = time.monotonic()
     process = world.spawn([sys.executable, "-c", program], str(tmp_path), dict(os.environ), watcher)
     try:

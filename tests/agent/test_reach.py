@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import socket
 import subprocess
-import sys
 import threading
 import time
 from typing import Any
@@ -18,7 +17,7 @@ from tests.agent.test_supervisor import AGENT, _free_port
 
 def _run(*args: str) -> tuple[int, dict[str, Any]]:
     done = subprocess.run(
-        [sys.executable, str(AGENT), *args], capture_output=True, text=True, timeout=30, check=False
+        [*AGENT, *args], capture_output=True, text=True, timeout=30, check=False
     )
     answer: dict[str, Any] = json.loads(done.stdout)
     return done.returncode, answer

@@ -18,9 +18,14 @@ import psutil
 import pytest
 
 from orchestrator.fleet.protocol import decode_runs_reply, decode_start, decode_state, decode_stop
-from orchestrator.remote import agent
+from orchestrator.remote.agent.identity import RUN_ID_ENV
+from orchestrator.remote.agent.protocol import PROTOCOL
+from orchestrator.remote.agent.sglang_log import READY_LINE
+from orchestrator.remote.agent.states import EXITED, INITIAL_STATE, TRANSITIONS
+from orchestrator.remote.agent.verdict import STOPPED
 
-AGENT = Path(agent.__file__)
+# The agent as a host runs it: its package's __main__, in a process of its own.
+AGENT = (sys.executable, "-m", "orchestrator.remote.agent")
 
 PRELUDE = "import os, sys, time, signal\nsys.stdout.reconfigure(line_buffering=True)\n"
 CONFIG_LINE = "print('[2026-11-29 07:42:55] server_args=ServerArgs(model_path=\"/m\")')\n"
@@ -33,7 +38,7 @@ READY = (
     "    def log_message(self, *a): pass\n"
     "s = http.server.HTTPServer(('127.0.0.1', int(os.environ['TEST_PORT'])), H)\n"
     "threading.Thread(target=s.serve_forever, daemon=True).start()\n"
-    f"print('[2026-11-29 07:42:56] {agent.READY_LINE}')\n"
+    f"print('[2026-11-29 07:42:56] {READY_LINE}')\n"
 )
 
 
@@ -47,7 +52,7 @@ def _free_port() -> int:
 def _spec(argv: list[str], **overrides: Any) -> dict[str, Any]:
     port = _free_port()
     spec: dict[str, Any] = {
-        "protocol": agent.PROTOCOL,
+        "protocol": PROTOCOL,
         "deployment": "t",
         "argv": argv,
         "env": {"FROM_SPEC": "yes", "TEST_PORT": str(port)},
@@ -64,7 +69,7 @@ def _spec(argv: list[str], **overrides: Any) -> dict[str, Any]:
 
 def _agent(*args: str) -> dict[str, Any]:
     done = subprocess.run(
-        [sys.executable, str(AGENT), *args], capture_output=True, text=True, timeout=60, check=False
+        [*AGENT, *args], capture_output=True, text=True, timeout=60, check=False
     )
     assert done.returncode in (0, 3), done.stderr
     result: dict[str, Any] = json.loads(done.stdout)
@@ -127,16 +132,16 @@ def test_agent_detaches_and_reports_ready(deployment: Deployment) -> None:
     server = psutil.Process(status["pid"])
     assert os.getpgid(server.pid) == server.pid  # its own process group
     assert server.environ()["FROM_SPEC"] == "yes"
-    assert server.environ()[agent.RUN_ID_ENV] == status["run_id"]
+    assert server.environ()[RUN_ID_ENV] == status["run_id"]
     log = Path(status["log"]).read_text()
-    assert agent.READY_LINE in log
+    assert READY_LINE in log
     assert oct((deployment.dir / "spec.json").stat().st_mode & 0o777) == "0o600"
     (run,) = decode_runs_reply(_agent("runs", "--dir", str(deployment.dir))).runs
     assert run.run_id == status["run_id"]
     stopped = decode_stop(deployment.stop())
-    assert stopped.state.state == agent.EXITED
+    assert stopped.state.state == EXITED
     assert stopped.state.last_exit is not None
-    assert stopped.state.last_exit.cls == agent.STOPPED
+    assert stopped.state.last_exit.cls == STOPPED
 
 
 def test_agent_stop_kills_the_group_and_sweeps_escaped_children(deployment: Deployment) -> None:
@@ -188,8 +193,8 @@ def test_agent_restarts_a_crash_with_backoff_then_hits_the_start_limit(
     assert backoffs == [0.05, 0.1]
     # every change recorded, each one allowed and starting where the last one ended
     changes = [(e["from"], e["to"]) for e in events if e["event"] == "state"]
-    assert [old for old, _ in changes] == [agent.INITIAL_STATE] + [new for _, new in changes[:-1]]
-    assert all(new in agent.TRANSITIONS[old] for old, new in changes)
+    assert [old for old, _ in changes] == [INITIAL_STATE] + [new for _, new in changes[:-1]]
+    assert all(new in TRANSITIONS[old] for old, new in changes)
     assert changes.count(("BACKOFF", "STARTING")) == 2
     assert changes[-1][1] == "FATAL"
 

@@ -17,7 +17,11 @@ from typing import Any
 
 import pytest
 
-from orchestrator.remote import agent
+from orchestrator.remote.agent import states as agent_states
+from orchestrator.remote.agent.protocol import PROTOCOL
+from orchestrator.remote.agent.sglang_log import READY_LINE
+from orchestrator.remote.agent.states import EXITED, FATAL, UNSUPERVISED
+from orchestrator.remote.agent.verdict import CUDA_OOM
 from tests.agent.test_supervisor import (
     AGENT,
     CONFIG_LINE,
@@ -39,7 +43,7 @@ def deployment(tmp_path: Path) -> Iterator[Deployment]:
 
 def _watch(deployment: Deployment, run_id: str, seconds: float = 30) -> Iterator[dict[str, Any]]:
     process = subprocess.Popen(
-        [sys.executable, str(AGENT), "watch", "--dir", str(deployment.dir), "--run", run_id,
+        [*AGENT, "watch", "--dir", str(deployment.dir), "--run", run_id,
          "--seconds", str(seconds)],
         stdout=subprocess.PIPE, text=True,
     )  # fmt: skip
@@ -62,10 +66,10 @@ def test_watch_streams_the_log_and_ends_on_ready(deployment: Deployment) -> None
     run_id = reply["state"]["run_id"]
     events = list(_watch(deployment, run_id))
     states = [e["state"]["state"] for e in events if "state" in e]
-    assert states[-1] == agent.READY
-    assert agent.READY_LINE in _log_text(events)
+    assert states[-1] == agent_states.READY
+    assert READY_LINE in _log_text(events)
     assert "server_args=ServerArgs" in _log_text(events)
-    assert events[-1]["protocol"] == agent.PROTOCOL  # the answer line, after the stream
+    assert events[-1]["protocol"] == PROTOCOL  # the answer line, after the stream
     assert events[-1]["ended"] == "state"
 
 
@@ -81,7 +85,7 @@ def test_watch_reports_the_death_as_it_happens(deployment: Deployment) -> None:
         if last_exit and last_exit["run_id"] == run_id:
             seen_at, exited = time.time(), last_exit
     assert exited is not None
-    assert exited["class"] == agent.CUDA_OOM
+    assert exited["class"] == CUDA_OOM
     assert seen_at is not None
     assert seen_at - float(exited["at"]) < 1.0  # said within a few of the watcher's ticks
 
@@ -95,7 +99,7 @@ def test_watch_says_when_the_supervisor_died(deployment: Deployment) -> None:
     died = [e["status"] for e in events if "status" in e]
     assert died
     assert died[-1]["agent_alive"] is False
-    assert died[-1]["state"] == agent.UNSUPERVISED
+    assert died[-1]["state"] == UNSUPERVISED
     assert events[-1]["ended"] == "supervisor"
     os.killpg(died[-1]["pid"], signal.SIGKILL)
 
@@ -111,7 +115,7 @@ def test_start_takes_the_spec_and_launch_script_on_stdin(deployment: Deployment)
     spec["env"]["HF_TOKEN"] = "hf_" + "s" * 30
     bundle = {"spec": spec, "launch_script": "#!/usr/bin/env bash\nexec true\n"}
     done = subprocess.run(
-        [sys.executable, str(AGENT), "start", "--dir", str(deployment.dir), "--spec", "-"],
+        [*AGENT, "start", "--dir", str(deployment.dir), "--spec", "-"],
         input=json.dumps(bundle), capture_output=True, text=True, timeout=60, check=False,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
@@ -121,7 +125,7 @@ def test_start_takes_the_spec_and_launch_script_on_stdin(deployment: Deployment)
     assert (deployment.dir / "launch.sh").read_text() == bundle["launch_script"]
     assert list(deployment.dir.glob(".spec-*")) == []  # nothing pending left behind
     assert "hf_" not in done.stdout + done.stderr
-    deployment.wait_for(agent.READY)
+    deployment.wait_for(agent_states.READY)
 
 
 def test_probe_takes_the_environment_on_stdin(tmp_path: Path) -> None:
@@ -130,7 +134,7 @@ def test_probe_takes_the_environment_on_stdin(tmp_path: Path) -> None:
     package.mkdir(parents=True)
     (package / "__init__.py").write_text("__version__ = '9.9.9'\n")
     done = subprocess.run(
-        [sys.executable, str(AGENT), "probe", "--port", "1", "--env-file", "-"],
+        [*AGENT, "probe", "--port", "1", "--env-file", "-"],
         input=json.dumps({"PYTHONPATH": str(tmp_path / "site")}),
         capture_output=True, text=True, timeout=60, check=False,
     )  # fmt: skip
@@ -144,7 +148,7 @@ def _start_watching(deployment: Deployment, program: str, *extra: str) -> list[d
     spec = _spec([sys.executable, "-c", PRELUDE + program])
     bundle = {"spec": spec, "launch_script": "#!/usr/bin/env bash\nexec true\n"}
     done = subprocess.run(
-        [sys.executable, str(AGENT), "start", "--dir", str(deployment.dir), "--spec", "-",
+        [*AGENT, "start", "--dir", str(deployment.dir), "--spec", "-",
          "--watch", "30", *extra],
         input=json.dumps(bundle), capture_output=True, text=True, timeout=60, check=False,
     )  # fmt: skip
@@ -163,12 +167,12 @@ def test_start_watch_answers_then_streams_the_run_and_inspects_it_before_ready(
     )  # fmt: skip
     assert said[0]["start"]["ok"] is True
     run_id = said[0]["start"]["state"]["run_id"]
-    assert agent.READY_LINE in _log_text(said)
+    assert READY_LINE in _log_text(said)
     keys = [next(iter(k for k in ("start", "inspect", "state", "log", "beat", "protocol") if k in e))
             for e in said]  # fmt: skip
     ready_at = next(
         i for i, e in enumerate(said)
-        if "state" in e and e["state"]["state"] == agent.READY and e["state"]["run_id"] == run_id
+        if "state" in e and e["state"]["state"] == agent_states.READY and e["state"]["run_id"] == run_id
     )  # fmt: skip
     assert keys[ready_at - 1] == "inspect"  # what orch compares next comes before READY
     inspected = said[ready_at - 1]["inspect"]
@@ -177,7 +181,7 @@ def test_start_watch_answers_then_streams_the_run_and_inspects_it_before_ready(
     assert inspected["env"] == {"FROM_SPEC": "yes"}  # only the names asked, when set
     assert inspected["argv"][:2] == [sys.executable, "-c"]
     assert keys.count("inspect") == 1
-    assert said[-1]["protocol"] == agent.PROTOCOL
+    assert said[-1]["protocol"] == PROTOCOL
     assert said[-1]["ended"] == "state"
 
 
@@ -191,7 +195,7 @@ def test_start_watch_that_is_refused_answers_once(deployment: Deployment) -> Non
 
 def _probe(deployment: Deployment) -> dict[str, Any]:
     done = subprocess.run(
-        [sys.executable, str(AGENT), "probe", "--port", "1", "--env-file", "-",
+        [*AGENT, "probe", "--port", "1", "--env-file", "-",
          "--dir", str(deployment.dir)],
         input="{}", capture_output=True, text=True, timeout=60, check=False,
     )  # fmt: skip
@@ -211,11 +215,11 @@ def test_probe_with_dir_answers_the_status_and_the_facts_in_one_command(
 
 def test_probe_with_dir_skips_the_facts_while_the_deployment_runs(deployment: Deployment) -> None:
     deployment.start(CONFIG_LINE + READY + "time.sleep(60)\n")
-    deployment.wait_for(agent.READY)
+    deployment.wait_for(agent_states.READY)
     answer = _probe(deployment)
     assert answer["facts"] == "skipped"
     assert answer["status"]["agent_alive"] is True
-    assert answer["status"]["state"] == agent.READY
+    assert answer["status"]["state"] == agent_states.READY
     assert "port" not in answer
 
 
@@ -228,7 +232,7 @@ def test_tail_answers_the_current_runs_last_lines_and_where_a_follow_goes_on(
 ) -> None:
     program = "".join(f"print('line {n}')\n" for n in range(50)) + "sys.exit(3)\n"
     run_id = deployment.start(program, restart={"mode": "no"})["state"]["run_id"]
-    deployment.wait_for(agent.EXITED, agent.FATAL)
+    deployment.wait_for(EXITED, FATAL)
     answer = _tail(deployment, "--lines", "3")
     log = deployment.dir / "runs" / run_id / "server.log"
     written = log.read_bytes()
@@ -259,7 +263,7 @@ def test_watch_of_a_new_run_ignores_the_previous_runs_state(deployment: Deployme
     """A start answers once its server is spawned, and state.json follows: until it does, the
     previous run's EXITED state must not read as the new run's end (orch up --replace)."""
     deployment.start(CONFIG_LINE + "sys.exit(0)\n", restart={"mode": "no"})
-    old = deployment.wait_for(agent.EXITED)
+    old = deployment.wait_for(EXITED)
     newer = "9999-20991231T000000Z"  # a run id after the recorded one, not written yet
     assert old["run_id"] < newer
     said = list(_watch(deployment, newer, seconds=1))

@@ -14,8 +14,8 @@ from orchestrator.cli.main import terminal_safe
 from orchestrator.commands.logs import LogTail
 from orchestrator.errors import ExitCode
 from orchestrator.model import Host
-from orchestrator.remote import agent
-from orchestrator.remote.agent import LogSink
+from orchestrator.remote.agent.output import LogSink
+from orchestrator.remote.agent.verdict import CUDA_OOM, restart_for
 from orchestrator.transport.local import LocalTransport
 from tests.conftest import REPO
 from tests.e2e.conftest import Workspace
@@ -111,7 +111,7 @@ def test_runs_lists_each_run_and_logs_picks_one_by_prefix_or_from_the_end(
                               "AFTER", "VERDICT", "RESTART"]  # fmt: skip
     assert [line.split()[0] for line in lines] == [row["run_id"] for row in rows]
     # what happened, then whether a restart can help and why (issue 25)
-    oom_restart = f"may help: {agent.restart_for(agent.CUDA_OOM).why}"
+    oom_restart = f"may help: {restart_for(CUDA_OOM).why}"
     assert all(line.endswith(f"cuda-oom (SIGKILL)  {oom_restart}") for line in lines), lines
     assert all(row["exit"]["restart_helps"] for row in rows)
 

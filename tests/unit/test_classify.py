@@ -6,7 +6,9 @@ import signal
 
 import pytest
 
-from orchestrator.remote.agent import (
+from orchestrator.remote.agent.classify import classify_exit
+from orchestrator.remote.agent.policy import RestartPolicy
+from orchestrator.remote.agent.verdict import (
     CONFIG_ERROR,
     CRASHED,
     CUDA_OOM,
@@ -18,8 +20,6 @@ from orchestrator.remote.agent import (
     PORT_IN_USE,
     ExitVerdict,
     Restart,
-    RestartPolicy,
-    classify_exit,
     restart_for,
 )
 from tests.conftest import capture_lines

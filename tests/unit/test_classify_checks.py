@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import signal
 
-from orchestrator.remote.agent import (
+from orchestrator.remote.agent.classify import classify_exit
+from orchestrator.remote.agent.verdict import (
     CONFIG_ERROR,
     CRASHED,
     CUDA_OOM,
@@ -16,7 +17,6 @@ from orchestrator.remote.agent import (
     KERNEL_ERROR,
     KILLED,
     MODEL_NOT_FOUND,
-    classify_exit,
 )
 
 # sglang/srt/entrypoints/engine.py _scheduler_died_error (0.5.11 line 1216, 0.5.23 line 2000):

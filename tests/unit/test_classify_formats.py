@@ -12,14 +12,14 @@ import signal
 
 import pytest
 
-from orchestrator.remote.agent import (
+from orchestrator.remote.agent.classify import classify_exit
+from orchestrator.remote.agent.verdict import (
     CONFIG_ERROR,
     CRASHED,
     IMPORT_ERROR,
     KERNEL_ERROR,
     KILLED,
     MODEL_NOT_FOUND,
-    classify_exit,
 )
 
 SIGKILLED = -signal.SIGKILL

@@ -22,7 +22,8 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.remote.agent import (
+from orchestrator.remote.agent.classify import classify_exit
+from orchestrator.remote.agent.verdict import (
     CONFIG_ERROR,
     CRASHED,
     CUDA_OOM,
@@ -32,7 +33,6 @@ from orchestrator.remote.agent import (
     MODEL_NOT_FOUND,
     NCCL,
     PORT_IN_USE,
-    classify_exit,
 )
 from tests.conftest import REPO
 

@@ -15,7 +15,17 @@ import pytest
 
 from orchestrator.errors import PreflightError, SupervisorError
 from orchestrator.fleet import protocol
-from orchestrator.remote import agent
+from orchestrator.remote.agent.cmd_inspect import cmd_inspect
+from orchestrator.remote.agent.cmd_probe import cmd_probe
+from orchestrator.remote.agent.cmd_runs import cmd_runs
+from orchestrator.remote.agent.cmd_status import cmd_status
+from orchestrator.remote.agent.files import Paths
+from orchestrator.remote.agent.policy import RestartPolicy
+from orchestrator.remote.agent.protocol import PROTOCOL
+from orchestrator.remote.agent.spec import Spec
+from orchestrator.remote.agent.states import EXITED, READY, UNSUPERVISED
+from orchestrator.remote.agent.supervisor import Supervisor
+from orchestrator.remote.agent.verdict import CRASHED
 from orchestrator.sglang.memory import GIB, GpuMemory
 from tests.conftest import REPO, ProfileDir
 from tests.standin.sglang_plugin import run_probe
@@ -54,7 +64,7 @@ def _spec_document(profile_dir: ProfileDir) -> dict[str, Any]:
 
 
 def test_the_spec_orch_builds_is_the_spec_the_agent_reads(profile_dir: ProfileDir) -> None:
-    spec = agent.Spec.from_json(json.loads(json.dumps(_spec_document(profile_dir))))
+    spec = Spec.from_json(json.loads(json.dumps(_spec_document(profile_dir))))
     assert spec.deployment == "p"
     assert spec.argv[-2:] == ("--model-path", "/models/m")
     assert spec.env == {"SGLANG_ENABLE_SPEC_V2": "1"}
@@ -62,72 +72,72 @@ def test_the_spec_orch_builds_is_the_spec_the_agent_reads(profile_dir: ProfileDi
     assert (spec.health_endpoint, spec.health_interval_s, spec.startup_timeout_s) == (
         "/ready", 7.0, 900.0,
     )  # fmt: skip
-    assert spec.restart == agent.RestartPolicy("always", 2.0, 3.0, 40.0, 4, 120.0)
+    assert spec.restart == RestartPolicy("always", 2.0, 3.0, 40.0, 4, 120.0)
     assert spec.stop_timeout_s == 12.0
     assert spec.meta == META
 
 
 def test_the_agent_refuses_a_spec_of_another_protocol(profile_dir: ProfileDir) -> None:
-    document = {**_spec_document(profile_dir), "protocol": agent.PROTOCOL + 1}
+    document = {**_spec_document(profile_dir), "protocol": PROTOCOL + 1}
     with pytest.raises(ValueError, match="protocol"):
-        agent.Spec.from_json(document)
+        Spec.from_json(document)
 
 
 # -- agent -> orch, this version ----------------------------------------------------------------
 
 
 @pytest.fixture
-def supervised(tmp_path: Path, profile_dir: ProfileDir) -> agent.Paths:
+def supervised(tmp_path: Path, profile_dir: ProfileDir) -> Paths:
     """A deployment directory as this agent's supervisor leaves it: one run that became READY
     and crashed, a restart in BACKOFF, then stopped (in-process, on a fake clock)."""
-    spec = agent.Spec.from_json(_spec_document(profile_dir))
-    paths = agent.Paths(str(tmp_path / "workdir" / "p"))
+    spec = Spec.from_json(_spec_document(profile_dir))
+    paths = Paths(str(tmp_path / "workdir" / "p"))
     Path(paths.runs).mkdir(parents=True)
     clock = FakeClock()
     crash = Script(lines=((0.5, CONFIG),), healthy_from=1.0, exit_at=10.0, returncode=1)
     world = ScriptedWorld(clock, [crash])
-    supervisor = agent.Supervisor(spec, paths, clock=clock, world=world)
+    supervisor = Supervisor(spec, paths, clock=clock, world=world)
     clock.at(11.0, supervisor.stop_requested.set)
     assert supervisor.run() == 0
     return paths
 
 
-def test_this_agents_status_decodes(supervised: agent.Paths) -> None:
-    state = protocol.decode_state(agent.cmd_status(supervised.root))
+def test_this_agents_status_decodes(supervised: Paths) -> None:
+    state = protocol.decode_state(cmd_status(supervised.root))
     assert state.deployed
-    assert state.state == agent.EXITED
+    assert state.state == EXITED
     assert state.agent_alive  # the in-process supervisor's pid is this test's
     assert (state.starts, state.port) == (1, 31234)
     assert state.launch_digest == "0123456789ab"
     assert (state.git_commit, state.git_dirty, state.launched_by) == ("c0ffee", True, "ops@laptop")
     assert state.last_exit is not None
-    assert (state.last_exit.cls, state.last_exit.returncode) == (agent.CRASHED, 1)
+    assert (state.last_exit.cls, state.last_exit.returncode) == (CRASHED, 1)
     assert state.last_exit.was_ready
 
 
-def test_this_agents_state_file_read_directly_decodes_the_same(supervised: agent.Paths) -> None:
+def test_this_agents_state_file_read_directly_decodes_the_same(supervised: Paths) -> None:
     document = json.loads(Path(supervised.state).read_text())
     direct = protocol.decode_state(document, agent_alive=True)
-    asked = protocol.decode_state(agent.cmd_status(supervised.root))
+    asked = protocol.decode_state(cmd_status(supervised.root))
     assert direct.state == asked.state
     assert direct.run_id == asked.run_id
     assert direct.last_exit == asked.last_exit
 
 
-def test_this_agents_runs_and_inspect_decode(supervised: agent.Paths) -> None:
-    (run,) = protocol.decode_runs_reply(agent.cmd_runs(supervised.root)).runs
+def test_this_agents_runs_and_inspect_decode(supervised: Paths) -> None:
+    (run,) = protocol.decode_runs_reply(cmd_runs(supervised.root)).runs
     assert run.log.endswith(f"{run.run_id}/server.log")
     observed, last_run = protocol.decode_inspect(
-        agent.cmd_inspect(supervised.root, None, None, "127.0.0.1", ["SGLANG_ENABLE_SPEC_V2"], None)
+        cmd_inspect(supervised.root, None, None, "127.0.0.1", ["SGLANG_ENABLE_SPEC_V2"], None)
     )
     assert last_run is not None
-    assert (last_run.run_id, last_run.state) == (run.run_id, agent.EXITED)
+    assert (last_run.run_id, last_run.state) == (run.run_id, EXITED)
     assert observed.resolved == {"model_path": "/m", "port": 30000}  # the kept config line
     assert observed.resolved_source == "server_args line"
 
 
 def test_this_agents_probe_decodes() -> None:
-    facts = protocol.decode_probe(agent.cmd_probe(1, "/nonexistent/model", "127.0.0.1", None))
+    facts = protocol.decode_probe(cmd_probe(1, "/nonexistent/model", "127.0.0.1", None))
     assert facts.executable
     assert facts.python
     assert facts.port.port == 1
@@ -137,7 +147,7 @@ def test_this_agents_probe_decodes() -> None:
 
 def test_this_agents_inspect_of_a_process_decodes_its_command_line_and_env() -> None:
     observed, _ = protocol.decode_inspect(
-        agent.cmd_inspect("/nonexistent", os.getpid(), None, "127.0.0.1", ["PATH"], None)
+        cmd_inspect("/nonexistent", os.getpid(), None, "127.0.0.1", ["PATH"], None)
     )
     assert observed.alive
     assert observed.argv is not None
@@ -155,7 +165,7 @@ def test_previous_agents_answers_decode() -> None:
     assert started.state is not None
     assert started.state.pid
     ready = protocol.decode_state(answers["status"])
-    assert ready.state == agent.READY
+    assert ready.state == READY
     assert ready.ready
     assert ready.agent_alive
     assert ready.launch_digest == "3f1c2a9be071"  # written as plan_hash by that version
@@ -172,7 +182,7 @@ def test_previous_agents_answers_decode() -> None:
     assert observed.resolved["mem_fraction_static"] == 0.92
     assert observed.server_version == "0.5.11"
     assert last_run is not None
-    assert last_run.state == agent.READY
+    assert last_run.state == READY
     facts = protocol.decode_probe(answers["probe"])
     assert facts.sglang_version
     assert not facts.port.free
@@ -180,7 +190,7 @@ def test_previous_agents_answers_decode() -> None:
     assert not facts.gpus.available
     assert facts.gpus.reason
     stopped = protocol.decode_stop(answers["stop"])
-    assert stopped.state.state == agent.EXITED
+    assert stopped.state.state == EXITED
     assert stopped.leftovers_killed == ()
     assert stopped.state.last_exit is not None
     assert stopped.state.last_exit.signal == "SIGTERM"
@@ -195,12 +205,12 @@ def test_previous_agents_answers_decode() -> None:
 def test_the_spec_carries_the_liveness_threshold(profile_dir: ProfileDir) -> None:
     document = _spec_document(profile_dir)
     assert document["health"]["failures"] == 3  # the profile's default
-    assert agent.Spec.from_json(document).health_failures == 3
+    assert Spec.from_json(document).health_failures == 3
 
 
 def test_this_agents_unsupervised_answer_decodes() -> None:
     answer = {
-        "protocol": 1, "deployed": True, "state": agent.UNSUPERVISED, "recorded_state": "READY",
+        "protocol": 1, "deployed": True, "state": UNSUPERVISED, "recorded_state": "READY",
         "pid": 4242, "agent_alive": False, "server_alive": True, "stale": True,
         "output_lost": True, "message": "its supervisor (pid 1) died", "run_id": "0001-x",
     }  # fmt: skip

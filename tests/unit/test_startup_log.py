@@ -12,14 +12,23 @@ from pathlib import Path
 import pytest
 
 from orchestrator.commands.follow import StartupLog
-from orchestrator.remote import agent
-from orchestrator.remote.agent import (
+from orchestrator.remote.agent.cmd_inspect import config_from_log
+from orchestrator.remote.agent.output import (
+    LINE_SCAN_BYTES,
+    TAIL_LINE_CHARS,
+    LogSink,
+    OutputWatcher,
+)
+from orchestrator.remote.agent.protocol import CONFIG_FILE
+from orchestrator.remote.agent.sglang_log import (
+    LOG_RECORD,
     READY_LINE,
     LogRecord,
     config_line_payload,
     is_ready_line,
     log_record,
 )
+from orchestrator.remote.agent.states import READY, RUNNING
 from orchestrator.sglang import observe
 from orchestrator.sglang.observe import parse_line
 from tests.conftest import capture_lines
@@ -72,7 +81,7 @@ def test_log_record_reads_sglang_prefix(line: str, record: LogRecord | None) -> 
 def test_line_re_is_the_agents_regex_with_the_message_in_group_3() -> None:
     line = "[2026-11-29 07:36:28.512 TP0] Memory pool end. avail mem=12.1 GB"
     match = observe.LINE_RE.match(line)
-    assert observe.LINE_RE is agent.LOG_RECORD
+    assert observe.LINE_RE is LOG_RECORD
     assert match is not None
     assert match.group(1, 2, 3) == tuple(log_record(line) or ())
 
@@ -148,8 +157,8 @@ def test_a_served_model_name_saying_ready_never_makes_a_hung_server_ready(tmp_pa
         (2.0, f"[2026-11-29 07:36:29 TP0] Load weight begin. model={name}"),
     )
     outcome = supervise(tmp_path, Script(lines=lines), stop_at=60.0)
-    assert agent.READY not in outcome.states
-    assert agent.RUNNING in outcome.states  # it got as far as the config line
+    assert READY not in outcome.states
+    assert RUNNING in outcome.states  # it got as far as the config line
     assert outcome.of("ready") == []
 
 
@@ -199,9 +208,9 @@ def test_an_unprefixed_mention_is_not_the_config_line() -> None:
 
 
 def test_the_agent_keeps_the_config_line_from_output_split_anywhere(tmp_path: Path) -> None:
-    kept = tmp_path / agent.CONFIG_FILE
-    sink = agent.LogSink(str(tmp_path / "server.log"), max_bytes=1 << 20, keep=1)
-    watcher = agent.OutputWatcher(sink, config_path=str(kept))
+    kept = tmp_path / CONFIG_FILE
+    sink = LogSink(str(tmp_path / "server.log"), max_bytes=1 << 20, keep=1)
+    watcher = OutputWatcher(sink, config_path=str(kept))
     output = (
         b"  print(f'server_args={server_args}')\n"
         b"[2026-11-29 07:36:26] Attention backend not specified.\n"
@@ -227,7 +236,7 @@ def test_the_agent_finds_the_config_line_past_a_mention_in_a_log(tmp_path: Path)
         "  print(f'server_args={server_args}')\n"
         "[2026-11-29 07:36:27] server_args=ServerArgs(port=30000)\n"
     )
-    found = agent._config_from_log(str(log))
+    found = config_from_log(str(log))
     assert found["server_args_line"] == "[2026-11-29 07:36:27] server_args=ServerArgs(port=30000)"
     assert found["log_lines"] == ["  print(f'server_args={server_args}')"]
 
@@ -239,8 +248,8 @@ def test_a_line_longer_than_the_scan_cap_is_logged_whole_and_noted_by_its_head(
     tmp_path: Path,
 ) -> None:
     log = tmp_path / "server.log"
-    watcher = agent.OutputWatcher(agent.LogSink(str(log), max_bytes=1 << 30, keep=1))
-    huge = b"x" * (3 * agent.LINE_SCAN_BYTES + 123)
+    watcher = OutputWatcher(LogSink(str(log), max_bytes=1 << 30, keep=1))
+    huge = b"x" * (3 * LINE_SCAN_BYTES + 123)
     output = (
         b"[2026-11-29 07:36:26] before\n"
         + huge
@@ -253,14 +262,14 @@ def test_a_line_longer_than_the_scan_cap_is_logged_whole_and_noted_by_its_head(
     assert watcher.saw_ready_line
     before, long_line, ready = watcher.tail
     assert before == "[2026-11-29 07:36:26] before"
-    assert long_line == "x" * agent.TAIL_LINE_CHARS  # the head of the long line
+    assert long_line == "x" * TAIL_LINE_CHARS  # the head of the long line
     assert ready == f"[2026-11-29 07:43:40] {READY_LINE}"
     assert log.read_bytes() == output  # the log keeps every byte
 
 
 def test_feeding_a_30_mb_line_is_linear(tmp_path: Path) -> None:
     # Re-joining the partial line on every read took minutes for this (68 s with a real pipe).
-    watcher = agent.OutputWatcher(agent.LogSink(str(tmp_path / "log"), max_bytes=1 << 30, keep=1))
+    watcher = OutputWatcher(LogSink(str(tmp_path / "log"), max_bytes=1 << 30, keep=1))
     chunk = b"y" * 65536
     began = time.monotonic()
     for _ in range(30_000_000 // len(chunk)):

@@ -20,8 +20,13 @@ from typing import Any
 
 import pytest
 
-from orchestrator.remote import agent
-from orchestrator.remote.agent import (
+from orchestrator.remote.agent.files import Paths
+from orchestrator.remote.agent.identity import process_identity
+from orchestrator.remote.agent.output import OutputWatcher
+from orchestrator.remote.agent.policy import RestartPolicy
+from orchestrator.remote.agent.sglang_log import READY_LINE
+from orchestrator.remote.agent.spec import Spec
+from orchestrator.remote.agent.states import (
     BACKOFF,
     EXITED,
     FATAL,
@@ -35,15 +40,14 @@ from orchestrator.remote.agent import (
     TRANSITIONS,
     UNHEALTHY,
     IllegalTransition,
-    OutputWatcher,
-    RestartPolicy,
     check_transition,
 )
+from orchestrator.remote.agent.supervisor import Supervisor
 
 WALL_AT_ZERO = 1_800_000_000.0  # the fake wall clock at monotonic 0
 HORIZON_S = 100_000.0  # a supervisor still running past this would never have stopped
 CONFIG = "[2026-11-29 07:42:55] server_args=ServerArgs(model_path='/m', port=30000)"
-READY_LOGGED = f"[2026-11-29 07:43:40] {agent.READY_LINE}"
+READY_LOGGED = f"[2026-11-29 07:43:40] {READY_LINE}"
 TRACEBACK = (
     "Traceback (most recent call last):",
     '  File "/opt/sglang/server_args.py", line 2163, in check_server_args',
@@ -201,7 +205,7 @@ class ScriptedWorld:
 
     def identity(self, pid: int) -> dict[str, Any] | None:
         if pid == os.getpid():  # the supervisor's own: this process, really
-            return agent.process_identity(pid)
+            return process_identity(pid)
         return {"pid": pid, "start_ticks": pid, "create_time": 0.0, "exe": "/x", "cmdline": []}
 
     def received(self, pid: int, env_names: Sequence[str]) -> dict[str, Any] | None:
@@ -243,16 +247,16 @@ class Outcome:
         return float(event["at"]) - WALL_AT_ZERO
 
 
-def _spec(restart: RestartPolicy, stop_timeout_s: float) -> agent.Spec:
-    return agent.Spec(
+def _spec(restart: RestartPolicy, stop_timeout_s: float) -> Spec:
+    return Spec(
         deployment="t", argv=("sglang", "serve", "--model-path", "/m"), env={}, port=30000,
         health_host="127.0.0.1", health_endpoint="/health", health_interval_s=5.0,
         startup_timeout_s=1800.0, restart=restart, stop_timeout_s=stop_timeout_s,
     )  # fmt: skip
 
 
-def _paths(tmp_path: Path) -> agent.Paths:
-    paths = agent.Paths(str(tmp_path / "workdir" / "t"))
+def _paths(tmp_path: Path) -> Paths:
+    paths = Paths(str(tmp_path / "workdir" / "t"))
     Path(paths.runs).mkdir(parents=True)
     return paths
 
@@ -269,7 +273,7 @@ def supervise(
 
 def _assert_every_change_was_checked(outcome: Outcome) -> None:
     """Each recorded change starts where the previous one ended (no state was set around
-    _change_state), is in the table, and the last one is what state.json says."""
+    change_state), is in the table, and the last one is what state.json says."""
     changes = outcome.of("state")
     current = INITIAL_STATE
     for change in changes:
@@ -316,12 +320,12 @@ def test_transition_table_reaches_every_state_and_ends_only_in_terminal_ones() -
 def test_supervisor_refuses_an_illegal_change_and_keeps_its_state(tmp_path: Path) -> None:
     paths, clock = _paths(tmp_path), FakeClock()
     world = ScriptedWorld(clock, [])
-    supervisor = agent.Supervisor(_spec(RestartPolicy(), 30.0), paths, clock=clock, world=world)
+    supervisor = Supervisor(_spec(RestartPolicy(), 30.0), paths, clock=clock, world=world)
     with pytest.raises(IllegalTransition, match="STARTING -> STARTING"):
-        supervisor._change_state(STARTING)
+        supervisor.change_state(STARTING)
     with pytest.raises(IllegalTransition):
-        supervisor._update(state=READY)
-    assert supervisor.state["state"] == STARTING
+        supervisor.update(state=READY)
+    assert supervisor.record.state == STARTING
     assert not Path(paths.state).exists()
 
 
@@ -575,19 +579,19 @@ def test_a_full_life_goes_through_the_table(tmp_path: Path) -> None:
 # -- liveness after READY, and the startup timeout -----------------------------------------------
 
 
-def _liveness_spec(**changes: Any) -> agent.Spec:
+def _liveness_spec(**changes: Any) -> Spec:
     import dataclasses
 
     return dataclasses.replace(_spec(RestartPolicy(), 30.0), **changes)
 
 
 def supervise_spec(
-    tmp_path: Path, spec: agent.Spec, *scripts: Script | OSError, stop_at: float | None = None
+    tmp_path: Path, spec: Spec, *scripts: Script | OSError, stop_at: float | None = None
 ) -> Outcome:
     paths = _paths(tmp_path)
     clock = FakeClock()
     world = ScriptedWorld(clock, scripts)
-    supervisor = agent.Supervisor(spec, paths, clock=clock, world=world)
+    supervisor = Supervisor(spec, paths, clock=clock, world=world)
     if stop_at is not None:
         clock.at(stop_at, supervisor.stop_requested.set)
     assert supervisor.run() == 0

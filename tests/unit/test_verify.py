@@ -15,7 +15,7 @@ from orchestrator.effective import verify
 from orchestrator.fleet.protocol import decode_inspect
 from orchestrator.model import Profile
 from orchestrator.profile.store import ProfileStore
-from orchestrator.remote import agent
+from orchestrator.remote.agent.cmd_inspect import config_from_log
 from orchestrator.sglang import config as sglang_config
 from orchestrator.sglang.argtable import load_table
 from tests.conftest import CAPTURES, SHIPPED_PROFILES, capture_lines
@@ -110,7 +110,7 @@ def test_tracebacks_hold_no_config_line(capture: str, tmp_path: Path) -> None:
     assert all(sglang_config.parse_server_args_line(line) is None for line in lines)
     log = tmp_path / "server.log"
     log.write_text("\n".join(lines) + "\n")
-    found = agent._config_from_log(str(log))  # what the agent finds in such a log
+    found = config_from_log(str(log))  # what the agent finds in such a log
     assert found["server_args_line"] is None
     assert found["log_lines"][-1] == lines[-1]
 
@@ -130,7 +130,7 @@ def test_a_config_line_in_a_real_log_is_found_with_what_was_logged_before(tmp_pa
     config = config_line("server_args-logline-0511-simcuda.txt")
     log = tmp_path / "server.log"
     log.write_text("\n".join([*logged, config, "[2026-11-29 07:42:48] Load weight begin."]) + "\n")
-    found = agent._config_from_log(str(log))
+    found = config_from_log(str(log))
     assert found["server_args_line"] == config
     assert found["log_lines"] == logged
 

@@ -42,7 +42,8 @@ from orchestrator.model import (
     ServerCommand,
     Severity,
 )
-from orchestrator.remote.agent import FATAL, LOST_RETURNCODE, READY, STOPPED
+from orchestrator.remote.agent.states import FATAL, READY
+from orchestrator.remote.agent.verdict import LOST_RETURNCODE, STOPPED
 from orchestrator.sglang.observe import LogEvent
 
 
