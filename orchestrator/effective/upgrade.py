@@ -34,7 +34,7 @@ from orchestrator.sglang.argtable import (
     parse_version,
     spell,
 )
-from orchestrator.sglang.memory import Budget
+from orchestrator.sglang.memory.budget import Budget
 
 ERROR = "error"
 WARNING = "warning"

@@ -44,7 +44,7 @@ from orchestrator.sglang.config import (
     parse_arguments,
     sglang_arguments,
 )
-from orchestrator.sglang.memory import Comparison, MeasuredMemory
+from orchestrator.sglang.memory.measured import Comparison, MeasuredMemory
 
 OK = "ok"
 NOT_RECEIVED = "not-received"

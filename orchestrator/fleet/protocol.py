@@ -31,8 +31,8 @@ from orchestrator.model import (
 )
 from orchestrator.remote.agent import PROTOCOL, restart_for
 from orchestrator.sglang import config as sglang_config
-from orchestrator.sglang import memory
-from orchestrator.sglang.memory import GpuMemory, MemoryAnswer, ModelMemory
+from orchestrator.sglang.memory.measured import FIGURES
+from orchestrator.sglang.memory.shapes import GpuMemory, MemoryAnswer, ModelMemory
 
 # -- the run spec: what orch sends ----------------------------------------------------------------
 
@@ -575,11 +575,12 @@ def _decode_gpus(reader: _Reader | None) -> GpuFacts:
 
 
 def _memory_plan(reader: _Reader | None) -> Mapping[str, float | None] | None:
-    """The figures ``up``'s plan predicted, as the run kept them (``memory.predicted_figures``)."""
+    """The figures ``up``'s plan predicted, as the run kept them
+    (``memory.measured.predicted_figures``)."""
     if reader is None:
         return None
     figures: dict[str, float | None] = {}
-    for name, _unit in memory.FIGURES:
+    for name, _unit in FIGURES:
         value = reader.document.get(name)
         if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
             raise reader._bad(name, "a number")

@@ -26,7 +26,7 @@ from orchestrator.remote.agent import (
     log_record,
     strip_log_prefix,
 )
-from orchestrator.sglang.memory import MeasuredMemory
+from orchestrator.sglang.memory.measured import MeasuredMemory
 
 __all__ = [
     "LINE_RE",

@@ -16,7 +16,7 @@ import pytest
 from orchestrator.errors import PreflightError, SupervisorError
 from orchestrator.fleet import protocol
 from orchestrator.remote import agent
-from orchestrator.sglang.memory import GIB, GpuMemory
+from orchestrator.sglang.memory.shapes import GIB, GpuMemory
 from tests.conftest import REPO, ProfileDir
 from tests.standin.sglang_plugin import run_probe
 from tests.unit.test_supervisor_logic import CONFIG, FakeClock, Script, ScriptedWorld
