@@ -193,15 +193,16 @@ def _cmd_render(args: argparse.Namespace, output: _Output) -> int:
 
 def _cmd_export(args: argparse.Namespace, output: _Output) -> int:
     from orchestrator.commands.context import profiles_origin
-    from orchestrator.export import engines as export
+    from orchestrator.export import export
+    from orchestrator.export.common import Provenance
 
     store = _store(args)
     loaded = store.load(args.profile)
     for found in loaded.findings:
         output.finding(found)
     origin = profiles_origin(store.root)
-    provenance = export.Provenance(loaded.profile.source, origin.commit, origin.dirty)
-    result = export.export(loaded.profile, loaded.table, args.engine, provenance)
+    provenance = Provenance(loaded.profile.source, origin.commit, origin.dirty)
+    result = export(loaded.profile, loaded.table, args.engine, provenance)
     if args.output is None:
         output.out.write(result.text)  # the notes are its header's comments
         return ExitCode.OK
