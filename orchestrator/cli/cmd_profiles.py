@@ -118,7 +118,7 @@ def handle_validate(args: argparse.Namespace, output: Output) -> int:
     """Every profile named (else every file of the directory) is checked and reported; one bad
     file never stops the others. CONFIG when any is invalid (docs/exit-codes.md)."""
     from orchestrator.commands.lockfile import stale_lock
-    from orchestrator.profile.checks import INVENTORY_FILE
+    from orchestrator.profile.inventory import INVENTORY_FILE
 
     store = store_for(args)
     names = args.names or store.names()

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from orchestrator.model import Profile, SecretRef
-from orchestrator.profile.store import requested_fields
+from orchestrator.profile.fields import requested_fields
 from orchestrator.remote.agent import log_record
 from orchestrator.sglang.argtable import ArgTable, arg_tokens, spell
 from orchestrator.sglang.config import (
