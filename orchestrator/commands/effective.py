@@ -19,8 +19,8 @@ from orchestrator.commands.follow import StartupLog
 from orchestrator.effective import verify
 from orchestrator.errors import ExitCode, NotDeployed, NotResolved, OrchError
 from orchestrator.fleet import groups
-from orchestrator.fleet.client import InspectRequest
-from orchestrator.fleet.protocol import LastRun, health_host
+from orchestrator.fleet.protocol.inspect import InspectRequest, LastRun
+from orchestrator.fleet.protocol.start import health_host
 from orchestrator.model import Profile, SecretRef
 from orchestrator.remote.agent import CONFIG_FILE
 from orchestrator.sglang import argtable, observe

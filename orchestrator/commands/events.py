@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from orchestrator.effective import verify
 from orchestrator.effective.plan import PlanReport
 from orchestrator.errors import ExitCode
-from orchestrator.fleet.protocol import StopReply
+from orchestrator.fleet.protocol.stop import StopReply
 from orchestrator.model import ExitInfo, RunState
 from orchestrator.sglang.memory.budget import Budget
 from orchestrator.sglang.memory.measured import Comparison, MeasuredMemory

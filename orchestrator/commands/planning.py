@@ -21,7 +21,8 @@ from orchestrator.commands.events import Planned, UpEvent, Warn
 from orchestrator.effective import plan, verify
 from orchestrator.errors import PlanRefused, PreflightError, ProfileError
 from orchestrator.fleet.client import PROBE_FILE
-from orchestrator.fleet.protocol import decode_plan_answer, last_json_line
+from orchestrator.fleet.protocol.common import last_json_line
+from orchestrator.fleet.protocol.plan import decode_plan_answer
 from orchestrator.sglang import argtable
 from orchestrator.sglang import config as sglang_config
 from orchestrator.sglang.memory.budget import budget_for

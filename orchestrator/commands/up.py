@@ -23,7 +23,8 @@ from orchestrator.commands.events import (
 from orchestrator.commands.follow import Clock, StartupLog, follow, follow_seconds
 from orchestrator.errors import Conflict, OrchError
 from orchestrator.fleet.client import Agent, PendingStart
-from orchestrator.fleet.protocol import build_spec, decode_inspect
+from orchestrator.fleet.protocol.inspect import decode_inspect
+from orchestrator.fleet.protocol.start import build_spec
 from orchestrator.model import RunState
 from orchestrator.sglang import config as sglang_config
 from orchestrator.sglang import observe

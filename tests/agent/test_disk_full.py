@@ -25,7 +25,8 @@ import psutil
 import pytest
 
 from orchestrator.cli.show.core import state_cell
-from orchestrator.fleet.protocol import decode_state, decode_stop
+from orchestrator.fleet.protocol.status import decode_state
+from orchestrator.fleet.protocol.stop import decode_stop
 from orchestrator.remote import agent
 from tests.agent.test_supervisor import CONFIG_LINE, READY, Deployment, _agent, _free_port
 

@@ -32,7 +32,8 @@ from orchestrator.commands.logs import RunsView
 from orchestrator.commands.ops import StatusRow
 from orchestrator.effective import plan, verify
 from orchestrator.errors import ExitCode, ProfileError, TransportError
-from orchestrator.fleet.protocol import RunInfo, StopReply
+from orchestrator.fleet.protocol.runs import RunInfo
+from orchestrator.fleet.protocol.stop import StopReply
 from orchestrator.model import (
     ExitInfo,
     Finding,
