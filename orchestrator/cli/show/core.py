@@ -1,4 +1,4 @@
-"""Every text and ``--json`` shape orch shows: values in, text out. ``cli.py`` writes it.
+"""Every text and ``--json`` shape orch shows: values in, text out; ``cli/output.py`` writes it.
 
 A ``Text`` is a piece of output and the stream it belongs on: results on stdout, errors,
 warnings and notices on stderr. Nothing here prints.
