@@ -402,13 +402,17 @@ def memory_plan(runs: int) -> Section:
     """What the plan's memory arithmetic and the log reader cost, and what the real captures
     allow: each is read, and its figures are listed; a prediction error needs the inputs of the
     run that wrote it (model config, GPU free memory, flags), which no public capture carries."""
-    from orchestrator.sglang import memory, observe
+    from orchestrator.sglang import observe
+    from orchestrator.sglang.memory.budget import plan_budget
+    from orchestrator.sglang.memory.measured import measured_figures
+    from orchestrator.sglang.memory.rules import BudgetInputs
+    from orchestrator.sglang.memory.shapes import mirrored_model, nominal_gpu
 
     config = json.loads((MODEL / "config.json").read_text())
-    model = memory.mirrored_model(config, attention_tp=1)
+    model = mirrored_model(config, attention_tp=1)
     assert model is not None
-    gpu = memory.nominal_gpu("H200", 141)
-    inputs = memory.BudgetInputs(
+    gpu = nominal_gpu("H200", 141)
+    inputs = BudgetInputs(
         mem_fraction_static=0.92, max_running_requests=48, max_mamba_cache_size=24,
         extra_buffer=True, speculative=True, speculative_algorithm="EAGLE",
         speculative_num_draft_tokens=4, context_len=8192, chunked_prefill_size=8192,
@@ -417,7 +421,7 @@ def memory_plan(runs: int) -> Section:
     times = []
     for _ in range(runs * 200):
         started = time.perf_counter()
-        memory.plan_budget(model, (gpu,), inputs, version=(0, 5, 11))
+        plan_budget(model, (gpu,), inputs, version=(0, 5, 11))
         times.append(time.perf_counter() - started)
     rows = [Row("memory plan", "one budget (the incident on an H200, 0.5.11 rules)",
                 f"{median(times) * 1e6:.0f} us", "")]  # fmt: skip
@@ -432,14 +436,14 @@ def memory_plan(runs: int) -> Section:
     for path in sorted(MEMORY_LOGS.glob("*.log")):
         ranks = observe.memory_figures(path.read_text().splitlines())
         found = sorted({name for rank in ranks for name, value in
-                        memory.measured_figures(rank).items() if value is not None})  # fmt: skip
+                        measured_figures(rank).items() if value is not None})  # fmt: skip
         rows.append(Row("memory plan", f"capture {path.stem}",
                         f"{len(ranks)} rank(s): {', '.join(found) or 'no comparable figure'}",
                         "prediction: inputs not in the capture"))  # fmt: skip
     return Section(
         "Memory plan",
-        "The budget's arithmetic (`memory.plan_budget`, pure) and the reader of SGLang's memory "
-        "lines (`observe.memory_figures`) on this machine; then each real capture in "
+        "The budget's arithmetic (`memory.budget.plan_budget`, pure) and the reader of SGLang's "
+        "memory lines (`observe.memory_figures`) on this machine; then each real capture in "
         "tests/fixtures/sglang/memory-logs (public GitHub threads) with the figures orch reads "
         "in it. None of them carries what a prediction needs (the model's config.json, the "
         "GPU's free memory and every flag), so no prediction error is reported for them; the "

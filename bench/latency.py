@@ -122,7 +122,7 @@ def _persisting(inventory: Path, hosts: Sequence[str]) -> Iterator[None]:
 
 def _kept_connection(lab: Lab, host: str, name: str, runs: int, bench: str) -> list[Row]:
     """The same commands with ``persist_s`` on the host: the first starts the kept connection,
-    the later ones reach the host through it (transport/mux.py)."""
+    the later ones reach the host through it (transport/mux/)."""
     rows = []
     with _persisting(lab.profiles / "hosts.yaml", [host]):
         first = _measured(lab, [host], _orch(lab, "status", name))

@@ -74,7 +74,7 @@ class Host:
     known_hosts: str | None = None
     python: str | None = None  # the venv interpreter that imports sglang; None: orch's own (local)
     workdir: str = "~/.local/state/orch"
-    # Keep the SSH connection open this long after a command, for the next (transport/mux.py);
+    # Keep the SSH connection open this long after a command, for the next (transport/mux/);
     # 0: each command connects by itself.
     persist_s: float = 0.0
 

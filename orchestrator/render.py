@@ -27,7 +27,7 @@ from orchestrator.model import (
     SecretRef,
     ServerCommand,
 )
-from orchestrator.profile.store import requested_fields
+from orchestrator.profile.fields import requested_fields
 from orchestrator.sglang import argtable
 from orchestrator.sglang.argtable import ArgTable, BadValue
 
@@ -308,7 +308,7 @@ class Redactor:
     errors included, through one Redactor: one place, so that no command can forget it. Each
     secret is also looked for as JSON, Python repr, shell quoting and URL encoding would write
     it, nested up to three deep (SGLang logs its config as a repr, orch's ``--json`` writes that
-    line as JSON), and a secret of several lines line by line; ``RedactingStream`` (cli.py)
+    line as JSON), and a secret of several lines line by line; ``RedactingStream`` (cli/output.py)
     holds back a tail that could be the start of one, so that a secret split across two writes
     is still replaced whole.
 

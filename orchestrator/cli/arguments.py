@@ -1,6 +1,6 @@
 """orch's command line: every subcommand, its options, its help and examples (argparse).
 
-No behaviour here: ``cli.py`` dispatches on ``args.command`` to the command's handler.
+No behaviour here: ``main`` dispatches on ``args.command`` to the handler (``cmd_*``).
 """
 
 from __future__ import annotations
@@ -355,7 +355,7 @@ def parser() -> argparse.ArgumentParser:
         description="Host keys: `orch hosts trust HOST` shows a host's key and pins it.",
     )
     # not required of argparse, whose error would name this dest: `orch hosts` alone is a
-    # usage error that says what to type (cli.py)
+    # usage error that says what to type (cmd_profiles.handle_hosts)
     host_commands = hosts.add_subparsers(dest="hosts_command", metavar="SUBCOMMAND")
     hosts.set_defaults(command="hosts")
     trust = host_commands.add_parser(

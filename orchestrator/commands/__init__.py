@@ -2,5 +2,5 @@
 
 ``up.py`` (preflight, plan gate, start, follow, verify), ``preflight.py``, ``follow.py``,
 ``effective.py`` (diff-effective), ``planning.py`` (plan, lock), ``ops.py`` (down, status, logs).
-Commands yield events or return values; ``show.py`` turns them into text and ``cli.py`` prints.
+Commands yield events or return values; ``cli/show/`` turns them into text and ``cli/`` prints.
 """

@@ -19,12 +19,13 @@ from orchestrator.commands.follow import StartupLog
 from orchestrator.effective import verify
 from orchestrator.errors import ExitCode, NotDeployed, NotResolved, OrchError
 from orchestrator.fleet import groups
-from orchestrator.fleet.client import InspectRequest
-from orchestrator.fleet.protocol import LastRun, health_host
+from orchestrator.fleet.protocol.inspect import InspectRequest, LastRun
+from orchestrator.fleet.protocol.start import health_host
 from orchestrator.model import Profile, SecretRef
 from orchestrator.remote.agent.protocol import CONFIG_FILE
-from orchestrator.sglang import argtable, memory, observe
+from orchestrator.sglang import argtable, observe
 from orchestrator.sglang import config as sglang_config
+from orchestrator.sglang.memory.measured import compare_figures
 
 
 def diff_effective(
@@ -147,7 +148,7 @@ def _compared(
         report = dataclasses.replace(
             report,
             memory_measured=measured,
-            memory_rows=memory.compare_figures(observed.memory_plan or {}, measured[0]),
+            memory_rows=compare_figures(observed.memory_plan or {}, measured[0]),
             memory_predicted=observed.memory_plan is not None,
         )
     return report

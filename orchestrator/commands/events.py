@@ -7,9 +7,10 @@ from dataclasses import dataclass
 from orchestrator.effective import verify
 from orchestrator.effective.plan import PlanReport
 from orchestrator.errors import ExitCode
-from orchestrator.fleet.protocol import StopReply
+from orchestrator.fleet.protocol.stop import StopReply
 from orchestrator.model import ExitInfo, RunState
-from orchestrator.sglang import memory
+from orchestrator.sglang.memory.budget import Budget
+from orchestrator.sglang.memory.measured import Comparison, MeasuredMemory
 from orchestrator.sglang.observe import LogEvent
 
 
@@ -62,9 +63,9 @@ class Effective:
 class MemoryMeasured:
     """Once READY: the pools SGLang logged, beside the plan's prediction (when there was one)."""
 
-    measured: tuple[memory.MeasuredMemory, ...]
-    budget: memory.Budget | None
-    comparisons: tuple[memory.Comparison, ...]
+    measured: tuple[MeasuredMemory, ...]
+    budget: Budget | None
+    comparisons: tuple[Comparison, ...]
     standin: bool = False  # measured by orch's stand-in: illustrative figures, NOT SGLang's
 
 

@@ -6,7 +6,6 @@ The log is read over the transport from an offset (only the new bytes), the stat
 
 from __future__ import annotations
 
-import base64
 import dataclasses
 from collections import deque
 from collections.abc import Callable, Generator, Iterator
@@ -15,8 +14,15 @@ from typing import Any, NoReturn
 
 from orchestrator.commands.events import LogLine, Outcome, UpEvent
 from orchestrator.errors import ConnectError, ExitCode, StartupTimeout
-from orchestrator.fleet.client import Agent, InspectRequest, WatchSilent
-from orchestrator.fleet.protocol import decode_state
+from orchestrator.fleet.client import Agent, WatchSilent
+from orchestrator.fleet.protocol.inspect import InspectRequest
+from orchestrator.fleet.protocol.watch import (
+    Inspected,
+    LogBytes,
+    StateChanged,
+    StatusChecked,
+    decode_watch_event,
+)
 from orchestrator.model import Profile, RunState
 from orchestrator.remote.agent.states import BACKOFF, READY, TERMINAL_STATES
 from orchestrator.remote.agent.verdict import (
@@ -157,22 +163,22 @@ def _follow_stream(
     """The startup from the agent's watch stream; None when it ended without a verdict."""
     current = state
     try:
-        for event in events:
-            if "inspect" in event and isinstance(event["inspect"], dict):
-                reader.startup.inspected = event["inspect"]
-            elif "log" in event:
-                data = base64.b64decode(str(event["log"]))
-                yield from reader.feed(data)
-            elif "state" in event and isinstance(event["state"], dict):
-                current = decode_state(event["state"], agent_alive=True)
+        for line in events:
+            event = decode_watch_event(line)
+            if isinstance(event, Inspected):
+                reader.startup.inspected = event.answer
+            elif isinstance(event, LogBytes):
+                yield from reader.feed(event.data)
+            elif isinstance(event, StateChanged):
+                current = event.state
                 verdict = _verdict(current, run_id, profile)
                 if verdict is not None and not verdict.ok:
                     reader.flush()  # the watcher sent the log's bytes before the state
                     verdict = dataclasses.replace(verdict, last_lines=tuple(reader.tail))
                 if verdict is not None:
                     return verdict
-            elif "status" in event and isinstance(event["status"], dict):
-                checked = decode_state(event["status"])
+            elif isinstance(event, StatusChecked):
+                checked = event.state
                 if not checked.agent_alive and checked.state not in TERMINAL_STATES:
                     reader.flush()
                     return supervisor_died(checked, profile, tuple(reader.tail))

@@ -51,7 +51,9 @@ from orchestrator.commands.logs import LogTail, logs
 from orchestrator.errors import Conflict, ExitCode, PreflightError, SupervisorError
 from orchestrator.fleet import groups
 from orchestrator.fleet.client import Agent
-from orchestrator.fleet.protocol import ProbeAnswer, StopReply, build_spec, health_host
+from orchestrator.fleet.protocol.reach import ProbeAnswer
+from orchestrator.fleet.protocol.start import build_spec, health_host
+from orchestrator.fleet.protocol.stop import StopReply
 from orchestrator.model import Group, Profile, RunState
 from orchestrator.remote.agent.states import READY
 

@@ -10,7 +10,7 @@ from orchestrator.commands.context import Context
 from orchestrator.commands.events import LogChunk, RunEnded
 from orchestrator.commands.follow import exit_code_of
 from orchestrator.errors import ExitCode, NotDeployed, UsageError
-from orchestrator.fleet.protocol import RunInfo
+from orchestrator.fleet.protocol.runs import RunInfo
 from orchestrator.model import ExitInfo, Profile, RunState
 from orchestrator.remote.agent.states import EXITED, TERMINAL_STATES
 from orchestrator.remote.agent.verdict import STOPPED

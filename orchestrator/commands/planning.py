@@ -21,9 +21,12 @@ from orchestrator.commands.events import Planned, UpEvent, Warn
 from orchestrator.effective import plan, verify
 from orchestrator.errors import PlanRefused, PreflightError, ProfileError
 from orchestrator.fleet.client import PROBE_FILE
-from orchestrator.fleet.protocol import decode_plan_answer, last_json_line
-from orchestrator.sglang import argtable, memory
+from orchestrator.fleet.protocol.common import last_json_line
+from orchestrator.fleet.protocol.plan import decode_plan_answer
+from orchestrator.sglang import argtable
 from orchestrator.sglang import config as sglang_config
+from orchestrator.sglang.memory.budget import budget_for
+from orchestrator.sglang.memory.shapes import nominal_gpu
 
 
 @dataclass(frozen=True)
@@ -87,13 +90,13 @@ def predict(ctx: Context, launch: Launch, *, local: LocalSGLang | None = None) -
                 found = dataclasses.replace(
                     found, weights_bytes=beside[0], weights_basis=beside[1], weights_error=None
                 )
-        budget, notes = memory.budget_for(
+        budget, notes = budget_for(
             found,
             report.effective,
             member.env,
             version=argtable.parse_version(answered) if answered else table.parsed_version,
             devices=tuple(profile.gpu.devices),
-            nominal=memory.nominal_gpu(gpu.name, gpu.memory_gb) if gpu is not None else None,
+            nominal=nominal_gpu(gpu.name, gpu.memory_gb) if gpu is not None else None,
         )
         report = dataclasses.replace(report, budget=budget, budget_notes=notes)
     return report

@@ -8,7 +8,7 @@ from collections.abc import Generator, Iterator, Mapping
 from orchestrator.commands.context import Launch
 from orchestrator.commands.events import Step, UpEvent, Warn
 from orchestrator.errors import PreflightError
-from orchestrator.fleet.protocol import GpuFacts, HostFacts
+from orchestrator.fleet.protocol.probe import GpuFacts, HostFacts
 from orchestrator.model import Profile, RunState
 from orchestrator.sglang import argtable
 

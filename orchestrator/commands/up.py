@@ -23,10 +23,13 @@ from orchestrator.commands.events import (
 from orchestrator.commands.follow import Clock, StartupLog, follow, follow_seconds
 from orchestrator.errors import Conflict, OrchError
 from orchestrator.fleet.client import Agent, PendingStart
-from orchestrator.fleet.protocol import build_spec, decode_inspect
+from orchestrator.fleet.protocol.inspect import decode_inspect
+from orchestrator.fleet.protocol.start import build_spec
 from orchestrator.model import RunState
 from orchestrator.sglang import config as sglang_config
-from orchestrator.sglang import memory, observe
+from orchestrator.sglang import observe
+from orchestrator.sglang.memory.budget import Budget
+from orchestrator.sglang.memory.measured import compare, predicted_figures
 
 SAME_LAUNCH_WAIT_S = 5.0  # how long a loser of the start lock waits for the winner's state
 
@@ -130,7 +133,7 @@ def _up(
         facts = agent.probe(profile.port, profile.model.path or None, profile.bind, member.env)
     launch = yield from preflight.check(launch, facts, ctx.environ, replacing=replacing)
     member = launch.primary
-    budget: memory.Budget | None = None
+    budget: Budget | None = None
     standin = False
     if check_plan:
         planned = yield from planning.gate(
@@ -143,7 +146,7 @@ def _up(
 
     meta = launch.meta(ctx.origin())
     if budget is not None:  # kept with the run: diff-effective compares SGLang's figures with it
-        meta["memory_plan"] = memory.predicted_figures(budget)
+        meta["memory_plan"] = predicted_figures(budget)
     spec = build_spec(profile, member.argv, member.env, meta)
     # Started and followed on one channel; the inspection of the server comes with its READY.
     reply, events = pending.send(spec, render.launcher_script(member.command))
@@ -179,7 +182,7 @@ def _follow_and_verify(
     launch: Launch,
     agent: Agent,
     state: RunState,
-    budget: memory.Budget | None = None,
+    budget: Budget | None = None,
     *,
     standin: bool = False,
     events: Generator[dict[str, Any], None, None] | None = None,
@@ -204,7 +207,7 @@ def _follow_and_verify(
         measured = observe.memory_figures(startup.after)
         if measured:
             first = measured[0]
-            comparisons = memory.compare(budget, first) if budget is not None else ()
+            comparisons = compare(budget, first) if budget is not None else ()
             yield MemoryMeasured(measured, budget, comparisons, standin=standin)
         yield from verify_ready(ctx, launch, event, _inspected(startup))
         return

@@ -18,9 +18,9 @@ from typing import Any
 from orchestrator.effective import verify
 from orchestrator.model import GpuType, Profile
 from orchestrator.sglang import config as sglang_config
-from orchestrator.sglang import memory
 from orchestrator.sglang.argtable import RENAMES, ArgTable, format_version, spell
-from orchestrator.sglang.memory import MemoryAnswer
+from orchestrator.sglang.memory.budget import Budget
+from orchestrator.sglang.memory.shapes import MemoryAnswer
 
 LOCK_FORMAT = "orch.lock/1"
 # Values SGLang draws at random or that name this machine: never part of a lock.
@@ -106,7 +106,7 @@ class PlanReport:
     effective: Mapping[str, Any]  # every field, for the lock
     defaults: Mapping[str, Any]
     notes: tuple[str, ...] = ()
-    budget: memory.Budget | None = None  # SGLang's pools predicted (planning.predict)
+    budget: Budget | None = None  # SGLang's pools predicted (planning.predict)
     budget_notes: tuple[str, ...] = ()  # what the budget rests on, or why there is none
 
     @property

@@ -24,7 +24,7 @@ from typing import Any
 from orchestrator.effective import verify
 from orchestrator.effective.plan import PlanReport, Provenance
 from orchestrator.model import Profile
-from orchestrator.profile.store import requested_fields
+from orchestrator.profile.fields import requested_fields
 from orchestrator.profile.yamldoc import Position
 from orchestrator.sglang.argtable import (
     RENAMES,
@@ -34,7 +34,7 @@ from orchestrator.sglang.argtable import (
     parse_version,
     spell,
 )
-from orchestrator.sglang.memory import Budget
+from orchestrator.sglang.memory.budget import Budget
 
 ERROR = "error"
 WARNING = "warning"

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from orchestrator.model import Profile, SecretRef
-from orchestrator.profile.store import requested_fields
+from orchestrator.profile.fields import requested_fields
 from orchestrator.remote.agent.sglang_log import log_record
 from orchestrator.sglang.argtable import ArgTable, arg_tokens, spell
 from orchestrator.sglang.config import (
@@ -44,7 +44,7 @@ from orchestrator.sglang.config import (
     parse_arguments,
     sglang_arguments,
 )
-from orchestrator.sglang.memory import Comparison, MeasuredMemory
+from orchestrator.sglang.memory.measured import Comparison, MeasuredMemory
 
 OK = "ok"
 NOT_RECEIVED = "not-received"

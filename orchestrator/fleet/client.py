@@ -1,5 +1,6 @@
 """The agent's client: push the agent (``remote/agent/``) and ``remote/sglang_probe.py``, call
-them, and hand back every answer decoded (``protocol.py``) into a frozen value.
+them, and hand back every answer decoded (``protocol/``, each command's request beside its
+decoder) into a frozen value.
 
 Everything crosses to the host as an argv (``<python> <agent.py> <command> --dir ...``) and comes
 back as one JSON document on the last line of stdout, or as JSON lines while it happens (a
@@ -35,27 +36,34 @@ from orchestrator.errors import (
     RemoteCommandError,
     SupervisorError,
 )
-from orchestrator.fleet.protocol import (
-    HostFacts,
+from orchestrator.fleet.protocol.common import Request, last_json_line
+from orchestrator.fleet.protocol.inspect import (
+    InspectRequest,
     LastRun,
-    ProbeAnswer,
-    RunInfo,
-    RunsReply,
-    StartReply,
-    StopReply,
-    TailReply,
     decode_inspect,
-    decode_plan_answer,
-    decode_probe,
-    decode_probe_answer,
-    decode_runs_reply,
-    decode_start,
-    decode_state,
-    decode_stop,
-    decode_tail,
-    last_json_line,
-    refused,
+    inspect_request,
 )
+from orchestrator.fleet.protocol.plan import decode_plan_answer, plan_request
+from orchestrator.fleet.protocol.probe import HostFacts, decode_probe_reply, probe_request
+from orchestrator.fleet.protocol.reach import (
+    ProbeAnswer,
+    decode_probe_answer,
+    listen_request,
+    reach_request,
+)
+from orchestrator.fleet.protocol.runs import RunInfo, RunsReply, decode_runs_reply, runs_request
+from orchestrator.fleet.protocol.start import (
+    StartReply,
+    adopt_request,
+    decode_start,
+    start_request,
+    start_stdin,
+    start_watch_args,
+)
+from orchestrator.fleet.protocol.status import decode_state, status_request
+from orchestrator.fleet.protocol.stop import StopReply, decode_stop, stop_request
+from orchestrator.fleet.protocol.tail import TailReply, decode_tail, tail_request
+from orchestrator.fleet.protocol.watch import watch_args
 from orchestrator.model import Host, RunState
 from orchestrator.remote import agent as agent_package
 from orchestrator.remote.agent.protocol import PROTOCOL
@@ -86,7 +94,7 @@ class PendingStart:
         """Start: the spec and the launch script on the waiting command's stdin."""
         self._thread.join()
         self._done = True
-        bundle = json.dumps({"spec": dict(spec), "launch_script": launch_script}).encode()
+        bundle = start_stdin(spec, launch_script)
         opened = self._opened
         if opened is not None:
             opened.finish_stdin(bundle)
@@ -115,24 +123,6 @@ def _carrying(
     """The bootstrap's argv and stdin that carry ``source`` (see BOOTSTRAP's ``--carried``)."""
     blob = _compressed(source)
     return (*argv[:5], "--carried", str(len(blob)), *argv[5:]), blob + (stdin or b"")
-
-
-@dataclass(frozen=True)
-class InspectRequest:
-    """What ``inspect`` is asked at READY, by the stream that saw READY (see cmd_watch)."""
-
-    port: int
-    host: str
-    env_names: tuple[str, ...]
-
-
-def _inspect_args(inspect: InspectRequest | None) -> tuple[str, ...]:
-    if inspect is None:
-        return ()
-    args = ["--inspect-port", str(inspect.port), "--inspect-host", inspect.host]
-    for name in inspect.env_names:
-        args += ["--inspect-env", name]
-    return tuple(args)
 
 
 WATCH_SILENCE_S = 5.0  # the watcher beats every second: this long without a line, it is lost
@@ -407,18 +397,14 @@ class Agent:
         """The agent's ``watch`` stream for one run (``agent.py watch``): each event as it
         happens, on one channel. Ends with the stream; WatchSilent when the host said nothing
         for WATCH_SILENCE_S (the watcher beats every second: the connection is in trouble)."""
-        args = ("watch", "--dir", self.deployment.dir, "--run", run_id, "--offset", str(offset),
-                "--seconds", f"{max(seconds, 1.0):.0f}")  # fmt: skip
-        return self._stream((*args, *_inspect_args(inspect)))
+        return self._stream(watch_args(self.deployment.dir, run_id, offset, seconds, inspect))
 
     def open_start(self, seconds: float, inspect: InspectRequest | None = None) -> PendingStart:
         """``start`` and ``watch`` in one command (``agent.py start --watch``), its channel
         opened now, on a thread, while orch still checks the launch; ``PendingStart.send``
         gives it the spec, ``cancel`` calls it off (the agent then does nothing). The opening,
         and sshd's opening of the channel's window for stdin, overlap the probe's round trips."""
-        args = ("start", "--dir", self.deployment.dir, "--spec", "-",
-                "--watch", f"{max(seconds, 1.0):.0f}", *_inspect_args(inspect))  # fmt: skip
-        return PendingStart(self, args)
+        return PendingStart(self, start_watch_args(self.deployment.dir, seconds, inspect))
 
     def _started(
         self, events: Generator[dict[str, Any], None, None]
@@ -515,6 +501,11 @@ class Agent:
                 )
         return document
 
+    def ask(self, request: Request, *, carry: bool = False) -> Any:
+        """One agent command of the protocol (``fleet/protocol/``): its answer as JSON, for
+        the decoder beside the request."""
+        return self.call(*request.args, timeout=request.timeout, stdin=request.stdin, carry=carry)
+
     def _failed(self, command: str, returncode: int, stderr_bytes: bytes) -> OrchError:
         """An agent command that ended without its answer (a traceback, a missing module)."""
         stderr = stderr_bytes.decode("utf-8", "replace")
@@ -555,41 +546,26 @@ class Agent:
     def _probe(
         self, port: int, model: str | None, bind: str, env: Mapping[str, str], *, with_status: bool
     ) -> tuple[HostFacts | None, RunState | None]:
-        # --opt=value: the agent's argparse takes any value so, even one starting with '-'
-        # (validation refuses those; a profile is not the only way here)
-        args = ["probe", "--port", str(port), f"--bind={bind}", "--env-file", "-"]
-        if model is not None:
-            args += [f"--model={model}"]
-        if with_status:
-            args += ["--dir", self.deployment.dir]
+        request = probe_request(
+            port, model, bind, env, self.deployment.dir if with_status else None
+        )
         # up's first command: the agent travels with it, so that a host without this orch's
         # agent costs no extra round trip
-        document = self.call(
-            *args, timeout=180.0, stdin=json.dumps(dict(env)).encode(), carry=with_status
-        )
-        refused(document)  # an unsafe workdir or file: PreflightError naming it, with a hint
-        status = document.get("status") if isinstance(document, dict) else None
-        state = decode_state(status) if isinstance(status, dict) else None
-        if isinstance(document, dict) and document.get("facts") == "skipped":
-            return None, state
-        return decode_probe(document), state
+        return decode_probe_reply(self.ask(request, carry=with_status))
 
     def start(self, spec: Mapping[str, Any], launch_script: str) -> StartReply:
         """Detach a supervisor; the spec (the server's environment, secrets included) and the
         launch script go with the command, on its stdin: one round trip, no file transfer,
         written 0600 by the agent."""
-        bundle = json.dumps({"spec": dict(spec), "launch_script": launch_script}).encode()
-        return decode_start(
-            self.call("start", "--dir", self.deployment.dir, "--spec", "-", stdin=bundle)
-        )
+        return decode_start(self.ask(start_request(self.deployment.dir, spec, launch_script)))
 
     def adopt(self) -> StartReply:
         """A new supervisor for a server whose supervisor died: it verifies the server's
         identity and watches it without restarting it (see ``agent.py adopt``)."""
-        return decode_start(self.call("adopt", "--dir", self.deployment.dir))
+        return decode_start(self.ask(adopt_request(self.deployment.dir)))
 
     def status(self) -> RunState:
-        return decode_state(self.call("status", "--dir", self.deployment.dir))
+        return decode_state(self.ask(status_request(self.deployment.dir)))
 
     def read_state(self) -> RunState | None:
         """state.json read directly (one SFTP read, no process started): for fast polling."""
@@ -606,35 +582,30 @@ class Agent:
         return decode_state(document, agent_alive=True)
 
     def stop(self, timeout: float) -> StopReply:
-        document = self.call(
-            "stop", "--dir", self.deployment.dir, "--timeout", f"{timeout:g}",
-            timeout=timeout + 60.0,
-        )  # fmt: skip
-        return decode_stop(document)
+        return decode_stop(self.ask(stop_request(self.deployment.dir, timeout)))
 
     def tail(self, lines: int, bytes_per_line: int, run_id: str | None = None) -> TailReply:
         """The last ``lines`` of a run's log (default the current run, else the newest), in
         one command (``agent.py tail``)."""
-        args = ["tail", "--dir", self.deployment.dir, "--lines", str(lines),
-                "--bytes-per-line", str(bytes_per_line)]  # fmt: skip
-        if run_id is not None:
-            args += ["--run", run_id]
-        return decode_tail(self.call(*args))
+        request = tail_request(self.deployment.dir, lines, bytes_per_line, run_id)
+        return decode_tail(self.ask(request))
 
     def runs(self) -> tuple[RunInfo, ...]:
         return self.runs_reply().runs
 
     def runs_reply(self) -> RunsReply:
         """Every run with its start, READY and exit, and the host's clock."""
-        return decode_runs_reply(self.call("runs", "--dir", self.deployment.dir))
+        return decode_runs_reply(self.ask(runs_request(self.deployment.dir)))
 
     def plan(self, request: Mapping[str, Any], timeout: float = 300.0) -> PlanAnswer:
         """Run SGLang's parsing and resolution on the host (``sglang_probe.py -``); the
         request, which carries the server's environment, travels on the command's stdin (no
         file, no transfer of its own)."""
         probe = self.deployment.probe_path
-        stdin = json.dumps(dict(request)).encode()
-        result = self.run_pushed(probe, PROBE_SOURCE, PROBE_SHA256, ("-",), timeout, stdin)
+        asked = plan_request(request, timeout)
+        result = self.run_pushed(
+            probe, PROBE_SOURCE, PROBE_SHA256, asked.args, asked.timeout, asked.stdin
+        )
         answer = last_json_line(result.stdout, result.stderr, result.returncode, "sglang_probe.py")
         return decode_plan_answer(answer)
 
@@ -648,14 +619,10 @@ class Agent:
         log: str | None = None,
     ) -> tuple[Observation, LastRun | None]:
         """What the server received and resolved (see ``agent.py inspect``)."""
-        argv = ["inspect", "--dir", self.deployment.dir, "--port", str(port), "--host", host]
-        for name in env_names:
-            argv += ["--env", name]
-        if pid is not None:
-            argv += ["--pid", str(pid)]
-        if log is not None:
-            argv += ["--log", log]
-        return decode_inspect(self.call(*argv, timeout=30.0))
+        request = inspect_request(
+            self.deployment.dir, port=port, host=host, env_names=env_names, pid=pid, log=log
+        )
+        return decode_inspect(self.ask(request))
 
     # -- a launch group's preflight --
 
@@ -665,16 +632,9 @@ class Agent:
         """A short-lived listener on ``bind:port`` (``agent.py listen``, detached): what the
         other nodes of a group try to reach before any server starts. It ends after ``expect``
         exchanges (the port is the server's right after) or ``seconds``."""
-        document = self.call(
-            "listen", "--bind", bind, "--port", str(port), "--token", token,
-            "--seconds", f"{seconds:g}", "--expect", str(expect),
-        )  # fmt: skip
-        return decode_probe_answer(document, "listen")
+        request = listen_request(bind, port, token, seconds, expect=expect)
+        return decode_probe_answer(self.ask(request), "listen")
 
     def reach(self, host: str, port: int, token: str, timeout: float) -> ProbeAnswer:
         """Connect from this node to ``host:port`` and exchange ``token`` (``agent.py reach``)."""
-        document = self.call(
-            "reach", "--host", host, "--port", str(port), "--token", token,
-            "--timeout", f"{timeout:g}", timeout=timeout + 60.0,
-        )  # fmt: skip
-        return decode_probe_answer(document, "reach")
+        return decode_probe_answer(self.ask(reach_request(host, port, token, timeout)), "reach")

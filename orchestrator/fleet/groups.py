@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
-from orchestrator.fleet.protocol import HostFacts
+from orchestrator.fleet.protocol.probe import HostFacts
 from orchestrator.model import Profile
 
 

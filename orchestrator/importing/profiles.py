@@ -49,7 +49,7 @@ from orchestrator.importing.shellscript import (
     parse_script,
 )
 from orchestrator.model import Launcher
-from orchestrator.profile.checks import STRUCTURED_FIELDS
+from orchestrator.profile.fields import STRUCTURED_FIELDS
 from orchestrator.profile.store import placeholder
 from orchestrator.render import Redactor
 from orchestrator.sglang import argtable

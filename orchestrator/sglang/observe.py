@@ -24,7 +24,7 @@ from orchestrator.remote.agent.sglang_log import (
     last_exception_line,
     log_record,
 )
-from orchestrator.sglang.memory import MeasuredMemory
+from orchestrator.sglang.memory.measured import MeasuredMemory
 
 __all__ = [
     "LINE_RE",

@@ -25,7 +25,8 @@ import psutil
 import pytest
 
 from orchestrator.cli.show.core import state_cell
-from orchestrator.fleet.protocol import decode_state, decode_stop
+from orchestrator.fleet.protocol.status import decode_state
+from orchestrator.fleet.protocol.stop import decode_stop
 from orchestrator.remote.agent import states as agent_states
 from orchestrator.remote.agent.states import EXITED
 from orchestrator.remote.agent.verdict import CRASHED

@@ -19,7 +19,7 @@ from typing import Any
 import psutil
 import pytest
 
-from orchestrator.fleet.protocol import decode_state
+from orchestrator.fleet.protocol.status import decode_state
 from orchestrator.remote.agent.files import Paths
 from orchestrator.remote.agent.trust import UnsafePath, secure_deployment
 from tests.agent.test_supervisor import (

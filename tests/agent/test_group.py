@@ -27,7 +27,7 @@ from orchestrator.commands.events import Outcome
 from orchestrator.commands.follow import Clock, StartupLog, follow
 from orchestrator.errors import ExitCode
 from orchestrator.fleet.client import Agent, Deployment
-from orchestrator.fleet.protocol import decode_state
+from orchestrator.fleet.protocol.status import decode_state
 from orchestrator.model import Host
 from orchestrator.remote.agent import states as agent_states
 from orchestrator.remote.agent import verdict as agent_verdict

@@ -17,7 +17,10 @@ from typing import Any
 import psutil
 import pytest
 
-from orchestrator.fleet.protocol import decode_runs_reply, decode_start, decode_state, decode_stop
+from orchestrator.fleet.protocol.runs import decode_runs_reply
+from orchestrator.fleet.protocol.start import decode_start
+from orchestrator.fleet.protocol.status import decode_state
+from orchestrator.fleet.protocol.stop import decode_stop
 from orchestrator.remote.agent.identity import RUN_ID_ENV
 from orchestrator.remote.agent.protocol import PROTOCOL
 from orchestrator.remote.agent.sglang_log import READY_LINE

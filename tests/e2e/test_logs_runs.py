@@ -10,7 +10,7 @@ import sys
 import time
 from pathlib import Path
 
-from orchestrator.cli.main import terminal_safe
+from orchestrator.cli.output import terminal_safe
 from orchestrator.commands.logs import LogTail
 from orchestrator.errors import ExitCode
 from orchestrator.model import Host

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from orchestrator.errors import RenderError
-from orchestrator.export import engines as export
+from orchestrator.export import export
+from orchestrator.export.common import Provenance
 from orchestrator.model import EXPORT_ENGINES
 from orchestrator.profile.store import ProfileStore
 from tests.conftest import EXAMPLES, REPO, SHIPPED_PROFILES, portable
@@ -30,9 +31,9 @@ CASES = [
 @pytest.mark.parametrize(("profile", "engine"), CASES, ids=[f"{p}.{e}" for p, e in CASES])
 def test_golden_export(request: pytest.FixtureRequest, profile: str, engine: str) -> None:
     loaded = _SHIPPED.load(profile)
-    provenance = export.Provenance(f"profiles/{profile}.yaml", None)
+    provenance = Provenance(f"profiles/{profile}.yaml", None)
     try:
-        text = portable(export.export(loaded.profile, loaded.table, engine, provenance).text)
+        text = portable(export(loaded.profile, loaded.table, engine, provenance).text)
     except RenderError as exc:  # an engine that cannot run the profile: its refusal is golden
         text = f"# refused: {exc.message}\n# hint: {exc.hint}\n"
     path = GOLDEN / f"{profile}.{engine}.yaml"

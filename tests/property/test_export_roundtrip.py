@@ -17,7 +17,9 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from orchestrator.export import engines as export
+from orchestrator.export import export
+from orchestrator.export.common import Provenance
+from orchestrator.export.k8s import kubernetes_expand
 from orchestrator.model import SecretRef, ServerCommand
 from orchestrator.profile.store import ProfileStore
 
@@ -30,7 +32,7 @@ HOSTILE = st.sampled_from(
 )  # fmt: skip
 VALUE = st.one_of(HOSTILE, TEXT)
 SECRETS = {"HF_TOKEN": "hf_$(LWS_GROUP_SIZE)'\"$x", "API_KEY": "sk $$ `x`"}
-PROVENANCE = export.Provenance("profiles/p.yaml", None)
+PROVENANCE = Provenance("profiles/p.yaml", None)
 
 # A stand-in for the server's program: prints the argv and environment it was exec'd with.
 STUB = """\
@@ -130,7 +132,7 @@ def test_shell_engines_give_every_rank_the_exact_argv_and_env(
 ) -> None:
     loaded = _load(workspace, arg, env, node_env, launcher)
     for engine, rank_env in ENGINE_RANKS.items():
-        result = export.export(loaded.profile, loaded.table, engine, PROVENANCE)
+        result = export(loaded.profile, loaded.table, engine, PROVENANCE)
         document = yaml.safe_load(result.text)  # what the engine reads
         script = document["run"] if engine == "skypilot" else "\n".join(document["commands"])
         shells = ["bash"] if engine == "skypilot" else SHELLS  # SkyPilot's run is bash; dstack's sh
@@ -148,7 +150,7 @@ def test_kubernetes_gives_every_rank_the_exact_argv_and_env(
     workspace: Path, arg: str, env: str, node_env: str
 ) -> None:
     loaded = _load(workspace, arg, env, node_env, "module")
-    result = export.export(loaded.profile, loaded.table, "k8s-lws", PROVENANCE)
+    result = export(loaded.profile, loaded.table, "k8s-lws", PROVENANCE)
     lws = next(yaml.safe_load_all(result.text))
     template = lws["spec"]["leaderWorkerTemplate"]
     for rank, command in enumerate(result.commands):
@@ -164,11 +166,11 @@ def test_kubernetes_gives_every_rank_the_exact_argv_and_env(
             if "valueFrom" in entry:
                 environment[entry["name"]] = SECRETS[entry["valueFrom"]["secretKeyRef"]["key"]]
             else:
-                environment[entry["name"]] = export.kubernetes_expand(
+                environment[entry["name"]] = kubernetes_expand(
                     entry["value"], {**variables, **environment}
                 )
         received = [
-            export.kubernetes_expand(t, {**variables, **environment})
+            kubernetes_expand(t, {**variables, **environment})
             for t in [*container["command"], *container["args"]]
         ]
         argv, expected_env = _expected(command)

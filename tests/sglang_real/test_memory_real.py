@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from orchestrator.fleet import protocol
+from orchestrator.fleet.protocol.plan import decode_plan_answer
 from tests.conftest import REPO
 from tests.standin.sglang_plugin import run_probe
 from tests.unit.test_protocol import write_safetensors
@@ -197,7 +197,7 @@ def test_the_probes_shapes_are_sglangs_own(probed: Probed, case: str, expected: 
     mamba = shapes["mamba"]
     assert mamba["conv_bytes"] + mamba["ssm_bytes"] == mamba["slot_bytes"]
     # decoded, the same numbers reach orch's budget
-    memory = protocol.decode_plan_answer(answer).memory
+    memory = decode_plan_answer(answer).memory
     assert memory is not None
     model = memory.model
     assert model is not None

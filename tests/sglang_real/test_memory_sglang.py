@@ -1,11 +1,11 @@
-"""orch's memory budget (orchestrator/sglang/memory.py) against SGLang's own pool sizing, 0.5.11 and
+"""orch's memory budget (orchestrator/sglang/memory/) against SGLang's own pool sizing, 0.5.11 and
 0.5.23: for each case, SGLang's functions run on CPU in its venv (sglang_budget_reference.py says
 which, and what is supplied to them) and orch's ``plan_budget`` runs on the same inputs.
 
 A case starts from ``rest``: what ``_profile_available_bytes`` has left after the weights and
 the slack. orch gets a GPU and a checkpoint whose sizes give that rest (``P`` = 100 GiB,
 ``mem_fraction_static`` 0.9: weights = 90 - rest), and SGLang's resolved values through
-``memory.inputs_from``. The model's shapes are the Qwen3.6-27B copy's (orch's mirror, at
+``inputs_from``. The model's shapes are the Qwen3.6-27B copy's (orch's mirror, at
 attention TP 1), handed to both sides alike: the shapes themselves are not what this checks.
 
 Each venv runs the reference once for all its cases (~10 s to import SGLang), both at once.
@@ -23,8 +23,9 @@ from typing import Any
 
 import pytest
 
-from orchestrator.sglang import memory
-from orchestrator.sglang.memory import GIB, Budget, GpuMemory
+from orchestrator.sglang.memory.budget import CUDA_CONTEXT_GIB, FAILS, Budget, plan_budget
+from orchestrator.sglang.memory.rules import inputs_from
+from orchestrator.sglang.memory.shapes import GIB, GpuMemory, ModelMemory, mirrored_model
 from tests.conftest import REPO
 
 VERSIONS = ("0.5.11", "0.5.23")
@@ -38,8 +39,8 @@ PRE_LOAD_GIB = 100.0  # P: free when SGLang measures
 FRACTION = 0.9  # mem_fraction_static: slack = 10 GiB
 
 
-def _model() -> memory.ModelMemory:
-    model = memory.mirrored_model(json.loads(MODEL_CONFIG.read_text()), attention_tp=1)
+def _model() -> ModelMemory:
+    model = mirrored_model(json.loads(MODEL_CONFIG.read_text()), attention_tp=1)
     assert model is not None
     assert model.hybrid
     # A case's rest is what _profile_available_bytes leaves, multimodal reservation included
@@ -198,14 +199,14 @@ def orch_budget(case: Case, version: str) -> Budget:
     ranks = case.tp_size
     gpu = GpuMemory(
         name="NVIDIA H200", total_bytes=round(144 * GIB),
-        free_bytes=round((PRE_LOAD_GIB + memory.CUDA_CONTEXT_GIB) * GIB), basis="test",
+        free_bytes=round((PRE_LOAD_GIB + CUDA_CONTEXT_GIB) * GIB), basis="test",
     )  # fmt: skip
     weights_per_rank = PRE_LOAD_GIB * FRACTION - case.rest_gib
     model = replace(MODEL, weights_bytes=round(weights_per_rank * GIB) * ranks,
                     weights_basis="derived from the case's rest")  # fmt: skip
     env = {"SGLANG_OPT_MAMBA_SKIP_DECODE_LOCK": "1"} if case.skip_decode_lock else {}
-    inputs = memory.inputs_from(case.effective(version), env)
-    return memory.plan_budget(model, (gpu,) * ranks, inputs, version=VERSION_TUPLE[version])
+    inputs = inputs_from(case.effective(version), env)
+    return plan_budget(model, (gpu,) * ranks, inputs, version=VERSION_TUPLE[version])
 
 
 def _sglang_stops_with(version: str, answer: Mapping[str, Any]) -> str | None:
@@ -254,7 +255,7 @@ def test_budget_matches_sglangs_pool_sizing(
     assert budget.mamba.slots_per_request == answer["mamba_ratio"]
 
     stops_with = _sglang_stops_with(version, answer)
-    assert (budget.verdict == memory.FAILS) == (stops_with is not None), (budget.failure, answer)
+    assert (budget.verdict == FAILS) == (stops_with is not None), (budget.failure, answer)
     if stops_with is not None:
         assert budget.failure is not None
         assert budget.failure.split(":", 1)[0] == stops_with, (budget.failure, answer["error"])

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.cli.main import _Output, main
+from orchestrator.cli.main import main
+from orchestrator.cli.output import Output
 from orchestrator.errors import ExitCode
 from orchestrator.render import shell_token
 from tests.conftest import REPO, ProfileDir, copy_examples
@@ -134,7 +135,7 @@ def test_the_stream_escapes_what_comes_from_outside_and_writes_orchs_own_control
     from orchestrator.render import Redactor
 
     out, err = io.StringIO(), io.StringIO()
-    output = _Output(out, err, Redactor())
+    output = Output(out, err, Redactor())
     output.write([Text("\r", control=True), Text("  [###...] 1/3 shards", flush=True)])
     output.out.write("tqdm 10%\rtqdm 20%\r")  # a log's progress bar, in two writes
     output.out.write("\nnext \x1b[2J\x7f line\r\n")

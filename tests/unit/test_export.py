@@ -16,12 +16,14 @@ from hypothesis import strategies as st
 from orchestrator import render
 from orchestrator.cli import main as cli
 from orchestrator.errors import ExitCode, RenderError
-from orchestrator.export import engines as export
+from orchestrator.export import export
+from orchestrator.export.common import ANY_ADDRESS, LOOPBACK_BINDS, Provenance
+from orchestrator.export.k8s import kubernetes_escape, kubernetes_expand
 from orchestrator.model import EXPORT_ENGINES, SecretRef, ServerCommand
 from orchestrator.profile.store import LoadedProfile, ProfileStore
 from tests.conftest import EXAMPLES, SHIPPED_PROFILES, copy_examples
 
-PROVENANCE = export.Provenance("profiles/p.yaml", "0123456789abcdef")
+PROVENANCE = Provenance("profiles/p.yaml", "0123456789abcdef")
 
 # Kubernetes' third_party/forked/golang/expansion/expand_test.go (TestMapReference and
 # TestMapping's cases): the variables, then (input, what the kubelet makes of it).
@@ -71,7 +73,7 @@ K8S_CASES = [
 
 @pytest.mark.parametrize(("text", "expanded"), K8S_CASES)
 def test_kubernetes_expand_matches_kubernetes_own_cases(text: str, expanded: str) -> None:
-    assert export.kubernetes_expand(text, K8S_VARIABLES) == expanded
+    assert kubernetes_expand(text, K8S_VARIABLES) == expanded
 
 
 HOSTILE = st.one_of(
@@ -83,8 +85,8 @@ HOSTILE = st.one_of(
 @settings(max_examples=300, deadline=None)
 @given(text=HOSTILE)
 def test_an_escaped_literal_comes_back_whole_whatever_the_variables(text: str) -> None:
-    assert export.kubernetes_expand(export.kubernetes_escape(text), K8S_VARIABLES) == text
-    assert export.kubernetes_expand(export.kubernetes_escape(text), {"X": "x", "": "e"}) == text
+    assert kubernetes_expand(kubernetes_escape(text), K8S_VARIABLES) == text
+    assert kubernetes_expand(kubernetes_escape(text), {"X": "x", "": "e"}) == text
 
 
 # -- the shipped profiles ------------------------------------------------------------------------
@@ -123,8 +125,8 @@ def _translated(argv: tuple[object, ...], program: int) -> list[object]:
         if word == "--gated-launch-port":
             index += 2
             continue
-        if word == "--host" and tokens[index + 1] in export.LOOPBACK_BINDS:
-            out += ["--host", export.ANY_ADDRESS]
+        if word == "--host" and tokens[index + 1] in LOOPBACK_BINDS:
+            out += ["--host", ANY_ADDRESS]
             index += 2
             continue
         out.append(word)
@@ -141,7 +143,7 @@ def test_export_runs_what_orch_render_gives_but_for_the_translations_it_names(
     name: str, engine: str
 ) -> None:
     loaded = SHIPPED.load(name)
-    result = export.export(loaded.profile, loaded.table, engine, PROVENANCE)
+    result = export(loaded.profile, loaded.table, engine, PROVENANCE)
     original = _original(loaded)
     assert len(result.commands) == len(original)
     for rank, (exported, launched) in enumerate(zip(result.commands, original, strict=True)):
@@ -166,7 +168,7 @@ def test_export_runs_what_orch_render_gives_but_for_the_translations_it_names(
 @pytest.mark.parametrize(("name", "engine"), [c for c in CASES if c[1] in K8S])
 def test_kubernetes_containers_expand_to_each_ranks_exact_command(name: str, engine: str) -> None:
     loaded = SHIPPED.load(name)
-    result = export.export(loaded.profile, loaded.table, engine, PROVENANCE)
+    result = export(loaded.profile, loaded.table, engine, PROVENANCE)
     documents = list(yaml.safe_load_all(result.text))  # what kubectl reads
     group = loaded.profile.group
     for rank, command in enumerate(result.commands):
@@ -180,7 +182,7 @@ def test_kubernetes_containers_expand_to_each_ranks_exact_command(name: str, eng
             }
         env = _kubelet_env(container, variables)
         argv = [
-            export.kubernetes_expand(t, {**variables, **env})
+            kubernetes_expand(t, {**variables, **env})
             for t in container["command"] + container["args"]
         ]
         secrets = {name: SECRET_DATA[name] for name in command.secret_names()}
@@ -209,7 +211,7 @@ def _kubelet_env(container: dict[str, Any], variables: dict[str, str]) -> dict[s
             ref = entry["valueFrom"]["secretKeyRef"]
             env[entry["name"]] = SECRET_DATA[ref["key"]]
         else:
-            env[entry["name"]] = export.kubernetes_expand(entry["value"], {**variables, **env})
+            env[entry["name"]] = kubernetes_expand(entry["value"], {**variables, **env})
     return env
 
 
@@ -239,7 +241,7 @@ def _store(tmp_path: Path, **documents: str) -> ProfileStore:
 def _refused(store: ProfileStore, name: str, engine: str) -> RenderError:
     loaded = store.load(name)
     with pytest.raises(RenderError) as caught:
-        export.export(loaded.profile, loaded.table, engine, PROVENANCE)
+        export(loaded.profile, loaded.table, engine, PROVENANCE)
     return caught.value
 
 
@@ -263,7 +265,7 @@ def test_a_leader_worker_set_refuses_workers_that_differ_naming_the_node(tmp_pat
     assert "template" in error.message
     # the shell engines give each rank its own env: they can run it
     loaded = store.load("three")
-    result = export.export(loaded.profile, loaded.table, "skypilot", PROVENANCE)
+    result = export(loaded.profile, loaded.table, "skypilot", PROVENANCE)
     assert "ens3f0" in result.text
 
 
@@ -295,7 +297,7 @@ def test_no_image_without_a_pinned_version_or_export_image(tmp_path: Path) -> No
     loaded = store.load("q")
     assert (
         "image: my.registry/sglang:custom"
-        in export.export(loaded.profile, loaded.table, "k8s", PROVENANCE).text
+        in export(loaded.profile, loaded.table, "k8s", PROVENANCE).text
     )
 
 
@@ -317,9 +319,9 @@ def test_secrets_are_references_to_a_secret_never_values(
     )
     loaded = store.load("p")
     for engine in EXPORT_ENGINES:
-        text = export.export(loaded.profile, loaded.table, engine, PROVENANCE).text
+        text = export(loaded.profile, loaded.table, engine, PROVENANCE).text
         assert "sentinel" not in text
-    lws = export.export(loaded.profile, loaded.table, "k8s-lws", PROVENANCE)
+    lws = export(loaded.profile, loaded.table, "k8s-lws", PROVENANCE)
     container = _container(lws.documents[0], 0)
     refs = {e["name"]: e["valueFrom"]["secretKeyRef"] for e in container["env"] if "valueFrom" in e}
     assert refs == {
@@ -327,7 +329,7 @@ def test_secrets_are_references_to_a_secret_never_values(
         "MY_KEY": {"name": "team-tokens", "key": "MY_KEY"},
     }
     assert "$(MY_KEY)" in container["args"]
-    sky = yaml.safe_load(export.export(loaded.profile, loaded.table, "skypilot", PROVENANCE).text)
+    sky = yaml.safe_load(export(loaded.profile, loaded.table, "skypilot", PROVENANCE).text)
     assert sky["secrets"] == {"HF_TOKEN": None, "MY_KEY": None}
     assert '"${MY_KEY}"' in sky["run"]
 

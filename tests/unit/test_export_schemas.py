@@ -8,13 +8,14 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from orchestrator.export import engines as export
+from orchestrator.export import export
+from orchestrator.export.common import Provenance
 from orchestrator.profile.store import ProfileStore
 from tests.conftest import EXAMPLES, SHIPPED_PROFILES
 from tests.k8s_validate import validate_manifests
 
 SHIPPED = ProfileStore(SHIPPED_PROFILES)
-PROVENANCE = export.Provenance("profiles/p.yaml", "0123456789abcdef", dirty=True)
+PROVENANCE = Provenance("profiles/p.yaml", "0123456789abcdef", dirty=True)
 CASES = [
     (name, engine)
     for name in EXAMPLES
@@ -26,7 +27,7 @@ CASES = [
 
 def _export(name: str, engine: str) -> str:
     loaded = SHIPPED.load(name)
-    return export.export(loaded.profile, loaded.table, engine, PROVENANCE).text
+    return export(loaded.profile, loaded.table, engine, PROVENANCE).text
 
 
 @pytest.mark.parametrize(("name", "engine"), CASES, ids=[f"{n}-{e}" for n, e in CASES])

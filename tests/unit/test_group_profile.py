@@ -10,7 +10,7 @@ import pytest
 from orchestrator import render
 from orchestrator.errors import ExitCode, InvalidProfile, ProfileError
 from orchestrator.fleet import groups
-from orchestrator.fleet.protocol import GpuFacts, HostFacts, PortFacts
+from orchestrator.fleet.protocol.probe import GpuFacts, HostFacts, PortFacts
 from orchestrator.profile.store import LoadedProfile
 from tests.conftest import ProfileDir
 

@@ -1,4 +1,4 @@
-"""The memory budget's arithmetic (orchestrator/sglang/memory.py), on round numbers worked by hand.
+"""The memory budget's arithmetic (orchestrator/sglang/memory/), on round numbers worked by hand.
 
 Each scenario's expected figures are derived in its comments from SGLang's code as quoted in
 docs/memory.md; the real-SGLang tier (tests/sglang_real/test_memory_sglang.py) runs SGLang's own
@@ -12,8 +12,18 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.sglang import memory
-from orchestrator.sglang.memory import GIB, BudgetInputs, GpuMemory, ModelMemory
+from orchestrator.sglang.memory.budget import FAILS, TIGHT, budget_for, plan_budget
+from orchestrator.sglang.memory.measured import MeasuredMemory, compare
+from orchestrator.sglang.memory.pools import slots_per_request
+from orchestrator.sglang.memory.rules import JOINT, LEGACY, BudgetInputs, rules_for
+from orchestrator.sglang.memory.shapes import (
+    GIB,
+    GpuMemory,
+    MemoryAnswer,
+    ModelMemory,
+    mirrored_model,
+    nominal_gpu,
+)
 
 pytestmark = pytest.mark.unit
 
@@ -47,8 +57,8 @@ SPEC = BudgetInputs(
 def test_0511_reserves_speculative_state_for_every_request_and_runs_out() -> None:
     # 0.5.11: rest -= 0.25 x 48 requests x 4 drafts = 48 GiB -> 2; 24 slots x 0.25 = 6 -> -4:
     # no KV token fits, MemoryPoolConfig raises "Not enough memory".
-    budget = memory.plan_budget(_hybrid(), (_gpu(100.6),), SPEC, version=(0, 5, 11))
-    assert budget.family == memory.LEGACY
+    budget = plan_budget(_hybrid(), (_gpu(100.6),), SPEC, version=(0, 5, 11))
+    assert budget.family == LEGACY
     assert budget.pre_load_gib == pytest.approx(100.0)
     assert budget.slack_gib == pytest.approx(10.0)
     assert budget.mamba is not None
@@ -56,7 +66,7 @@ def test_0511_reserves_speculative_state_for_every_request_and_runs_out() -> Non
     assert budget.mamba.slots == 24
     assert budget.mamba.pool_gib == pytest.approx(6.0)
     assert budget.kv_tokens == 0
-    assert budget.verdict == memory.FAILS
+    assert budget.verdict == FAILS
     assert budget.failure is not None
     assert "Not enough memory. Please try to increase --mem-fraction-static" in budget.failure
 
@@ -64,8 +74,8 @@ def test_0511_reserves_speculative_state_for_every_request_and_runs_out() -> Non
 def test_0523_reserves_only_for_the_capped_requests_and_fits() -> None:
     # 0.5.23: 5 slots per request (extra_buffer + overlap); capped = min(48, 24 // 5) = 4;
     # reserve 0.25 x (4 + 1) x 4 = 5 GiB -> 45; pool (24 + 1) x 0.25 = 6.25 -> 38.75 GiB of KV.
-    budget = memory.plan_budget(_hybrid(), (_gpu(100.6),), SPEC, version=(0, 5, 23))
-    assert budget.family == memory.JOINT
+    budget = plan_budget(_hybrid(), (_gpu(100.6),), SPEC, version=(0, 5, 23))
+    assert budget.family == JOINT
     assert budget.mamba is not None
     assert budget.mamba.slots_per_request == 5
     assert budget.mamba.spec_reserve_gib == pytest.approx(5.0)
@@ -80,7 +90,7 @@ def test_0523_reserves_only_for_the_capped_requests_and_fits() -> None:
 
 def test_0523_counts_the_mtp_draft_layers_in_every_kv_token() -> None:
     # One draft layer beside 16 full-attention layers: the cell grows by 64 KiB x 1/16.
-    budget = memory.plan_budget(_hybrid(draft_layers=1), (_gpu(100.6),), SPEC, version=(0, 5, 23))
+    budget = plan_budget(_hybrid(draft_layers=1), (_gpu(100.6),), SPEC, version=(0, 5, 23))
     assert budget.kv_cell_bytes == CELL + CELL // 16
     assert budget.kv_tokens == pytest.approx(int(38.75 * GIB) // (CELL + CELL // 16), abs=1)
 
@@ -90,7 +100,7 @@ def test_0523_solves_the_slot_count_jointly_from_the_memory_ratio() -> None:
     # K = (budget - per x 5) // (per x (1 + 4/5)).
     inputs = BudgetInputs(**{**SPEC.__dict__, "max_mamba_cache_size": None,
                              "mamba_full_memory_ratio": 0.4})  # fmt: skip
-    budget = memory.plan_budget(_hybrid(), (_gpu(100.6),), inputs, version=(0, 5, 23))
+    budget = plan_budget(_hybrid(), (_gpu(100.6),), inputs, version=(0, 5, 23))
     share = 50 * 0.4 / 1.4 * GIB
     expected = int((share - QUARTER * 5) // (QUARTER * 1.8))
     assert budget.mamba is not None
@@ -104,7 +114,7 @@ def test_0511_sizes_the_slots_from_the_ratio_after_the_reserve() -> None:
     inputs = BudgetInputs(**{**SPEC.__dict__, "max_mamba_cache_size": None,
                              "max_running_requests": 8, "mamba_full_memory_ratio": 0.9})  # fmt: skip
     # reserve 0.25 x 8 x 4 = 8 -> rest 42; K = int(42 x 0.9 / 1.9 GiB // 0.25 GiB)
-    budget = memory.plan_budget(_hybrid(), (_gpu(100.6),), inputs, version=(0, 5, 11))
+    budget = plan_budget(_hybrid(), (_gpu(100.6),), inputs, version=(0, 5, 11))
     assert budget.mamba is not None
     assert budget.mamba.slots == int(42 * 0.9 / 1.9 * GIB // QUARTER)
 
@@ -116,8 +126,8 @@ def test_weights_that_leave_nothing_are_sglang_0523s_valueerror_with_the_minimum
         kv_cell_bytes=CELL, kv_dtype="bfloat16", hybrid=False, weights_bytes=95 * GIB,
     )  # fmt: skip
     inputs = BudgetInputs(mem_fraction_static=0.9, context_len=8192)
-    budget = memory.plan_budget(plain, (_gpu(100.6),), inputs, version=(0, 5, 23))
-    assert budget.verdict == memory.FAILS
+    budget = plan_budget(plain, (_gpu(100.6),), inputs, version=(0, 5, 23))
+    assert budget.verdict == FAILS
     assert budget.failure is not None
     # minimum = 1 - 5 / 100 = 0.95 (rounded up at the third decimal, as SGLang prints it)
     assert "Raise --mem-fraction-static above 0.95" in budget.failure
@@ -128,17 +138,17 @@ def test_weights_larger_than_the_gpu_fail_while_loading() -> None:
         basis="t", architecture=None, context_len=8192, attention_tp=1, full_attention_layers=32,
         kv_cell_bytes=CELL, kv_dtype="bfloat16", hybrid=False, weights_bytes=51 * GIB,
     )  # fmt: skip
-    budget = memory.plan_budget(
+    budget = plan_budget(
         plain, (_gpu(44.6, 44.6),), BudgetInputs(mem_fraction_static=0.9), version=(0, 5, 23)
     )
-    assert budget.verdict == memory.FAILS
+    assert budget.verdict == FAILS
     assert budget.failure is not None
     assert "CUDA out of memory while loading weights" in budget.failure
     assert any("--tp-size" in hint for hint in budget.hints)
 
 
 def test_weights_are_shared_by_the_ranks() -> None:
-    budget = memory.plan_budget(
+    budget = plan_budget(
         _hybrid(weights_gib=80), (_gpu(100.6), _gpu(100.6)),
         BudgetInputs(**{**SPEC.__dict__, "tp_size": 2}), version=(0, 5, 23),
     )  # fmt: skip
@@ -146,11 +156,11 @@ def test_weights_are_shared_by_the_ranks() -> None:
 
 
 def test_a_fraction_above_sglangs_default_leaves_less_slack_and_is_tight() -> None:
-    budget = memory.plan_budget(
+    budget = plan_budget(
         _hybrid(), (_gpu(100.6),), SPEC, version=(0, 5, 23), default_mem_fraction_static=0.8
     )
     assert budget.default_slack_gib == pytest.approx(20.0)
-    assert budget.verdict == memory.TIGHT
+    assert budget.verdict == TIGHT
     assert any("0.9 leaves 10.0 GiB" in w and "(0.8) would leave 20.0 GiB" in w
                for w in budget.warnings)  # fmt: skip
 
@@ -158,13 +168,13 @@ def test_a_fraction_above_sglangs_default_leaves_less_slack_and_is_tight() -> No
 @pytest.mark.parametrize(
     ("family", "changes", "slots"),
     [
-        (memory.LEGACY, {}, 3),
-        (memory.LEGACY, {"extra_buffer": True}, 5),
-        (memory.LEGACY, {"extra_buffer": True, "disable_overlap_schedule": True}, 4),
-        (memory.LEGACY, {"extra_buffer": True, "disable_radix_cache": True}, 1),
-        (memory.JOINT, {"extra_buffer": True, "skip_decode_lock": True}, 4),
-        (memory.JOINT, {"skip_decode_lock": True}, 3),
-        (memory.LEGACY, {"skip_decode_lock": True}, 3),  # 0.5.11 has no such switch
+        (LEGACY, {}, 3),
+        (LEGACY, {"extra_buffer": True}, 5),
+        (LEGACY, {"extra_buffer": True, "disable_overlap_schedule": True}, 4),
+        (LEGACY, {"extra_buffer": True, "disable_radix_cache": True}, 1),
+        (JOINT, {"extra_buffer": True, "skip_decode_lock": True}, 4),
+        (JOINT, {"skip_decode_lock": True}, 3),
+        (LEGACY, {"skip_decode_lock": True}, 3),  # 0.5.11 has no such switch
     ],
 )
 def test_slots_per_request_follow_calculate_mamba_ratio(
@@ -172,7 +182,7 @@ def test_slots_per_request_follow_calculate_mamba_ratio(
 ) -> None:
     inputs = BudgetInputs(mem_fraction_static=0.9, **changes)  # type: ignore[arg-type]
     assert (
-        memory.slots_per_request(memory.rules_for(tuple(int(p) for p in family.split("."))), inputs)
+        slots_per_request(rules_for(tuple(int(p) for p in family.split("."))), inputs)
         == slots
     )
 
@@ -183,7 +193,7 @@ def test_the_mirror_computes_the_standin_models_shapes() -> None:
     # ssm: 48 x 128 x 128 x 4 bytes (float32) = 3145728 per layer.
     # KV: 4 heads x (256 + 256) x 16 layers x 2 bytes = 65536 per token.
     config = json.loads(STANDIN_CONFIG.read_text())
-    model = memory.mirrored_model(config, attention_tp=1)
+    model = mirrored_model(config, attention_tp=1)
     assert model is not None
     assert model.hybrid
     assert (model.mamba_layers, model.full_attention_layers) == (48, 16)
@@ -192,7 +202,7 @@ def test_the_mirror_computes_the_standin_models_shapes() -> None:
     # the MTP layer: run by the draft worker (mtp_num_hidden_layers), but not added to the
     # target's KV cell by 0.5.23 (it reads the target config's num_nextn_predict_layers: none)
     assert (model.draft_worker_layers, model.draft_kv_layers) == (1, None)
-    halved = memory.mirrored_model(
+    halved = mirrored_model(
         config, attention_tp=2, env={"SGLANG_MAMBA_SSM_DTYPE": "bfloat16"}
     )
     assert halved is not None
@@ -202,7 +212,7 @@ def test_the_mirror_computes_the_standin_models_shapes() -> None:
 
 def test_a_budget_from_a_standin_answer_uses_the_mirror_and_the_nominal_gpu() -> None:
     config = json.loads(STANDIN_CONFIG.read_text())
-    answer = memory.MemoryAnswer(
+    answer = MemoryAnswer(
         model=None, shapes_error="sglang.srt.configs is not importable",
         text_config=config, weights_bytes=50 * GIB, weights_basis="index",
         gpu_error="no NVIDIA driver",
@@ -210,8 +220,8 @@ def test_a_budget_from_a_standin_answer_uses_the_mirror_and_the_nominal_gpu() ->
     effective = {"mem_fraction_static": 0.85, "tp_size": 1, "context_length": 8192,
                  "mamba_radix_cache_strategy": "extra_buffer", "max_running_requests": 48,
                  "speculative_algorithm": "EAGLE", "speculative_num_draft_tokens": 4}  # fmt: skip
-    budget, notes = memory.budget_for(
-        answer, effective, {}, version=(0, 5, 23), nominal=memory.nominal_gpu("H200", 141)
+    budget, notes = budget_for(
+        answer, effective, {}, version=(0, 5, 23), nominal=nominal_gpu("H200", 141)
     )
     assert budget is not None
     assert budget.total_gib == pytest.approx(141)
@@ -223,20 +233,20 @@ def test_a_budget_from_a_standin_answer_uses_the_mirror_and_the_nominal_gpu() ->
 
 
 def test_no_gpu_and_no_type_is_no_budget_with_the_reason() -> None:
-    answer = memory.MemoryAnswer(model=_hybrid(), gpu_error="no NVIDIA driver")
-    budget, notes = memory.budget_for(answer, {"mem_fraction_static": 0.9}, {}, version=None)
+    answer = MemoryAnswer(model=_hybrid(), gpu_error="no NVIDIA driver")
+    budget, notes = budget_for(answer, {"mem_fraction_static": 0.9}, {}, version=None)
     assert budget is None
     assert "no NVIDIA driver" in notes[0]
     assert "gpu.type" in notes[0]
 
 
 def test_unbalanced_gpus_are_sized_by_the_tightest() -> None:
-    answer = memory.MemoryAnswer(
+    answer = MemoryAnswer(
         model=_hybrid(weights_gib=80),
         gpus=(GpuMemory("A", 100 * GIB, 99 * GIB, "nvml", 0),
               GpuMemory("A", 100 * GIB, 60 * GIB, "nvml", 1)),
     )  # fmt: skip
-    budget, notes = memory.budget_for(
+    budget, notes = budget_for(
         answer, {"mem_fraction_static": 0.9, "tp_size": 2}, {}, version=(0, 5, 23)
     )
     assert budget is not None
@@ -245,12 +255,12 @@ def test_unbalanced_gpus_are_sized_by_the_tightest() -> None:
 
 
 def test_the_comparison_gives_the_error_against_what_sglang_logged() -> None:
-    budget = memory.plan_budget(_hybrid(), (_gpu(100.6),), SPEC, version=(0, 5, 23))
-    measured = memory.MeasuredMemory(
+    budget = plan_budget(_hybrid(), (_gpu(100.6),), SPEC, version=(0, 5, 23))
+    measured = MeasuredMemory(
         rank="TP0", avail_before_load_gib=99.5, weights_gib=40.0, mamba_slots=24,
         kv_tokens=600_000, max_running_requests=4,
     )  # fmt: skip
-    rows = {row.figure: row for row in memory.compare(budget, measured)}
+    rows = {row.figure: row for row in compare(budget, measured)}
     assert rows["weights"].error_pct == pytest.approx(0.0)
     assert rows["free before loading"].error_pct == pytest.approx((100 - 99.5) / 99.5 * 100)
     assert rows["KV tokens"].error_pct == pytest.approx((budget.kv_tokens - 600_000) / 6000)
@@ -260,7 +270,7 @@ def test_the_comparison_gives_the_error_against_what_sglang_logged() -> None:
 
 
 def test_the_segments_add_up_to_the_gpu() -> None:
-    budget = memory.plan_budget(_hybrid(), (_gpu(100.6),), SPEC, version=(0, 5, 23))
+    budget = plan_budget(_hybrid(), (_gpu(100.6),), SPEC, version=(0, 5, 23))
     assert sum(size for _, size in budget.segments) == pytest.approx(budget.total_gib)
 
 
@@ -282,14 +292,14 @@ def test_the_segments_add_up_to_the_gpu() -> None:
 def test_each_release_gets_the_rules_of_the_newest_release_at_or_before_it(
     version: tuple[int, ...] | None, since: tuple[int, ...]
 ) -> None:
-    assert memory.rules_for(version).since == since
+    assert rules_for(version).since == since
 
 
 def test_0513_first_joint_solve_has_no_padding_slot() -> None:
     # 0.5.13-0.5.16: K = budget // (per x (1 + D/S)), reserve per x min(48, K // 5) x D, no +1.
     inputs = BudgetInputs(**{**SPEC.__dict__, "max_mamba_cache_size": None,
                              "mamba_full_memory_ratio": 0.4})  # fmt: skip
-    budget = memory.plan_budget(_hybrid(), (_gpu(100.6),), inputs, version=(0, 5, 13))
+    budget = plan_budget(_hybrid(), (_gpu(100.6),), inputs, version=(0, 5, 13))
     share = 50 * 0.4 / 1.4 * GIB
     slots = int(share // (QUARTER * 1.8))
     assert budget.mamba is not None
@@ -307,8 +317,8 @@ def test_a_user_request_count_is_bounded_by_the_estimate_before_0514_and_the_kv_
     )  # fmt: skip
     inputs = BudgetInputs(mem_fraction_static=0.5, max_running_requests=5000, context_len=8192)
     # P 100, weights 40, slack 50 -> 10 GiB of KV
-    old = memory.plan_budget(plain, (_gpu(100.6),), inputs, version=(0, 5, 11))
-    new = memory.plan_budget(plain, (_gpu(100.6),), inputs, version=(0, 5, 14))
+    old = plan_budget(plain, (_gpu(100.6),), inputs, version=(0, 5, 11))
+    new = plan_budget(plain, (_gpu(100.6),), inputs, version=(0, 5, 14))
     assert old.kv_tokens == pytest.approx(163840, abs=1)
     assert old.max_running_requests == 4096
     assert "estimate" in old.limited_by

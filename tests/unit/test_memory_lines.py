@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.sglang.memory import MeasuredMemory
+from orchestrator.sglang.memory.measured import MeasuredMemory
 from orchestrator.sglang.observe import memory_figures
 from tests.conftest import REPO
 

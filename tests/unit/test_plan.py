@@ -7,7 +7,7 @@ import dataclasses
 from typing import Any
 
 from orchestrator.effective import plan, verify
-from orchestrator.fleet.protocol import decode_plan_answer
+from orchestrator.fleet.protocol.plan import decode_plan_answer
 from orchestrator.profile.gpus import gpu_type
 from orchestrator.profile.store import ProfileStore
 from orchestrator.sglang.argtable import load_table

@@ -1,5 +1,5 @@
 """The agent protocol, both directions: what orch sends (``build_spec``) is what the agent reads
-(``Spec.from_json``); what the agent answers is what orch decodes (``protocol.decode_*``), for the
+(``Spec.from_json``); what the agent answers is what orch decodes (``fleet/protocol``'s ``decode_*``), for the
 agent of this version (its own code, run in-process) and for answers of the previous version
 (tests/fixtures/agent-protocol/, captured from the agent and probe of commit 6eb3b5c)."""
 
@@ -14,7 +14,13 @@ from typing import Any
 import pytest
 
 from orchestrator.errors import PreflightError, SupervisorError
-from orchestrator.fleet import protocol
+from orchestrator.fleet.protocol.inspect import decode_inspect
+from orchestrator.fleet.protocol.plan import decode_plan_answer
+from orchestrator.fleet.protocol.probe import decode_probe
+from orchestrator.fleet.protocol.runs import decode_runs_reply
+from orchestrator.fleet.protocol.start import build_spec, decode_start
+from orchestrator.fleet.protocol.status import decode_state
+from orchestrator.fleet.protocol.stop import decode_stop
 from orchestrator.remote.agent.cmd_inspect import cmd_inspect
 from orchestrator.remote.agent.cmd_probe import cmd_probe
 from orchestrator.remote.agent.cmd_runs import cmd_runs
@@ -26,7 +32,7 @@ from orchestrator.remote.agent.spec import Spec
 from orchestrator.remote.agent.states import EXITED, READY, UNSUPERVISED
 from orchestrator.remote.agent.supervisor import Supervisor
 from orchestrator.remote.agent.verdict import CRASHED
-from orchestrator.sglang.memory import GIB, GpuMemory
+from orchestrator.sglang.memory.shapes import GIB, GpuMemory
 from tests.conftest import REPO, ProfileDir
 from tests.standin.sglang_plugin import run_probe
 from tests.unit.test_supervisor_logic import CONFIG, FakeClock, Script, ScriptedWorld
@@ -57,7 +63,7 @@ def _spec_document(profile_dir: ProfileDir) -> dict[str, Any]:
     profile_dir.write("p", PROFILE)
     profile = profile_dir.store().load("p").profile
     argv = ("/opt/venv/bin/python", "-m", "sglang.launch_server", "--model-path", "/models/m")
-    return protocol.build_spec(profile, argv, {"SGLANG_ENABLE_SPEC_V2": "1"}, META)
+    return build_spec(profile, argv, {"SGLANG_ENABLE_SPEC_V2": "1"}, META)
 
 
 # -- orch -> agent ------------------------------------------------------------------------------
@@ -103,7 +109,7 @@ def supervised(tmp_path: Path, profile_dir: ProfileDir) -> Paths:
 
 
 def test_this_agents_status_decodes(supervised: Paths) -> None:
-    state = protocol.decode_state(cmd_status(supervised.root))
+    state = decode_state(cmd_status(supervised.root))
     assert state.deployed
     assert state.state == EXITED
     assert state.agent_alive  # the in-process supervisor's pid is this test's
@@ -117,17 +123,17 @@ def test_this_agents_status_decodes(supervised: Paths) -> None:
 
 def test_this_agents_state_file_read_directly_decodes_the_same(supervised: Paths) -> None:
     document = json.loads(Path(supervised.state).read_text())
-    direct = protocol.decode_state(document, agent_alive=True)
-    asked = protocol.decode_state(cmd_status(supervised.root))
+    direct = decode_state(document, agent_alive=True)
+    asked = decode_state(cmd_status(supervised.root))
     assert direct.state == asked.state
     assert direct.run_id == asked.run_id
     assert direct.last_exit == asked.last_exit
 
 
 def test_this_agents_runs_and_inspect_decode(supervised: Paths) -> None:
-    (run,) = protocol.decode_runs_reply(cmd_runs(supervised.root)).runs
+    (run,) = decode_runs_reply(cmd_runs(supervised.root)).runs
     assert run.log.endswith(f"{run.run_id}/server.log")
-    observed, last_run = protocol.decode_inspect(
+    observed, last_run = decode_inspect(
         cmd_inspect(supervised.root, None, None, "127.0.0.1", ["SGLANG_ENABLE_SPEC_V2"], None)
     )
     assert last_run is not None
@@ -137,7 +143,7 @@ def test_this_agents_runs_and_inspect_decode(supervised: Paths) -> None:
 
 
 def test_this_agents_probe_decodes() -> None:
-    facts = protocol.decode_probe(cmd_probe(1, "/nonexistent/model", "127.0.0.1", None))
+    facts = decode_probe(cmd_probe(1, "/nonexistent/model", "127.0.0.1", None))
     assert facts.executable
     assert facts.python
     assert facts.port.port == 1
@@ -146,7 +152,7 @@ def test_this_agents_probe_decodes() -> None:
 
 
 def test_this_agents_inspect_of_a_process_decodes_its_command_line_and_env() -> None:
-    observed, _ = protocol.decode_inspect(
+    observed, _ = decode_inspect(
         cmd_inspect("/nonexistent", os.getpid(), None, "127.0.0.1", ["PATH"], None)
     )
     assert observed.alive
@@ -160,21 +166,21 @@ def test_this_agents_inspect_of_a_process_decodes_its_command_line_and_env() -> 
 
 def test_previous_agents_answers_decode() -> None:
     answers = _previous("agent-6eb3b5c.json")
-    started = protocol.decode_start(answers["start"])
+    started = decode_start(answers["start"])
     assert started.ok
     assert started.state is not None
     assert started.state.pid
-    ready = protocol.decode_state(answers["status"])
+    ready = decode_state(answers["status"])
     assert ready.state == READY
     assert ready.ready
     assert ready.agent_alive
     assert ready.launch_digest == "3f1c2a9be071"  # written as plan_hash by that version
-    direct = protocol.decode_state(answers["state.json"], agent_alive=True)
+    direct = decode_state(answers["state.json"], agent_alive=True)
     assert direct.run_id == ready.run_id
-    (run,) = protocol.decode_runs_reply(answers["runs"]).runs
+    (run,) = decode_runs_reply(answers["runs"]).runs
     assert run.run_id == ready.run_id
     assert run.size
-    observed, last_run = protocol.decode_inspect(answers["inspect"])
+    observed, last_run = decode_inspect(answers["inspect"])
     assert observed.alive
     assert observed.found_by == "orch"
     assert observed.env == {"SGLANG_ENABLE_SPEC_V2": "1"}
@@ -183,18 +189,18 @@ def test_previous_agents_answers_decode() -> None:
     assert observed.server_version == "0.5.11"
     assert last_run is not None
     assert last_run.state == READY
-    facts = protocol.decode_probe(answers["probe"])
+    facts = decode_probe(answers["probe"])
     assert facts.sglang_version
     assert not facts.port.free
     assert facts.port.holder_pid
     assert not facts.gpus.available
     assert facts.gpus.reason
-    stopped = protocol.decode_stop(answers["stop"])
+    stopped = decode_stop(answers["stop"])
     assert stopped.state.state == EXITED
     assert stopped.leftovers_killed == ()
     assert stopped.state.last_exit is not None
     assert stopped.state.last_exit.signal == "SIGTERM"
-    assert not protocol.decode_state(answers["status-undeployed"]).deployed
+    assert not decode_state(answers["status-undeployed"]).deployed
     # fields this version adds have defaults that read an old answer as it meant
     assert ready.server_alive  # it had a pid and no identity check: alive as it said
     assert (ready.unsupervised, ready.adopted, ready.output_lost) == (False, False, False)
@@ -214,7 +220,7 @@ def test_this_agents_unsupervised_answer_decodes() -> None:
         "pid": 4242, "agent_alive": False, "server_alive": True, "stale": True,
         "output_lost": True, "message": "its supervisor (pid 1) died", "run_id": "0001-x",
     }  # fmt: skip
-    state = protocol.decode_state(answer)
+    state = decode_state(answer)
     assert state.unsupervised
     assert not state.alive
     assert (state.recorded_state, state.pid, state.output_lost) == ("READY", 4242, True)
@@ -226,7 +232,7 @@ def test_a_refusal_of_the_agent_is_a_preflight_error_with_its_hint() -> None:
         "reason": "the deployment directory /w/p is writable by group or others (mode 0777)",
         "hint": "chmod go-w /w/p",
     }  # fmt: skip
-    for decode in (protocol.decode_state, protocol.decode_start, protocol.decode_stop):
+    for decode in (decode_state, decode_start, decode_stop):
         with pytest.raises(PreflightError, match="writable by group or others") as caught:
             decode(refusal)
         assert caught.value.hint == "chmod go-w /w/p"
@@ -240,7 +246,7 @@ def test_a_dead_runs_snapshot_decodes_with_its_verdict_as_a_note() -> None:
         "last_run": {"run_id": "0001-x", "state": "FATAL",
                      "exit": {"class": "config-error", "message": "ValueError: bad"}},
     }  # fmt: skip
-    observed, last_run = protocol.decode_inspect(answer)
+    observed, last_run = decode_inspect(answer)
     assert observed.argv == ("python", "-m", "sglang.launch_server")
     assert observed.resolved is None
     assert any("/w/p/runs/0001-x/received.json" in note for note in observed.notes)
@@ -251,13 +257,13 @@ def test_a_dead_runs_snapshot_decodes_with_its_verdict_as_a_note() -> None:
 
 def test_previous_probes_answers_decode() -> None:
     answers = _previous("sglang_probe-6eb3b5c-0.5.11.json")
-    accepted = protocol.decode_plan_answer(answers["accepted"])
+    accepted = decode_plan_answer(answers["accepted"])
     assert accepted.ok
     assert accepted.error_stage is None
     assert accepted.sglang_version == "0.5.11"
     assert accepted.simulated_gpu == "NVIDIA B200"
     assert accepted.effective["mamba_scheduler_strategy"] == "extra_buffer"
-    incident = protocol.decode_plan_answer(answers["incident"])
+    incident = decode_plan_answer(answers["incident"])
     assert not incident.ok
     assert (incident.error_stage, incident.error_type) == ("resolve", "ValueError")
     assert incident.error_raised_in == (
@@ -335,7 +341,7 @@ def test_this_probes_memory_section_on_the_standin_decodes(tmp_path: Path) -> No
     )
     args = ["--model-path", str(model), "--mem-fraction-static", "0.92", *SPEC_ARGS,
             "--speculative-draft-model-path", str(draft)]  # fmt: skip
-    answer = protocol.decode_plan_answer(_standin_answer(tmp_path, args, {}, simulate=True))
+    answer = decode_plan_answer(_standin_answer(tmp_path, args, {}, simulate=True))
     assert answer.ok
     assert answer.standin
     memory = answer.memory
@@ -368,7 +374,7 @@ def test_this_probes_memory_section_reads_the_visible_gpus_from_nvml(tmp_path: P
     args = ["--model-path", "Qwen/Qwen3-8B"]  # a Hub id: nothing of it on this machine
     env = {"PYTHONPATH": f"{STANDIN}:{nvml}", "CUDA_VISIBLE_DEVICES": "GPU-bbbb",
            "SGLANG_MAMBA_SSM_DTYPE": "bfloat16"}  # fmt: skip
-    answer = protocol.decode_plan_answer(_standin_answer(tmp_path, args, env, simulate=False))
+    answer = decode_plan_answer(_standin_answer(tmp_path, args, env, simulate=False))
     memory = answer.memory
     assert memory is not None
     (gpu,) = memory.gpus  # CUDA_VISIBLE_DEVICES leaves the second one, by its UUID
@@ -438,7 +444,7 @@ def _plan_answer(memory: Any) -> dict[str, Any]:
 
 
 def test_a_memory_section_of_sglangs_classes_decodes_into_the_models_shapes() -> None:
-    memory = protocol.decode_plan_answer(_plan_answer(_sglang_memory_section())).memory
+    memory = decode_plan_answer(_plan_answer(_sglang_memory_section())).memory
     assert memory is not None
     model = memory.model
     assert model is not None
@@ -470,7 +476,7 @@ def test_a_memory_section_of_sglangs_classes_decodes_into_the_models_shapes() ->
 def test_a_plain_models_memory_section_decodes_without_mamba_state() -> None:
     section = _sglang_memory_section()
     section["shapes"].update(mamba=None, hybrid=False, full_attention_layers=64, draft=None)
-    memory = protocol.decode_plan_answer(_plan_answer(section)).memory
+    memory = decode_plan_answer(_plan_answer(section)).memory
     assert memory is not None
     model = memory.model
     assert model is not None
@@ -479,7 +485,7 @@ def test_a_plain_models_memory_section_decodes_without_mamba_state() -> None:
 
 
 def test_a_memory_section_the_probe_could_not_build_decodes_as_its_error() -> None:
-    answer = protocol.decode_plan_answer(_plan_answer({"error": "KeyError: 'x'"}))
+    answer = decode_plan_answer(_plan_answer({"error": "KeyError: 'x'"}))
     assert answer.ok  # the plan stands
     assert answer.memory is not None
     assert (answer.memory.model, answer.memory.error) == (None, "KeyError: 'x'")
@@ -519,7 +525,7 @@ def test_a_malformed_memory_section_is_a_supervisor_error_naming_the_key(
     document: dict[str, Any], where: str
 ) -> None:
     with pytest.raises(SupervisorError, match=where):
-        protocol.decode_plan_answer(document)
+        decode_plan_answer(document)
 
 
 # -- answers orch cannot read -----------------------------------------------------------------------
@@ -537,4 +543,4 @@ def test_a_malformed_answer_is_a_supervisor_error_naming_the_key(
     document: object, where: str
 ) -> None:
     with pytest.raises(SupervisorError, match=where):
-        protocol.decode_state(document)
+        decode_state(document)

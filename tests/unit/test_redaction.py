@@ -10,7 +10,8 @@ import urllib.parse
 
 import pytest
 
-from orchestrator.cli.main import RedactingStream, main
+from orchestrator.cli.main import main
+from orchestrator.cli.output import RedactingStream
 from orchestrator.errors import ExitCode
 from orchestrator.render import Redactor
 from tests.conftest import REPO, ProfileDir

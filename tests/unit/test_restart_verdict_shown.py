@@ -13,7 +13,8 @@ from orchestrator.commands.follow import exit_code_of, failure_outcome
 from orchestrator.commands.logs import RunsView
 from orchestrator.commands.ops import StatusRow
 from orchestrator.errors import ExitCode
-from orchestrator.fleet.protocol import RunInfo, decode_state
+from orchestrator.fleet.protocol.runs import RunInfo
+from orchestrator.fleet.protocol.status import decode_state
 from orchestrator.remote.agent.states import EXITED, FATAL
 from orchestrator.remote.agent.verdict import (
     CONFIG_ERROR,

@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 
 from orchestrator.cli.show import budget as show_budget
-from orchestrator.sglang import memory
-from orchestrator.sglang.memory import GIB, BudgetInputs, GpuMemory, ModelMemory
+from orchestrator.sglang.memory.budget import Budget, plan_budget
+from orchestrator.sglang.memory.rules import BudgetInputs
+from orchestrator.sglang.memory.shapes import GIB, GpuMemory, ModelMemory
 
 pytestmark = pytest.mark.unit
 
@@ -19,10 +20,10 @@ INPUTS = BudgetInputs(mem_fraction_static=0.9, tp_size=2, max_running_requests=4
                       extra_buffer=True, context_len=8192, cuda_graph_max_bs=256)  # fmt: skip
 
 
-def _budget() -> memory.Budget:
+def _budget() -> Budget:
     gpus = (GpuMemory("NVIDIA H200", 141 * GIB, 140 * GIB, "NVML on box", 0),
             GpuMemory("NVIDIA H200", 141 * GIB, 100 * GIB, "NVML on box", 1))  # fmt: skip
-    return memory.plan_budget(MODEL, gpus, INPUTS, version=(0, 5, 23))
+    return plan_budget(MODEL, gpus, INPUTS, version=(0, 5, 23))
 
 
 def test_each_gpu_gets_its_bar_and_the_tightest_sizes_the_pools() -> None:

@@ -12,7 +12,7 @@ import pytest
 from orchestrator import render
 from orchestrator.cli.show import reports as show_reports
 from orchestrator.effective import verify
-from orchestrator.fleet.protocol import decode_inspect
+from orchestrator.fleet.protocol.inspect import decode_inspect
 from orchestrator.model import Profile
 from orchestrator.profile.store import ProfileStore
 from orchestrator.remote.agent.cmd_inspect import config_from_log

@@ -8,7 +8,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from orchestrator.cli.show.text import Text, grid, line
-from orchestrator.sglang import memory
+from orchestrator.sglang.memory.budget import Budget
+from orchestrator.sglang.memory.measured import Comparison, MeasuredMemory
 
 BAR_WIDTH = 60
 # One letter and one colour per part of a GPU, the same in the bar and its legend.
@@ -66,13 +67,13 @@ def _cells(segments: Segments, width: int) -> list[tuple[str, str, int]]:
     ]
 
 
-def legend(budget: memory.Budget) -> str:
+def legend(budget: Budget) -> str:
     return "  ".join(
         f"{PARTS[name][0]} {PARTS[name][2]} {part:.1f}" for name, part in budget.segments if part
     )
 
 
-def budget_lines(budget: memory.Budget | None, notes: tuple[str, ...]) -> list[str]:
+def budget_lines(budget: Budget | None, notes: tuple[str, ...]) -> list[str]:
     """``orch plan``'s memory section, as plain lines."""
     return [
         row if isinstance(row, str) else row.label + bar(row.segments)
@@ -80,9 +81,7 @@ def budget_lines(budget: memory.Budget | None, notes: tuple[str, ...]) -> list[s
     ]
 
 
-def budget_texts(
-    budget: memory.Budget | None, notes: tuple[str, ...], *, tty: bool = False
-) -> list[Text]:
+def budget_texts(budget: Budget | None, notes: tuple[str, ...], *, tty: bool = False) -> list[Text]:
     """``orch plan``'s memory section, its bars coloured on a terminal."""
     texts: list[Text] = []
     for row in _budget_rows(budget, notes):
@@ -95,7 +94,7 @@ def budget_texts(
     return texts
 
 
-def _budget_rows(budget: memory.Budget | None, notes: tuple[str, ...]) -> list[str | Bar]:
+def _budget_rows(budget: Budget | None, notes: tuple[str, ...]) -> list[str | Bar]:
     if budget is None:
         return [f"memory: {note}" for note in notes] or ["memory: no budget"]
     lines: list[str | Bar] = [
@@ -158,7 +157,7 @@ def _budget_rows(budget: memory.Budget | None, notes: tuple[str, ...]) -> list[s
     return lines
 
 
-def budget_json(budget: memory.Budget | None, notes: tuple[str, ...]) -> dict[str, Any]:
+def budget_json(budget: Budget | None, notes: tuple[str, ...]) -> dict[str, Any]:
     if budget is None:  # the same keys a consumer checks first, none of the figures
         return {"verdict": None, "failure": None, "notes": list(notes)}
     document = dataclasses.asdict(budget)
@@ -167,7 +166,7 @@ def budget_json(budget: memory.Budget | None, notes: tuple[str, ...]) -> dict[st
     return document
 
 
-def comparison_lines(comparisons: tuple[memory.Comparison, ...]) -> list[str]:
+def comparison_lines(comparisons: tuple[Comparison, ...]) -> list[str]:
     table = [("FIGURE", "PREDICTED", "MEASURED", "ERROR")]
     for row in comparisons:
         error = row.error_pct
@@ -178,7 +177,7 @@ def comparison_lines(comparisons: tuple[memory.Comparison, ...]) -> list[str]:
     return grid(table).splitlines()
 
 
-def measured_lines(measured: tuple[memory.MeasuredMemory, ...]) -> list[str]:
+def measured_lines(measured: tuple[MeasuredMemory, ...]) -> list[str]:
     """What SGLang logged, per rank, when there was no prediction to compare with."""
     table = [("RANK", "WEIGHTS", "KV TOKENS", "MAMBA SLOTS", "MAX RUNNING", "FREE AFTER")]
     for rank in measured:
@@ -192,7 +191,7 @@ def measured_lines(measured: tuple[memory.MeasuredMemory, ...]) -> list[str]:
 
 
 def comparison_json(
-    measured: tuple[memory.MeasuredMemory, ...], comparisons: tuple[memory.Comparison, ...]
+    measured: tuple[MeasuredMemory, ...], comparisons: tuple[Comparison, ...]
 ) -> dict[str, Any]:
     return {
         "measured": [dataclasses.asdict(rank) for rank in measured],

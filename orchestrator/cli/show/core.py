@@ -1,4 +1,4 @@
-"""Every text and ``--json`` shape orch shows: values in, text out. ``cli.py`` writes it.
+"""Every text and ``--json`` shape orch shows: values in, text out; ``cli/output.py`` writes it.
 
 A ``Text`` is a piece of output and the stream it belongs on: results on stdout, errors,
 warnings and notices on stderr. Nothing here prints.
@@ -32,7 +32,8 @@ from orchestrator.commands.logs import RunsView
 from orchestrator.commands.ops import StatusRow
 from orchestrator.effective import plan, verify
 from orchestrator.errors import ExitCode, ProfileError, TransportError
-from orchestrator.fleet.protocol import RunInfo, StopReply
+from orchestrator.fleet.protocol.runs import RunInfo
+from orchestrator.fleet.protocol.stop import StopReply
 from orchestrator.model import (
     ExitInfo,
     Finding,

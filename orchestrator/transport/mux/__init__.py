@@ -4,12 +4,14 @@ when the host asks for it: ``hosts.NAME.persist_s``.
 On a host 20-150 ms away a new connection costs its handshake (TCP, key exchange, host key,
 authentication: about 4 round trips) before the first command. With ``persist_s`` set, the
 first command that reaches the host starts a small process of its own (``python -m
-orchestrator.transport.mux``, detached) which connects exactly as every command does (the same
-known_hosts files and host-key rules, the same identity: it *is* an ``SSHTransport``) and then
-serves that connection on a Unix socket. Commands within ``persist_s`` of the last one send
-their operations there (run, stream, put, read, size, home) and pay no handshake; it exits once
-idle that long, or when its connection is lost. A command that cannot use it (none runs, it is
-going away, its directory is not safe) connects by itself, as without ``persist_s``.
+orchestrator.transport.mux``, detached: ``server.py``) which connects exactly as every command
+does (the same known_hosts files and host-key rules, the same identity: it *is* an
+``SSHTransport``) and then serves that connection on a Unix socket. Commands within
+``persist_s`` of the last one send their operations there (run, stream, put, read, size, home)
+and pay no handshake; it exits once idle that long, or when its connection is lost. A command
+that cannot use it (none runs, it is going away, its directory is not safe) connects by itself,
+as without ``persist_s``. This module is the client's side (``MuxTransport``), where the socket
+lives, and the wire both sides speak.
 
 Who may use it: the socket lives in a directory owned by this user and closed to everyone else
 (0700, not a symlink, checked before every use), is created 0600, and each client's uid is
@@ -27,18 +29,15 @@ import base64
 import contextlib
 import dataclasses
 import errno
-import fcntl
 import hashlib
 import json
 import os
 import queue
 import socket
 import stat
-import struct
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -222,12 +221,12 @@ class MuxTransport:
         if client is None:
             return self._fallback().run(argv, stdin=stdin, timeout=timeout)
         self.commands_run += 1
-        request = {"op": "run", "argv": list(argv), "stdin": _b64(stdin or b""),
+        request = {"op": "run", "argv": list(argv), "stdin": b64(stdin or b""),
                    "timeout": timeout}  # fmt: skip
         answer = self._exchange(client, request, timeout)
         return CommandResult(
-            tuple(argv), int(answer["returncode"]), _unb64(answer["stdout"]),
-            _unb64(answer["stderr"]),
+            tuple(argv), int(answer["returncode"]), unb64(answer["stdout"]),
+            unb64(answer["stderr"]),
         )  # fmt: skip
 
     def stream(
@@ -238,7 +237,7 @@ class MuxTransport:
             return self._fallback().stream(argv, stdin=stdin, hold_stdin=hold_stdin)
         self.commands_run += 1
         try:
-            request = {"op": "stream", "argv": list(argv), "stdin": _b64(stdin or b""),
+            request = {"op": "stream", "argv": list(argv), "stdin": b64(stdin or b""),
                        "hold_stdin": hold_stdin}  # fmt: skip
             client.sendall(json.dumps(request).encode() + b"\n")
         except OSError as exc:
@@ -252,7 +251,7 @@ class MuxTransport:
             self._fallback().put(data, path, mode)
             return
         self.file_operations += 1
-        request = {"op": "put", "data": _b64(data), "path": path, "mode": mode}
+        request = {"op": "put", "data": b64(data), "path": path, "mode": mode}
         self._exchange(client, request, 60.0)
 
     def read(self, path: str, offset: int = 0, limit: int = 1 << 20) -> bytes:
@@ -261,7 +260,7 @@ class MuxTransport:
             return self._fallback().read(path, offset, limit)
         self.file_operations += 1
         request = {"op": "read", "path": path, "offset": offset, "limit": limit}
-        return _unb64(self._exchange(client, request, 60.0)["data"])
+        return unb64(self._exchange(client, request, 60.0)["data"])
 
     def size(self, path: str) -> int | None:
         client = self._connect()
@@ -301,14 +300,14 @@ class MuxStream:
                 for raw in replies:
                     document = json.loads(raw)
                     if "line" in document:
-                        self._lines.put(_unb64(document["line"]))
+                        self._lines.put(unb64(document["line"]))
                         continue
                     if "error" in document:
                         self._lines.put(_error(self._host, document["error"]))
                     else:
                         code = document.get("returncode")
                         self._returncode = int(code) if code is not None else None
-                        self._stderr = _unb64(document.get("stderr", ""))
+                        self._stderr = unb64(document.get("stderr", ""))
                     break
         except (OSError, ValueError) as exc:
             self._lines.put(ConnectError(f"{self._host}: the kept connection is gone: {exc}"))
@@ -336,7 +335,7 @@ class MuxStream:
     def finish_stdin(self, data: bytes) -> None:
         """The held stdin, as the request's second line: the server sends it on the channel."""
         with contextlib.suppress(OSError):
-            self._client.sendall(json.dumps({"stdin": _b64(data)}).encode() + b"\n")
+            self._client.sendall(json.dumps({"stdin": b64(data)}).encode() + b"\n")
 
     @property
     def returncode(self) -> int | None:
@@ -347,11 +346,11 @@ class MuxStream:
         return self._stderr
 
 
-def _b64(data: bytes) -> str:
+def b64(data: bytes) -> str:
     return base64.b64encode(data).decode("ascii")
 
 
-def _unb64(text: str) -> bytes:
+def unb64(text: str) -> bytes:
     return base64.b64decode(text)
 
 
@@ -382,7 +381,7 @@ def _error(host: str, error: dict[str, Any]) -> BaseException:
     return ConnectError(message, error.get("hint"))
 
 
-def _encode_error(exc: BaseException) -> dict[str, Any]:
+def encode_error(exc: BaseException) -> dict[str, Any]:
     if isinstance(exc, ProgramNotFound):
         return {"type": "ProgramNotFound", "program": exc.program, "reason": exc.reason}
     if isinstance(exc, RemoteCommandError):
@@ -395,270 +394,3 @@ def _encode_error(exc: BaseException) -> dict[str, Any]:
     if isinstance(exc, OSError):
         return {"type": "OSError", "errno": exc.errno, "message": exc.strerror or str(exc)}
     return {"type": "ConnectError", "message": f"{type(exc).__name__}: {exc}"}
-
-
-# -- the server ----------------------------------------------------------------------------------
-
-
-class MuxServer:
-    """One host's connection, served on a Unix socket until idle for ``persist_s``."""
-
-    def __init__(self, transport: Any, path: Path, persist_s: float) -> None:
-        self.transport = transport  # an SSHTransport, connected
-        self.path = path
-        self.persist_s = persist_s
-        # Clients serving a request; clients connected that have not sent one yet (each for
-        # REQUEST_WAIT_S at most). Only requests are use: a silent client never holds the idle
-        # timer (issue 26: one that connected and said nothing kept the connection for ever).
-        self.busy = 0
-        self.waiting = 0
-        self.last_used = time.monotonic()
-        self.lock = threading.Lock()
-        self.files = threading.Lock()  # one SFTP operation at a time
-
-    def serve(self, listener: socket.socket) -> None:
-        listener.settimeout(1.0)
-        while True:
-            with self.lock:
-                idle = self.busy == 0 and time.monotonic() - self.last_used > self.persist_s
-            if idle or not self.transport.connected():
-                return
-            try:
-                client, _ = listener.accept()
-            except TimeoutError:
-                continue
-            self._admit(client)
-
-    def drain(self, listener: socket.socket) -> None:
-        """Answer the connections still queued, then wait for every client to finish (one yet
-        to send its request has REQUEST_WAIT_S to)."""
-        listener.setblocking(False)
-        while True:
-            try:
-                client, _ = listener.accept()
-            except (BlockingIOError, OSError):
-                break
-            client.setblocking(True)
-            self._admit(client)
-        while True:
-            with self.lock:
-                if self.busy == 0 and self.waiting == 0:
-                    return
-            time.sleep(0.05)
-
-    def _admit(self, client: socket.socket) -> None:
-        """Served on a thread of its own when it runs as this user; else closed unanswered."""
-        if not _same_user(client):
-            client.close()
-            return
-        with self.lock:
-            self.waiting += 1
-        threading.Thread(target=self._client, args=(client,), daemon=True).start()
-
-    def _client(self, client: socket.socket) -> None:
-        serving = False
-        try:
-            with client, client.makefile("rb") as requests:
-                client.settimeout(REQUEST_WAIT_S)  # silent past it: closed, never served
-                line = requests.readline()
-                client.settimeout(None)  # a request runs as long as its command
-                request = json.loads(line or b"null")
-                if isinstance(request, dict):
-                    with self.lock:
-                        self.waiting -= 1
-                        self.busy += 1
-                        serving = True
-                    self._handle(client, request, requests)
-        except (OSError, ValueError):
-            pass  # the client went away, or stayed silent: nothing to answer
-        finally:
-            with self.lock:
-                if serving:
-                    self.busy -= 1
-                    self.last_used = time.monotonic()
-                else:
-                    self.waiting -= 1
-
-    def _handle(self, client: socket.socket, request: dict[str, Any], requests: Any) -> None:
-        def send(document: dict[str, Any]) -> None:
-            client.sendall(json.dumps(document).encode() + b"\n")
-
-        op = request.get("op")
-        try:
-            if op == "stream":
-                self._stream(client, request, send, requests)
-                return
-            send(self._answer(op, request))
-        except Exception as exc:  # noqa: BLE001 - every failure is the client's to raise
-            send({"error": _encode_error(exc)})
-
-    def _answer(self, op: Any, request: dict[str, Any]) -> dict[str, Any]:
-        transport = self.transport
-        if op == "ping":
-            return {"pong": True}
-        if op == "run":
-            result = transport.run(
-                request["argv"], stdin=_unb64(request["stdin"]), timeout=float(request["timeout"])
-            )
-            return {"returncode": result.returncode, "stdout": _b64(result.stdout),
-                    "stderr": _b64(result.stderr)}  # fmt: skip
-        if op == "home":
-            return {"home": transport.home()}
-        with self.files:
-            if op == "put":
-                transport.put(_unb64(request["data"]), request["path"], int(request["mode"]))
-                return {}
-            if op == "read":
-                offset, limit = int(request["offset"]), int(request["limit"])
-                data = transport.read(request["path"], offset, limit)
-                return {"data": _b64(data)}
-            if op == "size":
-                return {"size": transport.size(request["path"])}
-        raise ConnectError(f"unknown operation {op!r}")
-
-    def _stream(
-        self,
-        client: socket.socket,
-        request: dict[str, Any],
-        send: Callable[[dict[str, Any]], None],
-        requests: Any,
-    ) -> None:
-        held = bool(request.get("hold_stdin"))
-        stream = self.transport.stream(
-            request["argv"], stdin=_unb64(request["stdin"]) or None, hold_stdin=held
-        )
-        if held:
-            threading.Thread(target=self._pass_stdin, args=(stream, requests), daemon=True).start()
-        try:
-            while True:
-                line = stream.readline(0.5)
-                if line is None:
-                    if _hung_up(client):
-                        return  # orch closed its end: the command's channel is closed below
-                    continue
-                if not line:
-                    break
-                send({"line": _b64(line)})
-            send({"returncode": stream.returncode, "stderr": _b64(stream.stderr)})
-        finally:
-            stream.close()
-
-    @staticmethod
-    def _pass_stdin(stream: Stream, requests: Any) -> None:
-        """The held stdin, when the client sends it (its end, when the client goes away)."""
-        data = b""
-        with contextlib.suppress(OSError, ValueError):
-            line = requests.readline()
-            document = json.loads(line) if line else {}
-            data = _unb64(document.get("stdin", "")) if isinstance(document, dict) else b""
-        stream.finish_stdin(data)
-
-
-def _hung_up(client: socket.socket) -> bool:
-    import select
-
-    readable, _, _ = select.select([client], [], [], 0)
-    if not readable:
-        return False
-    try:
-        return client.recv(1, socket.MSG_PEEK) == b""
-    except OSError:
-        return True
-
-
-def _same_user(client: socket.socket) -> bool:
-    """The client runs as this user (SO_PEERCRED); where the kernel cannot say, the private
-    directory is what keeps others out."""
-    peercred = getattr(socket, "SO_PEERCRED", None)
-    if peercred is None:
-        return True
-    try:
-        raw = client.getsockopt(socket.SOL_SOCKET, peercred, struct.calcsize("3i"))
-    except OSError:
-        return False
-    _, uid, _ = struct.unpack("3i", raw)
-    return bool(uid == os.getuid())
-
-
-def _listen(path: Path) -> socket.socket:
-    """The socket, created 0600 (under a umask, before anyone can connect) and put in place
-    atomically; an older socket there (its server gone) is replaced."""
-    temporary = path.with_name(f".{path.name}.{os.getpid()}")
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    previous = os.umask(0o177)
-    try:
-        temporary.unlink(missing_ok=True)
-        listener.bind(str(temporary))
-    finally:
-        os.umask(previous)
-    listener.listen(16)
-    temporary.replace(path)
-    return listener
-
-
-def serve(config: dict[str, Any], say: Callable[[dict[str, Any]], None]) -> int:
-    """The server's life: take the connection's lock (one server per connection), connect,
-    say ready, serve until idle, remove the socket."""
-    from orchestrator.transport.ssh import SSHTransport  # paramiko: only here
-
-    path = Path(config["socket"])
-    if not private_dir(path.parent):
-        say({"ready": False, "reason": "not a private directory"})
-        return 1
-    lock_fd = os.open(path.with_suffix(".lock"), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
-    try:
-        fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        say({"ready": True, "already": True})  # another server holds it: the client asks it
-        return 0
-    host = Host(**config["host"])
-    transport = SSHTransport(host, known_hosts_files=[Path(p) for p in config["known_hosts"]])
-    try:
-        transport.connect()
-    except Exception as exc:  # noqa: BLE001 - the client connects by itself and says why
-        say({"ready": False, "reason": f"{type(exc).__name__}"})
-        return 1
-    listener = _listen(path)
-    listened = path.stat()
-
-    def withdraw() -> None:
-        """The socket leaves the directory (when it is still ours): new commands connect by
-        themselves from here on."""
-        with contextlib.suppress(OSError):
-            now = path.stat()
-            if (now.st_ino, now.st_dev) == (listened.st_ino, listened.st_dev):
-                path.unlink()
-
-    say({"ready": True})
-    server = MuxServer(transport, path, float(config["persist_s"]))
-    try:
-        server.serve(listener)
-        withdraw()
-        server.drain(listener)  # those that connected before the socket left are answered
-    finally:
-        withdraw()
-        listener.close()
-        transport.close()
-    return 0
-
-
-def main() -> int:
-    config = json.loads(sys.stdin.buffer.read())
-    if os.fork():
-        os._exit(0)  # orch waits for this one; the server lives on, nobody's child
-    out = sys.stdout
-
-    def say(document: dict[str, Any]) -> None:
-        with contextlib.suppress(OSError, ValueError):
-            out.write(json.dumps(document) + "\n")
-            out.flush()
-            out.close()  # one line: the client stops reading there
-
-    devnull = os.open(os.devnull, os.O_RDWR)
-    os.dup2(devnull, 0)
-    os.chdir("/")
-    return serve(config, say)
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -1,0 +1,165 @@
+"""The commands that run and watch a profile's server on its host: up, down, restart, status,
+logs, runs."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+
+from orchestrator.cli import arguments
+from orchestrator.cli.inputs import context_for
+from orchestrator.cli.output import Output
+from orchestrator.errors import ExitCode, OrchError
+
+
+def handle_up(args: argparse.Namespace, output: Output) -> int:
+    from orchestrator.cli.show import core as show
+    from orchestrator.commands.up import up
+
+    ctx = context_for(args, output)
+    try:
+        launch = ctx.launch(args.profile)
+        view = show.UpView(tty=output.out.isatty())
+        for event in up(
+            ctx, launch, replace_running=args.replace, check_plan=not args.no_plan,
+            force=args.force, take_over=args.take_over,
+        ):  # fmt: skip
+            output.write(view.event(event))
+        return view.exit_code
+    finally:
+        ctx.close()
+
+
+def handle_down(args: argparse.Namespace, output: Output) -> int:
+    from orchestrator.cli.show import core as show
+    from orchestrator.commands import events, ops
+
+    ctx = context_for(args, output)
+    stopped = False
+    try:
+        # restart comes through here too, without a --timeout of its own
+        for step in ops.down(
+            ctx, args.profile, timeout_s=getattr(args, "timeout", None), take_over=args.take_over
+        ):
+            if isinstance(step, events.Stopping):
+                output.write(show.stopping(step))
+            else:
+                stopped = True
+                output.write(show.down(step.label, step.reply))
+    finally:
+        ctx.close()
+    if not stopped:
+        output.write(show.down(args.profile, None))
+    return ExitCode.OK
+
+
+def handle_restart(args: argparse.Namespace, output: Output) -> int:
+    handle_down(args, output)
+    return handle_up(args, output)
+
+
+def handle_status(args: argparse.Namespace, output: Output) -> int:
+    from orchestrator.cli.show import core as show
+    from orchestrator.commands import ops
+
+    ctx = context_for(args, output)
+    listing = args.all or not args.names
+    try:
+        known = ctx.store.names()
+        names = known if listing else list(args.names)
+        # an invalid profile is a row with its error; the others are still asked
+        invalid: list[ops.StatusRow] = []
+        launchable: list[str] = []
+        for name in names:
+            if name not in known:
+                launchable.append(name)  # not a profile: the command's error, with did-you-mean
+                continue
+            try:
+                abstract = ctx.store.load(name).profile.abstract
+            except OrchError as exc:
+                invalid.append(ops.StatusRow(name, "-", None, exc))
+                continue
+            if not (listing and abstract):
+                launchable.append(name)
+        rows = (ops.status(ctx, launchable) if launchable else []) + invalid
+    finally:
+        ctx.close()
+    order = {name: index for index, name in enumerate(names)}
+    rows.sort(key=lambda row: order[row.profile])
+    if args.json:
+        output.print(json.dumps([show.status_json(row) for row in rows], indent=2))
+    else:
+        output.print(show.status_table(rows, wide=args.wide))
+    if listing:  # every profile: a host that cannot be reached is a row, not a failure
+        return ExitCode.CONFIG if invalid else ExitCode.OK
+    failed = [row for row in rows if row.error is not None]
+    return max((row.error.exit_code for row in failed if row.error), default=ExitCode.OK)
+
+
+def handle_logs(args: argparse.Namespace, output: Output) -> int:
+    from orchestrator.cli.show import core as show
+    from orchestrator.commands import events
+    from orchestrator.commands import logs as logs_
+
+    ctx = context_for(args, output)
+    at_line_start = True
+    if args.node == arguments.ALL_NODES:
+        return _logs_every_node(args, output)
+    try:
+        for item in logs_.logs(
+            ctx, args.profile, run=args.run, follow_log=args.follow, lines=args.lines,
+            rank=args.node,
+        ):  # fmt: skip
+            if isinstance(item, events.RunEnded):
+                output.write(show.run_ended(item, at_line_start=at_line_start))
+                at_line_start = True
+                if item.next_run is None:
+                    return item.exit_code
+                continue
+            output.out.write(item.text)
+            output.out.flush()
+            if item.text:
+                at_line_start = item.text.endswith("\n")
+    finally:
+        ctx.close()
+    return ExitCode.OK
+
+
+def _logs_every_node(args: argparse.Namespace, output: Output) -> int:
+    from orchestrator.cli.show import core as show
+    from orchestrator.commands import events, group
+
+    ctx = context_for(args, output)
+    code = ExitCode.OK
+    try:
+        for rank, item in group.logs_every_node(
+            ctx, args.profile, follow_log=args.follow, lines=args.lines
+        ):
+            if isinstance(item, events.RunEnded):
+                for text in show.run_ended(item):
+                    output.write([dataclasses.replace(text, text=f"r{rank}| {text.text}")])
+                if rank == 0 and item.next_run is None:
+                    code = item.exit_code
+                continue
+            output.out.write(item.text)
+            output.out.flush()
+    finally:
+        ctx.close()
+    return code
+
+
+def handle_runs(args: argparse.Namespace, output: Output) -> int:
+    from orchestrator.cli.show import core as show
+    from orchestrator.commands import logs as logs_
+
+    ctx = context_for(args, output)
+    try:
+        view = logs_.runs(ctx, args.profile, rank=args.node)
+    finally:
+        ctx.close()
+    if args.json:
+        output.print(json.dumps(show.runs_json(view), indent=2))
+    else:
+        output.print(show.runs_table(view))
+    return ExitCode.OK
