@@ -2169,7 +2169,7 @@ class ControlLink:
                 raise LinkBroken(f"it sent a line over {GROUP_LINE_MAX_BYTES} bytes")
             try:
                 chunk = self._sock.recv(1 << 16)
-            except socket.timeout as exc:
+            except socket.timeout as exc:  # noqa: UP041 - no TimeoutError before 3.10
                 raise LinkBroken(f"silent for {self._sock.gettimeout() or 0:g} s") from exc
             except (ConnectionResetError, BrokenPipeError) as exc:  # the peer died: a reset
                 raise LinkBroken("connection closed") from exc
@@ -2785,7 +2785,7 @@ class GroupCoordinator:
 
         try:
             connection, peer = listener.accept()
-        except (socket.timeout, BlockingIOError):
+        except (socket.timeout, BlockingIOError):  # noqa: UP041 - no TimeoutError before 3.10
             return
         except OSError:
             if not self._closing.is_set():
