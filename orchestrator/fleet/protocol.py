@@ -661,7 +661,7 @@ class LastRun:
 
 
 def decode_plan_answer(document: Any) -> PlanAnswer:
-    """``sglang_probe.py``: SGLang's own parsing and resolution of a command line."""
+    """The probe (``remote/probe``): SGLang's own parsing and resolution of a command line."""
     reader = _Reader(document, "sglang_probe answer")
     provenance: dict[str, tuple[Provenance, ...]] = {}
     for name, entries in reader.mapping("provenance").items():
