@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator.errors import PreflightError
 from orchestrator.fleet import bootstrap
 from orchestrator.fleet.bundle import Bundle, build
 from orchestrator.fleet.client import SOURCE_ROOT, agent_bundle
@@ -232,3 +233,25 @@ def test_exit_codes_say_why_a_bundle_did_not_run(tmp_path: Path) -> None:
     refused = _run(demo, path)
     assert refused.returncode == bootstrap.BOOT_UNSAFE
     assert "(a symlink?)" in refused.stderr
+
+
+def test_a_bundle_run_on_this_machine_is_kept_checked_and_replaced_like_a_pushed_one(
+    tmp_path: Path,
+) -> None:
+    """``orch plan --local-sglang``: the probe's bundle in a private directory of this machine,
+    through the same bootstrap; another content under its name is replaced, never run."""
+    marker = tmp_path / "planted-ran"
+    demo = _demo(tmp_path / "src", {"__main__.py": "import sys\nprint(sys.stdin.read())\n"})
+    home = tmp_path / "cache" / "orch" / "bundles"
+    done = bootstrap.run_here(sys.executable, demo, (), home=home, stdin=b"asked", timeout=60)
+    assert (done.returncode, done.stdout) == (0, b"asked\n")
+    assert oct(home.stat().st_mode & 0o777) == "0o700"
+    planted = f"import os\nopen({str(marker)!r}, 'w').write('ran')\n"
+    (home / demo.file_name).write_bytes(_demo(tmp_path / "other", {"__main__.py": planted}).data)
+    done = bootstrap.run_here(sys.executable, demo, (), home=home, stdin=b"again", timeout=60)
+    assert (done.returncode, done.stdout) == (0, b"again\n")
+    assert not marker.exists()
+    assert (home / demo.file_name).read_bytes() == demo.data
+    home.chmod(0o777)
+    with pytest.raises(PreflightError, match="is not owned by you or is writable by others"):
+        bootstrap.run_here(sys.executable, demo, (), home=home, timeout=60)

@@ -106,6 +106,7 @@ def _missing(modules: dict[str, tuple[ast.Module, bool]]) -> list[str]:
     """``module imports name`` for each orch module or name a module imports that the bundle
     lacks (relative imports resolved)."""
     missing = []
+    wanted: list[tuple[str, str | None]]
     for module, (tree, package) in modules.items():
         here = module if package else module.rpartition(".")[0]
         for node in ast.walk(tree):
