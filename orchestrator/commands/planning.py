@@ -1,15 +1,13 @@
 """plan and lock: what SGLang will make of a launch, by SGLang's own parsing and resolution
-(``remote/sglang_probe.py``), on the host or in a local venv of the same version; the gate
+(the probe bundle, ``remote/probe``), on the host or in a local venv of the same version; the gate
 ``up`` passes before launching; the reviewable lock file."""
 
 from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import posixpath
 import subprocess
-import tempfile
 from collections.abc import Generator
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,7 +18,8 @@ from orchestrator.commands.context import Context, Launch
 from orchestrator.commands.events import Planned, UpEvent, Warn
 from orchestrator.effective import plan, verify
 from orchestrator.errors import PlanRefused, PreflightError, ProfileError
-from orchestrator.fleet.client import PROBE_FILE
+from orchestrator.fleet.bootstrap import local_home, run_here
+from orchestrator.fleet.client import probe_bundle
 from orchestrator.fleet.protocol.common import last_json_line
 from orchestrator.fleet.protocol.plan import decode_plan_answer
 from orchestrator.sglang import argtable
@@ -222,13 +221,11 @@ def _json_object(text: str, where: str) -> dict[str, Any]:
 
 
 def _run_local_probe(python: str, request: dict[str, Any]) -> plan.PlanAnswer:
-    descriptor, path = tempfile.mkstemp(prefix="orch-plan-", suffix=".json")
-    with os.fdopen(descriptor, "w", encoding="utf-8") as handle:  # 0600: may hold tokens
-        json.dump(request, handle)
+    """The probe bundle run with a local python, through the bootstrap as on a host; the
+    request (it may hold tokens) on its stdin, no file."""
+    stdin = json.dumps(request).encode()
     try:
-        done = subprocess.run(
-            [python, str(PROBE_FILE), path], capture_output=True, timeout=600, check=False
-        )
+        done = run_here(python, probe_bundle(), ("-",), home=local_home(), stdin=stdin, timeout=600)
     except FileNotFoundError as exc:
         raise PreflightError(
             f"--local-sglang {python}: no such interpreter",
@@ -236,7 +233,5 @@ def _run_local_probe(python: str, request: dict[str, Any]) -> plan.PlanAnswer:
         ) from exc
     except subprocess.TimeoutExpired as exc:
         raise PreflightError(f"planning with {python} took over 600 s") from exc
-    finally:
-        Path(path).unlink(missing_ok=True)
-    answer = last_json_line(done.stdout, done.stderr, done.returncode, f"{python} sglang_probe.py")
+    answer = last_json_line(done.stdout, done.stderr, done.returncode, f"{python} probe")
     return decode_plan_answer(answer)

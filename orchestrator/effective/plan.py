@@ -1,10 +1,10 @@
 """Plan: what SGLang will make of a profile, predicted by SGLang itself before launch.
 
-Pure: it builds the request for ``sglang_probe.py`` (run on the host, or in a local venv of the
-same SGLang version with the GPU simulated from ``gpu.type``) and reads its answer into a report:
-the fields the profile sets with their predicted effective values, which of them SGLang would
-change and the SGLang step that did (``provenance``), with ``--all`` the defaults SGLang fills
-in, and argparse or resolution errors with the function that raised. ``lock_document`` turns a
+Pure: it builds the request for the probe (``remote/probe``, run on the host, or in a local venv
+of the same SGLang version with the GPU simulated from ``gpu.type``) and reads its answer into a
+report: the fields the profile sets with their predicted effective values, which of them SGLang
+would change and the SGLang step that did (``provenance``), with ``--all`` the defaults SGLang
+fills in, and argparse or resolution errors with the function that raised. ``lock_document`` turns a
 successful plan into the reviewable ``profiles/<name>.lock.json``.
 """
 
@@ -141,7 +141,7 @@ class PlanReport:
 
 @dataclass(frozen=True)
 class PlanAnswer:
-    """``sglang_probe.py``'s answer, decoded (``supervise.decode_plan_answer``). The values of
+    """The probe's answer, decoded (``protocol.decode_plan_answer``). The values of
     ``raw``/``effective``/``defaults`` are SGLang's own, as JSON: any type a field may hold."""
 
     ok: bool

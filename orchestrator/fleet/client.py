@@ -1,8 +1,9 @@
-"""The agent's client: push the agent (``remote/agent/``) and ``remote/sglang_probe.py``, call
-them, and hand back every answer decoded (``protocol/``, each command's request beside its
-decoder) into a frozen value.
+"""The agent's client: push the agent and the planning probe (each ONE bundle, fleet/bundle.py,
+run through the checking bootstrap, fleet/bootstrap.py), call them, and hand back every answer
+decoded (``protocol/``, each command's request beside its decoder) into a frozen value.
 
-Everything crosses to the host as an argv (``<python> <agent.py> <command> --dir ...``) and comes
+Everything crosses to the host as an argv (``<python> -c BOOTSTRAP <agent-<digest>.pyz> <sha256>
+<command> --dir ...``) and comes
 back as one JSON document on the last line of stdout, or as JSON lines while it happens (a
 stream). The run spec, which holds the server's environment (secrets included), travels on the
 command's stdin (the agent writes it 0600) and never appears in an argv.
@@ -17,11 +18,9 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import hashlib
 import json
 import posixpath
 import threading
-import zlib
 from collections.abc import Generator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,6 +35,14 @@ from orchestrator.errors import (
     RemoteCommandError,
     SupervisorError,
 )
+from orchestrator.fleet.bootstrap import (
+    BOOT_CHANGED,
+    BOOT_MISSING,
+    BOOT_UNSAFE,
+    bootstrap_argv,
+    carrying,
+)
+from orchestrator.fleet.bundle import Bundle, build
 from orchestrator.fleet.protocol.common import Request, last_json_line
 from orchestrator.fleet.protocol.inspect import (
     InspectRequest,
@@ -65,7 +72,6 @@ from orchestrator.fleet.protocol.stop import StopReply, decode_stop, stop_reques
 from orchestrator.fleet.protocol.tail import TailReply, decode_tail, tail_request
 from orchestrator.fleet.protocol.watch import watch_args
 from orchestrator.model import Host, RunState
-from orchestrator.remote import agent as agent_package
 from orchestrator.remote.agent.protocol import PROTOCOL
 from orchestrator.transport import Stream, Transport, expand_home
 
@@ -79,8 +85,9 @@ class PendingStart:
         self._opened: Stream | None = None
         self._done = False
         deployment = agent.deployment
-        self._argv = (deployment.python, "-c", BOOTSTRAP, deployment.agent_path, AGENT_SHA256,
-                      "--stdin-first", *args)  # fmt: skip
+        self._argv = bootstrap_argv(
+            deployment.python, deployment.agent_path, agent_bundle().sha256, args, stdin_first=True
+        )
         self._thread = threading.Thread(target=self._open, name="orch-open-start", daemon=True)
         self._thread.start()
 
@@ -112,17 +119,6 @@ class PendingStart:
             self._opened.close()
 
 
-@functools.cache
-def _compressed(source: bytes) -> bytes:
-    return zlib.compress(source, 6)
-
-
-def _carrying(
-    argv: tuple[str, ...], source: bytes, stdin: bytes | None
-) -> tuple[tuple[str, ...], bytes]:
-    """The bootstrap's argv and stdin that carry ``source`` (see BOOTSTRAP's ``--carried``)."""
-    blob = _compressed(source)
-    return (*argv[:5], "--carried", str(len(blob)), *argv[5:]), blob + (stdin or b"")
 
 
 WATCH_SILENCE_S = 5.0  # the watcher beats every second: this long without a line, it is lost
@@ -132,167 +128,20 @@ class WatchSilent(Exception):
     """The agent's watch stream went silent: follow falls back to looking itself."""
 
 
-# INTERIM (issue 27): the bundle branch replaces this with its deterministic zip (fleet/bundle.py)
-# and a bootstrap that imports from the checked bytes. Until then the agent package travels as
-# ONE Python file, pushed, checked and run by the bootstrap below as the single-file agent was:
-# its modules' sources in a dict, imported through a finder of its own (never from the disk: a
-# supervisor that imports a module days later gets the bytes that were checked), then the
-# package's __main__ run. The file's bytes depend only on the sources.
-_INTERIM_RUNNER = """\
-import importlib.abc, importlib.util, runpy, sys
-MODULES = %s
-class Finder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    def find_spec(self, name, path=None, target=None):
-        if name not in MODULES:
-            return None
-        return importlib.util.spec_from_loader(name, self, is_package=MODULES[name][1])
-    def create_module(self, spec):
-        return None
-    def exec_module(self, module):
-        module.__file__ = MODULES[module.__name__][2]
-        exec(self.get_code(module.__name__), module.__dict__)
-    def get_code(self, name):
-        return compile(MODULES[name][0], MODULES[name][2], "exec", dont_inherit=True)
-    def get_source(self, name):
-        return MODULES[name][0]
-    def is_package(self, name):
-        return MODULES[name][1]
-sys.meta_path.insert(0, Finder())
-runpy.run_module("orch_agent", run_name="__main__", alter_sys=True)
-"""
+SOURCE_ROOT = Path(__file__).resolve().parents[2]  # the directory that holds orchestrator/
 
 
-def _interim_agent_source() -> bytes:
-    """The agent package as one Python file (see _INTERIM_RUNNER), its package ``orch_agent``."""
-    root = Path(agent_package.__file__).parent
-    modules: dict[str, tuple[str, bool, str]] = {}
-    for path in sorted(root.rglob("*.py")):
-        parts = path.relative_to(root).with_suffix("").parts
-        package = parts[-1] == "__init__"
-        name = ".".join(("orch_agent", *(parts[:-1] if package else parts)))
-        where = "/".join(("orch-agent", *path.relative_to(root).parts))  # tracebacks name it
-        modules[name] = (path.read_text(encoding="utf-8"), package, where)
-    return (_INTERIM_RUNNER % repr(modules)).encode("utf-8")
+@functools.cache
+@functools.cache
+def agent_bundle() -> Bundle:
+    """The agent as it is pushed: ONE deterministic bundle, named by its digest."""
+    return build(SOURCE_ROOT, "agent", "orchestrator.remote.agent")
 
 
-AGENT_SOURCE = _interim_agent_source()
-AGENT_SHA256 = hashlib.sha256(AGENT_SOURCE).hexdigest()
-AGENT_DIGEST = AGENT_SHA256[:12]
-PROBE_FILE = Path(agent_package.__file__).parent.with_name("sglang_probe.py")
-PROBE_SOURCE = PROBE_FILE.read_bytes()
-PROBE_SHA256 = hashlib.sha256(PROBE_SOURCE).hexdigest()
-PROBE_DIGEST = PROBE_SHA256[:12]
-
-# The pushed files are never run by name: this runs them only after checking, on the host, that
-# their directory and the file belong to the SSH user and nobody else can write them (OpenSSH's
-# StrictModes), and that their content is what this orch pushed (sha256). It then runs the bytes
-# it checked, as ``__main__`` with the script's own directory first on sys.path (as
-# ``python FILE`` would). Exit codes 90-92 say why it did not run. Python 3.9+, stdlib only.
-#
-# ``--carried N`` (before the script's arguments): the first N bytes of stdin are the file,
-# zlib-compressed, sent with the command instead of by a file transfer of its own. Written when
-# the host lacks it (0600, atomically; missing directories 0700), checked like any other, then
-# run with the rest of stdin.
-#
-# ``--stdin-first`` (after ``--carried``, if both): all of stdin is read before anything else is
-# looked at; empty, it ends there, having done nothing. A command can thus be started before
-# orch knows what it will send it (``Agent.open_start``), and called off.
-#
-# The compiled code is kept beside the file (``<file>.<cache tag>.code``, 0600, written
-# atomically): compiling the agent costs ~60 ms of every command on the host. It is used only
-# when it is as safe as the file (ours, not writable by others, no link) and names the sha256
-# of the checked file and of its own content; anything else and the file is compiled again.
-BOOTSTRAP = """\
-import hashlib, marshal, os, sys, types, zlib
-path, want = sys.argv[1], sys.argv[2]
-def stop(code, why):
-    sys.stderr.write("orch-bootstrap: " + why + "\\n")
-    raise SystemExit(code)
-def unsafe(st):
-    return st.st_uid != os.getuid() or st.st_mode & 0o022
-directory = os.path.dirname(path)
-rest = sys.argv[3:]
-if rest[:1] == ["--carried"]:
-    carried, rest = sys.stdin.buffer.read(int(rest[1])), rest[2:]
-    if not os.path.exists(path):
-        data = zlib.decompress(carried)
-        if hashlib.sha256(data).hexdigest() != want:
-            stop(91, path + ": the carried file is not the one orch sent")
-        made = ""
-        for part in directory.split("/")[1:]:
-            made += "/" + part
-            try:
-                os.mkdir(made, 0o700)
-            except FileExistsError:
-                pass
-        if unsafe(os.stat(directory)):
-            stop(92, directory + " is not owned by you or is writable by others")
-        temp = path + "." + str(os.getpid()) + ".tmp"
-        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
-        fd = os.open(temp, flags, 0o600)
-        try:
-            with os.fdopen(fd, "wb") as handle:
-                handle.write(data)
-                handle.flush()
-                os.fsync(handle.fileno())
-            os.rename(temp, path)
-        except BaseException:
-            os.unlink(temp)
-            raise
-if rest[:1] == ["--stdin-first"]:
-    import io
-    rest, held = rest[1:], sys.stdin.buffer.read()
-    if not held:
-        raise SystemExit(0)
-    sys.stdin = io.TextIOWrapper(io.BytesIO(held), encoding="utf-8")
-try:
-    if unsafe(os.stat(directory)):
-        stop(92, directory + " is not owned by you or is writable by others")
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
-except FileNotFoundError:
-    stop(90, path + " is missing")
-except OSError as exc:
-    stop(92, path + ": " + exc.strerror + " (a symlink?)")
-with os.fdopen(fd, "rb") as handle:
-    if unsafe(os.fstat(handle.fileno())):
-        stop(92, path + " is not owned by you or is writable by others")
-    data = handle.read()
-if hashlib.sha256(data).hexdigest() != want:
-    stop(91, path + " is not the file orch pushed")
-cache = path + "." + str(sys.implementation.cache_tag) + ".code"
-code = None
-try:
-    fd = os.open(cache, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
-    with os.fdopen(fd, "rb") as handle:
-        if not unsafe(os.fstat(handle.fileno())):
-            blob = handle.read()
-            body = blob[128:]
-            if blob[:128] == (want + hashlib.sha256(body).hexdigest()).encode():
-                code = marshal.loads(body)
-except (OSError, ValueError, EOFError, TypeError):
-    code = None
-if code is None:
-    code = compile(data, path, "exec")
-    temp = cache + "." + str(os.getpid()) + ".tmp"
-    try:
-        body = marshal.dumps(code)
-        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
-        with os.fdopen(os.open(temp, flags, 0o600), "wb") as handle:
-            handle.write((want + hashlib.sha256(body).hexdigest()).encode() + body)
-        os.rename(temp, cache)
-    except (OSError, ValueError):
-        try:
-            os.unlink(temp)  # a full disk: never a cache cut short left behind
-        except OSError:
-            pass
-module = types.ModuleType("__main__")
-module.__file__ = path
-sys.modules["__main__"] = module
-sys.argv = [path] + rest
-sys.path[0] = directory
-exec(code, module.__dict__)
-"""
-BOOT_MISSING, BOOT_CHANGED, BOOT_UNSAFE = 90, 91, 92
+@functools.cache
+def probe_bundle() -> Bundle:
+    """orch plan's probe (remote/probe, with the host facts it reads: remote/host)."""
+    return build(SOURCE_ROOT, "probe", "orchestrator.remote.probe", ("orchestrator.remote.host",))
 
 
 @dataclass(frozen=True)
@@ -310,11 +159,11 @@ class Deployment:
 
     @property
     def agent_path(self) -> str:
-        return posixpath.join(self.workdir, ".orch", f"agent-{AGENT_DIGEST}.py")
+        return posixpath.join(self.workdir, ".orch", agent_bundle().file_name)
 
     @property
     def probe_path(self) -> str:
-        return posixpath.join(self.workdir, ".orch", f"sglang_probe-{PROBE_DIGEST}.py")
+        return posixpath.join(self.workdir, ".orch", probe_bundle().file_name)
 
     @property
     def state_path(self) -> str:
@@ -334,7 +183,7 @@ def locate(transport: Transport, name: str, python: str) -> Deployment:
 
 
 class Agent:
-    """Calls into ``agent.py`` (and ``sglang_probe.py``) on the deployment's host."""
+    """Calls into the agent (and the planning probe) on the deployment's host."""
 
     def __init__(self, transport: Transport, deployment: Deployment) -> None:
         self.transport = transport
@@ -355,28 +204,27 @@ class Agent:
 
     def run_pushed(
         self,
+        bundle: Bundle,
         path: str,
-        source: bytes,
-        sha256: str,
         args: Sequence[str],
         timeout: float,
         stdin: bytes | None = None,
         *,
         carry: bool = False,
     ) -> Any:
-        """Run a pushed file through the checking bootstrap. Optimistic: when the host does
-        not have this version, the same command again, carrying the file on its stdin (one
+        """Run a pushed bundle through the checking bootstrap. Optimistic: when the host does
+        not have this version, the same command again, carrying the bundle on its stdin (one
         more command, once per orch version and host; no file transfer). ``carry``: carry it
         on the first try (57 KB, where a round trip costs more)."""
-        argv = (self.deployment.python, "-c", BOOTSTRAP, path, sha256, *args)
+        argv = bootstrap_argv(self.deployment.python, path, bundle.sha256, args)
         if carry:
-            result = self._run(*_carrying(argv, source, stdin), timeout)
+            result = self._run(*carrying(argv, bundle.data, stdin), timeout)
         else:
             result = self._run(argv, stdin, timeout)
         if result.returncode == BOOT_MISSING:
-            result = self._run(*_carrying(argv, source, stdin), timeout)
+            result = self._run(*carrying(argv, bundle.data, stdin), timeout)
         if result.returncode == BOOT_CHANGED:  # not what orch pushed under its digest: replace
-            self.transport.put(source, path, 0o600)
+            self.transport.put(bundle.data, path, 0o600)
             result = self._run(argv, stdin, timeout)
         if result.returncode == BOOT_UNSAFE:
             raise self._unsafe(result.stderr)
@@ -435,8 +283,10 @@ class Agent:
         ``opened``: the command already started (its stdin given); ``stdin_first``: it was
         started with the bootstrap's ``--stdin-first``."""
         path = self.deployment.agent_path
-        plain = (self.deployment.python, "-c", BOOTSTRAP, path, AGENT_SHA256,
-                 *(("--stdin-first",) if stdin_first else ()), *args)  # fmt: skip
+        agent = agent_bundle()
+        plain = bootstrap_argv(
+            self.deployment.python, path, agent.sha256, args, stdin_first=stdin_first
+        )
         argv, given = plain, stdin
         for attempt in (1, 2):
             try:
@@ -463,10 +313,10 @@ class Agent:
                 if code == BOOT_UNSAFE:
                     raise self._unsafe(stream.stderr)
                 if not said and code == BOOT_MISSING and attempt == 1:
-                    argv, given = _carrying(plain, AGENT_SOURCE, stdin)
+                    argv, given = carrying(plain, agent.data, stdin)
                     continue
                 if not said and code == BOOT_CHANGED and attempt == 1:
-                    self.transport.put(AGENT_SOURCE, path, 0o600)
+                    self.transport.put(agent.data, path, 0o600)
                     continue
                 if not said and code not in (0, 3, None):
                     raise self._failed(args[0], code, stream.stderr)
@@ -480,9 +330,7 @@ class Agent:
         """Run an agent command; its answer as JSON (decoded by the caller's decoder).
         ``carry``: the agent travels with it (see ``run_pushed``)."""
         path = self.deployment.agent_path
-        result = self.run_pushed(
-            path, AGENT_SOURCE, AGENT_SHA256, args, timeout, stdin, carry=carry
-        )
+        result = self.run_pushed(agent_bundle(), path, args, timeout, stdin, carry=carry)
         if result.returncode not in (0, 3):
             raise self._failed(args[0], result.returncode, result.stderr)
         try:
@@ -598,15 +446,13 @@ class Agent:
         return decode_runs_reply(self.ask(runs_request(self.deployment.dir)))
 
     def plan(self, request: Mapping[str, Any], timeout: float = 300.0) -> PlanAnswer:
-        """Run SGLang's parsing and resolution on the host (``sglang_probe.py -``); the
+        """Run SGLang's parsing and resolution on the host (the probe bundle, ``-``); the
         request, which carries the server's environment, travels on the command's stdin (no
         file, no transfer of its own)."""
         probe = self.deployment.probe_path
         asked = plan_request(request, timeout)
-        result = self.run_pushed(
-            probe, PROBE_SOURCE, PROBE_SHA256, asked.args, asked.timeout, asked.stdin
-        )
-        answer = last_json_line(result.stdout, result.stderr, result.returncode, "sglang_probe.py")
+        result = self.run_pushed(probe_bundle(), probe, asked.args, asked.timeout, asked.stdin)
+        answer = last_json_line(result.stdout, result.stderr, result.returncode, "probe")
         return decode_plan_answer(answer)
 
     def inspect(

@@ -252,7 +252,7 @@ def test_up_and_logs_over_ssh_ask_the_host_in_as_few_commands_as_they_can(
     assert "The server is fired up and ready to roll!" in logs.out
     assert "server_args=" in logs.out  # from its start: the whole log holds under 1000 lines
     assert counted == [(1, 0)]
-    (pushed,) = (ssh_workspace.workdir / ".orch").glob("agent-*.py")
+    (pushed,) = (ssh_workspace.workdir / ".orch").glob("agent-*.pyz")
     assert oct(pushed.stat().st_mode & 0o777) == "0o600"
     assert oct((ssh_workspace.workdir / ".orch").stat().st_mode & 0o777) == "0o700"
 

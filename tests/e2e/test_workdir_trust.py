@@ -1,4 +1,4 @@
-"""orch runs only the files it pushed, from a directory only the SSH user can write: a planted
+"""orch runs only the bundles it pushed, from a directory only the SSH user can write: a planted
 agent is replaced or refused, never executed (OpenSSH's StrictModes, a content hash)."""
 
 from __future__ import annotations
@@ -8,12 +8,12 @@ import marshal
 from pathlib import Path
 
 from orchestrator.errors import ExitCode
-from orchestrator.fleet.client import AGENT_DIGEST, AGENT_SOURCE
+from orchestrator.fleet.client import agent_bundle
 from tests.e2e.conftest import Workspace
 
 
 def _plant(workspace: Workspace, marker: Path) -> Path:
-    agent = workspace.workdir / ".orch" / f"agent-{AGENT_DIGEST}.py"
+    agent = workspace.workdir / ".orch" / agent_bundle().file_name
     agent.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     agent.write_text(f"open({str(marker)!r}, 'w').write('ran')\nprint('{{}}')\n")
     return agent
@@ -28,7 +28,7 @@ def test_a_planted_agent_in_a_private_workdir_is_replaced_not_run(
     status = local_workspace.orch("status", name)
     assert status.code == ExitCode.OK, status.err
     assert not marker.exists()
-    assert agent.read_bytes() == AGENT_SOURCE  # orch's own agent now stands there
+    assert agent.read_bytes() == agent_bundle().data  # orch's own agent now stands there
 
 
 def test_a_workdir_others_can_write_is_refused(local_workspace: Workspace, tmp_path: Path) -> None:
@@ -49,7 +49,7 @@ def test_a_symlink_planted_as_the_agent_is_refused(
     marker = tmp_path / "planted-agent-ran"
     elsewhere = tmp_path / "evil.py"
     elsewhere.write_text(f"open({str(marker)!r}, 'w').write('ran')\n")
-    agent = local_workspace.workdir / ".orch" / f"agent-{AGENT_DIGEST}.py"
+    agent = local_workspace.workdir / ".orch" / agent_bundle().file_name
     agent.parent.mkdir(parents=True, mode=0o700)
     agent.symlink_to(elsewhere)
     name = local_workspace.profile("svc")
@@ -59,7 +59,7 @@ def test_a_symlink_planted_as_the_agent_is_refused(
 
 
 def _cache(workspace: Workspace) -> Path:
-    (cache,) = (workspace.workdir / ".orch").glob(f"agent-{AGENT_DIGEST}.py.*.code")
+    (cache,) = (workspace.workdir / ".orch").glob(f"{agent_bundle().file_name}.*.code")
     return cache
 
 
@@ -74,7 +74,7 @@ def test_the_compiled_agent_is_kept_0600_and_a_planted_one_is_never_run(
     cache = _cache(local_workspace)
     assert oct(cache.stat().st_mode & 0o777) == "0o600"
     kept = cache.read_bytes()
-    assert kept[:64].decode() == hashlib.sha256(AGENT_SOURCE).hexdigest()
+    assert kept[:64].decode() == hashlib.sha256(agent_bundle().data).hexdigest()
 
     marker = tmp_path / "planted-code-ran"
     planted = marshal.dumps(compile(f"open({str(marker)!r}, 'w').write('ran')\n", "x", "exec"))

@@ -1,6 +1,7 @@
 """A throwaway SGLang plugin, installed the way SGLang discovers plugins, and a runner for orch's
-planning probe (orchestrator/remote/sglang_probe.py) -- shared by the stand-in tier and the
-real-SGLang tier, which run the same plugin against the stand-in and against SGLang.
+planning probe (orchestrator/remote/probe, run as orch runs it: its bundle through the
+bootstrap) -- shared by the stand-in tier and the real-SGLang tier, which run the same plugin
+against the stand-in and against SGLang.
 
 SGLang's ``load_plugins`` (sglang/srt/plugins/__init__.py) runs every entry point of the group
 ``sglang.srt.plugins``; a directory holding a module and a ``*.dist-info`` with
@@ -14,14 +15,13 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from tests.conftest import REPO
+from orchestrator.fleet.bootstrap import run_here
+from orchestrator.fleet.client import probe_bundle
 
-PROBE = REPO / "orchestrator" / "remote" / "sglang_probe.py"
 PLUGIN_NAME = "orch_probe"  # the entry point's name (what SGLANG_PLUGINS lists)
 PLUGIN_DIST = "orch-probe-plugin"
 PLUGIN_FLAG = "--orch-plugin-flag"
@@ -78,8 +78,8 @@ def run_probe(
     simulate_h200: bool = False,
     model_config: tuple[str, Path] | None = None,
 ) -> dict[str, Any]:
-    """One answer of the probe, run with ``python`` as orch runs it (request file, re-exec
-    under ``env``)."""
+    """One answer of the probe, run with ``python`` as orch runs it (its bundle through the
+    bootstrap, kept in ``directory/.orch``; a request file; started again under ``env``)."""
     request = {
         "args": list(args),
         "env": dict(env),
@@ -101,14 +101,9 @@ def run_probe(
         for k, v in os.environ.items()
         if not k.startswith(("ORCH_STANDIN_", "SGLANG_")) and k != "PYTHONPATH"
     }
-    done = subprocess.run(
-        [str(python), str(PROBE), str(path)],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env=clean,
-        check=False,
+    done = run_here(
+        str(python), probe_bundle(), (str(path),), home=directory / ".orch", env=clean, timeout=600
     )
-    assert done.returncode == 0, done.stderr
+    assert done.returncode == 0, done.stderr.decode()
     answer: dict[str, Any] = json.loads(done.stdout)
     return answer

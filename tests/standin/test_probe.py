@@ -150,16 +150,16 @@ def test_orch_plan_reports_the_plugin_and_the_default_it_changed(tmp_path: Path)
 
 
 def test_a_request_on_stdin_is_handed_on_through_a_pipe_or_a_private_file(tmp_path: Path) -> None:
-    """``sglang_probe.py -`` starts again under the server's environment: the request goes
+    """The probe's ``-`` starts again under the server's environment: the request goes
     through a pipe the new process inherits, or, larger than the pipe, a 0600 file."""
-    from orchestrator.remote import sglang_probe
+    from orchestrator.remote.probe.main import handed_on
 
     small = b'{"argv": []}'
-    path, is_file = sglang_probe._handed_on(small, str(tmp_path))
+    path, is_file = handed_on(small, str(tmp_path))
     assert (path.startswith("/dev/fd/"), is_file) == (True, False)
     assert Path(path).read_bytes() == small
     large = b" " * (8 << 20) + small
-    path, is_file = sglang_probe._handed_on(large, str(tmp_path))
+    path, is_file = handed_on(large, str(tmp_path))
     assert is_file
     assert Path(path).parent == tmp_path
     assert oct(Path(path).stat().st_mode & 0o777) == "0o600"
