@@ -29,10 +29,9 @@ def _probe(root: Path) -> bundle.Bundle:
 def _copy_tree(target: Path) -> Path:
     """The pushed programs' sources copied under ``target``, then touched and chmod-ed: new
     times (far apart), other modes, a compiled file and an editor's file beside them."""
-    for package in PROBE_PACKAGES:
+    for package in (*PROBE_PACKAGES, "orchestrator/remote/agent"):
         ignore = shutil.ignore_patterns("__pycache__")
         shutil.copytree(SOURCE_ROOT / package, target / package, ignore=ignore)
-    shutil.copy(SOURCE_ROOT / "orchestrator/remote/agent.py", target / "orchestrator/remote")
     for index, path in enumerate(sorted(target.rglob("*.py"))):
         os.utime(path, (1_000_000_000 + index * 86_400, 2_000_000_000 - index * 3_600))
         path.chmod(0o755 if index % 2 else 0o600)
