@@ -135,7 +135,7 @@ SOURCE_ROOT = Path(__file__).resolve().parents[2]  # the directory that holds or
 @functools.cache
 def agent_bundle() -> Bundle:
     """The agent as it is pushed: ONE deterministic bundle, named by its digest."""
-    return build(SOURCE_ROOT, "agent", "orchestrator.remote.agent")
+    return build(SOURCE_ROOT, "agent", "orchestrator.remote.agent", ("orchestrator.remote.host",))
 
 
 @functools.cache

@@ -135,3 +135,23 @@ def test_the_real_pynvml_without_a_driver_says_so() -> None:
         pytest.skip("this machine has an NVIDIA driver and GPUs")
     assert reading.error is not None
     assert reading.error.startswith("NVML: NVMLError")
+
+
+def test_the_agents_probe_reads_the_gpus_the_servers_environment_leaves_visible(
+    nvml: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # one NVML reader for both pushed programs: the agent's preflight facts now honour the
+    # server's CUDA_VISIBLE_DEVICES as the planning probe does (it listed every GPU before)
+    from orchestrator.fleet.protocol.probe import decode_probe
+    from orchestrator.remote.agent.cmd_probe import cmd_probe
+
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,GPU-aaaa")
+    facts = decode_probe(cmd_probe(1, None, "127.0.0.1", None))
+    assert facts.gpus.available
+    assert [(d.index, d.name, d.compute_capability) for d in facts.gpus.devices] == [
+        (2, "NVIDIA B200", (10, 0)),
+        (0, "NVIDIA H200", (9, 0)),
+    ]
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
+    (device,) = decode_probe(cmd_probe(1, None, "127.0.0.1", None)).gpus.devices
+    assert [(p.pid, p.used_bytes) for p in device.processes] == [(4242, 7 << 30), (4343, 0)]

@@ -3,13 +3,13 @@ the model path, the GPUs, the environment a distributed run inherits)."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import re
 import sys
 from typing import Any
 
+from ..host import gpus
 from .cmd_status import cmd_status
 from .files import read_json, remove_env_file
 from .identity import cmdline, port_holder
@@ -70,7 +70,7 @@ def cmd_probe(
             "looks_like_hub_id": bool(re.fullmatch(r"[\w.-]+/[\w.-]+", model))
             and not model.startswith(("/", ".")),
         }
-    facts["gpus"] = _gpus()
+    facts["gpus"] = _gpus(env.get("CUDA_VISIBLE_DEVICES"))
     facts["env"] = inherited
     if status is not None:
         facts["status"] = status
@@ -148,51 +148,31 @@ def _port_free(bind: str, port: int) -> bool:
     return True
 
 
-def _gpus() -> dict[str, Any]:
-    try:
-        import pynvml
-    except ImportError:
-        return {"available": False, "reason": "pynvml (nvidia-ml-py) is not installed"}
-    try:
-        pynvml.nvmlInit()
-    except Exception as exc:  # noqa: BLE001 - NVMLError_LibraryNotFound / DriverNotLoaded ...
-        return {"available": False, "reason": f"no NVIDIA driver: {exc}"}
-    try:
-        devices = []
-        for index in range(pynvml.nvmlDeviceGetCount()):
-            handle = pynvml.nvmlDeviceGetHandleByIndex(index)
-            name = pynvml.nvmlDeviceGetName(handle)
-            memory = pynvml.nvmlDeviceGetMemoryInfo(handle)
-            major, minor = pynvml.nvmlDeviceGetCudaComputeCapability(handle)
-            processes = []
-            for proc in pynvml.nvmlDeviceGetComputeRunningProcesses(handle):
-                processes.append(
-                    {
-                        "pid": proc.pid,
-                        "used_bytes": proc.usedGpuMemory,
-                        "cmdline": cmdline(proc.pid),
-                    }
-                )
-            devices.append(
-                {
-                    "index": index,
-                    "name": name.decode() if isinstance(name, bytes) else name,
-                    "uuid": _text(pynvml.nvmlDeviceGetUUID(handle)),
-                    "memory_total": memory.total,
-                    "memory_free": memory.free,
-                    "compute_capability": [major, minor],
-                    "processes": processes,
-                }
-            )
-        return {
-            "available": True,
-            "driver": _text(pynvml.nvmlSystemGetDriverVersion()),
-            "devices": devices,
+def _gpus(visible_devices: str | None) -> dict[str, Any]:
+    """The GPUs a server started with this environment would see (``CUDA_VISIBLE_DEVICES``), as
+    the one NVML reader of the pushed programs reads them (remote/host/gpus.py), in the probe
+    answer's shape: the devices read, or why none (a device NVML stops at leaves the others)."""
+    reading = gpus.read(visible_devices, processes=True)
+    if not reading.gpus:
+        return {"available": False, "reason": reading.error or "no GPU visible"}
+    devices = [
+        {
+            "index": gpu.index,
+            "name": gpu.name,
+            "uuid": gpu.uuid,
+            "memory_total": gpu.total_bytes,
+            "memory_free": gpu.free_bytes,
+            "compute_capability": list(gpu.compute_capability or ()),
+            "processes": [
+                {"pid": p.pid, "used_bytes": p.used_bytes, "cmdline": cmdline(p.pid)}
+                for p in gpu.processes
+            ],
         }
-    finally:
-        with contextlib.suppress(Exception):
-            pynvml.nvmlShutdown()
+        for gpu in reading.gpus
+    ]
+    answer: dict[str, Any] = {"available": True, "driver": reading.driver, "devices": devices}
+    if reading.error:
+        answer["reason"] = reading.error  # read part of the way: why not further
+    return answer
 
 
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
