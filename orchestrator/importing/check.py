@@ -40,14 +40,14 @@ from orchestrator.importing.launches import (
 )
 from orchestrator.importing.pitfalls import ScriptProblem
 from orchestrator.importing.profiles import ScriptFile, read_scripts
-from orchestrator.importing.shellscript import (
+from orchestrator.importing.shell_script import parse_nested
+from orchestrator.importing.shell_words import (
     Command,
     Heredoc,
     Position,
     Script,
     Unresolved,
     Word,
-    parse_nested,
 )
 from orchestrator.sglang import argtable
 from orchestrator.sglang.argtable import RENAMES, ArgTable, format_version

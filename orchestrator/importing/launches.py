@@ -26,7 +26,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from orchestrator.importing.budget import WorkBudget
-from orchestrator.importing.shellscript import (
+from orchestrator.importing.shell_script import expand_keeping_lines, parse_nested
+from orchestrator.importing.shell_words import (
     Command,
     Heredoc,
     Part,
@@ -34,9 +35,7 @@ from orchestrator.importing.shellscript import (
     Script,
     Variable,
     Word,
-    expand_keeping_lines,
     literal,
-    parse_nested,
 )
 from orchestrator.model import Launcher
 from orchestrator.sglang import argtable

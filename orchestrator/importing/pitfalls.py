@@ -22,7 +22,7 @@ from orchestrator.importing.launches import (
     ParsedArguments,
     match_flag,
 )
-from orchestrator.importing.shellscript import Command, Position, Unresolved, Word
+from orchestrator.importing.shell_words import Command, Position, Unresolved, Word
 from orchestrator.sglang import argtable
 from orchestrator.sglang.argtable import RENAMES, ArgOption, ArgTable
 

@@ -40,14 +40,8 @@ from orchestrator.importing.launches import (
     parse_arguments,
 )
 from orchestrator.importing.script_secrets import ScriptSecret, secrets_of
-from orchestrator.importing.shellscript import (
-    Command,
-    Position,
-    Script,
-    Unresolved,
-    Word,
-    parse_script,
-)
+from orchestrator.importing.shell_script import parse_script
+from orchestrator.importing.shell_words import Command, Position, Script, Unresolved, Word
 from orchestrator.model import Launcher
 from orchestrator.profile.checks import STRUCTURED_FIELDS
 from orchestrator.profile.store import placeholder
