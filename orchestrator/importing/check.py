@@ -32,14 +32,10 @@ from typing import Any
 from orchestrator.importing import pitfalls
 from orchestrator.importing.breaks import file_breaks
 from orchestrator.importing.credentials import placeholder_value
-from orchestrator.importing.launches import (
-    Launch,
-    ParsedArguments,
-    find_launches,
-    parse_arguments,
-)
+from orchestrator.importing.launches import Launch, find_launches
 from orchestrator.importing.pitfalls import ScriptProblem
 from orchestrator.importing.profiles import ScriptFile, read_scripts
+from orchestrator.importing.server_arguments import ParsedArguments, parse_arguments
 from orchestrator.importing.shell_script import parse_nested
 from orchestrator.importing.shell_words import (
     Command,

@@ -28,20 +28,17 @@ from orchestrator.importing import credentials
 from orchestrator.importing.breaks import file_breaks, launch_breaks
 from orchestrator.importing.budget import BOUNDS, WorkBudget
 from orchestrator.importing.credentials import SECRET_ARGS
-from orchestrator.importing.launches import (
-    EnvEntry,
-    Found,
-    Launch,
+from orchestrator.importing.launches import Found, Launch, find_launches
+from orchestrator.importing.script_secrets import ScriptSecret, secrets_of
+from orchestrator.importing.server_arguments import (
     Occurrence,
     ParsedArguments,
-    Remote,
-    find_launches,
     first_version_accepting,
     parse_arguments,
 )
-from orchestrator.importing.script_secrets import ScriptSecret, secrets_of
 from orchestrator.importing.shell_script import parse_script
 from orchestrator.importing.shell_words import Command, Position, Script, Unresolved, Word
+from orchestrator.importing.wrappers import EnvEntry, Remote
 from orchestrator.model import Launcher
 from orchestrator.profile.checks import STRUCTURED_FIELDS
 from orchestrator.profile.store import placeholder

@@ -68,6 +68,18 @@ class Word:
     def shown(self) -> str:
         return "".join(part if isinstance(part, str) else part.shown() for part in self.parts)
 
+    def without_first(self, count: int) -> Word:
+        """The word without its first ``count`` characters (``--env=A=b`` -> ``A=b``)."""
+        parts: list[Part] = []
+        for part in self.parts:
+            if count and isinstance(part, str):
+                taken = min(count, len(part))
+                part, count = part[taken:], count - taken
+                if not part:
+                    continue
+            parts.append(part)
+        return Word(tuple(parts), self.position, self.source)
+
 
 @dataclass(frozen=True)
 class Variable:
