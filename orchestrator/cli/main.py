@@ -222,7 +222,7 @@ def _cmd_import(args: argparse.Namespace, output: _Output) -> int:
     from orchestrator.cli.show import importing as show_import
     from orchestrator.commands import importing
     from orchestrator.importing.check import check_scripts
-    from orchestrator.importing.profiles import script_secrets
+    from orchestrator.importing.scripts import script_secrets
     from orchestrator.sglang.argtable import parse_version
 
     if args.sglang is not None and parse_version(args.sglang) is None:

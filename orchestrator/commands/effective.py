@@ -170,6 +170,7 @@ class GroupReport:
 
 def diff_group(ctx: Context, launch: Launch, *, include_defaulted: bool = False) -> GroupReport:
     """Every rank compared (each node asked in parallel), then with each other."""
+
     def compare_rank(rank: int) -> verify.Report:
         return diff_effective(ctx, launch, include_defaulted=include_defaulted, rank=rank)
 

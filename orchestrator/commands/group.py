@@ -472,9 +472,7 @@ def logs_every_node(
 
     def read(rank: int) -> None:
         try:
-            for item in logs(
-                ctx, name, run=None, follow_log=follow_log, lines=lines, rank=rank
-            ):
+            for item in logs(ctx, name, run=None, follow_log=follow_log, lines=lines, rank=rank):
                 found.put((rank, item))
         except BaseException as exc:  # noqa: BLE001 - handed to the reader, raised there
             found.put((rank, exc))

@@ -34,7 +34,7 @@ from orchestrator.importing.breaks import file_breaks
 from orchestrator.importing.credentials import placeholder_value
 from orchestrator.importing.launches import Launch, find_launches
 from orchestrator.importing.pitfalls import ScriptProblem
-from orchestrator.importing.profiles import ScriptFile, read_scripts
+from orchestrator.importing.scripts import ScriptFile, read_scripts
 from orchestrator.importing.server_arguments import ParsedArguments, parse_arguments
 from orchestrator.importing.shell_script import parse_nested
 from orchestrator.importing.shell_words import (

@@ -13,7 +13,7 @@ import yaml
 
 from orchestrator.cli.main import main
 from orchestrator.importing.check import check_scripts
-from orchestrator.importing.profiles import ScriptFile
+from orchestrator.importing.scripts import ScriptFile
 from orchestrator.importing.shell_script import parse_script
 
 
