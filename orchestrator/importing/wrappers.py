@@ -22,6 +22,7 @@ from orchestrator.importing.budget import WorkBudget
 from orchestrator.importing.shell_script import expand_keeping_lines
 from orchestrator.importing.shell_words import Command, Heredoc, Part, Position, Word, literal
 
+# The shells whose `-c TEXT`, `-s` or heredoc is a script of its own (followed as one)
 SHELLS = frozenset({"bash", "sh", "dash", "zsh"})
 
 # Wrappers that run their arguments as the command: dropped, each said.
@@ -78,6 +79,8 @@ class Remote:
 
 @dataclass(frozen=True)
 class Container:
+    """``docker run``'s container: its image, what import reads of its options, the rest."""
+
     image: str
     gpus: str | None
     shm_size: str | None
