@@ -230,7 +230,7 @@ def _fit(table: ArgTable, launches: Sequence[Launch]) -> tuple[int, int]:
     takes only as an abbreviation)."""
     rejected = abbreviated = 0
     for launch in launches:
-        parsed = parse_arguments(table, launch.arguments)
+        parsed = parse_arguments(table, launch.arguments, suggest=False)
         rejected += sum(p.code in _VERSION_CODES for p in parsed.problems)
         rejected += len(_renamed("", parsed, table))
         abbreviated += sum(o.abbreviated for o in parsed.occurrences)

@@ -97,7 +97,12 @@ def match_flag(table: ArgTable, written: str) -> tuple[list[ArgOption], bool]:
     return options, True
 
 
-def parse_arguments(table: ArgTable, words: Sequence[Word]) -> ParsedArguments:
+def parse_arguments(
+    table: ArgTable, words: Sequence[Word], *, suggest: bool = True
+) -> ParsedArguments:
+    """``words`` as SGLang's argparse reads them with ``table``. ``suggest=False`` leaves the
+    close match out of an unknown flag's fix: finding it costs most of a reading, and a caller
+    that only scores releases by their problems (to choose one) never shows the fix."""
     longs = tuple(table.by_flag)
     occurrences: list[Occurrence] = []
     problems: list[ArgProblem] = []
@@ -147,7 +152,7 @@ def parse_arguments(table: ArgTable, words: Sequence[Word]) -> ParsedArguments:
         )
         if renamed is not None and renamed.rename is not None and written.startswith("--"):
             # a removed name (that may also prefix newer flags): its intent is known
-            problem = _unknown(table, written, word.position)
+            problem = _unknown(table, written, word.position, suggest)
             if len(options) > 1:
                 problem = dataclasses.replace(
                     problem,
@@ -156,7 +161,7 @@ def parse_arguments(table: ArgTable, words: Sequence[Word]) -> ParsedArguments:
             problems.append(problem)
             options, abbreviated = [renamed.option], False
         if not options:
-            problem = _unknown(table, written, word.position)
+            problem = _unknown(table, written, word.position, suggest)
             problems.append(problem)
             if problem.code != "removed-flag" or renamed is None:
                 index += 1
@@ -261,7 +266,7 @@ def _shown_values(occurrence: Occurrence) -> str:
     return occurrence.written + " " + " ".join(v.shown() for v in occurrence.values)
 
 
-def _unknown(table: ArgTable, written: str, position: Position) -> ArgProblem:
+def _unknown(table: ArgTable, written: str, position: Position, suggest: bool) -> ArgProblem:
     name = written.lstrip("-").replace("-", "_")
     spelling = argtable.spell(table, name)
     if spelling is not None and spelling.rename is not None:
@@ -273,7 +278,9 @@ def _unknown(table: ArgTable, written: str, position: Position) -> ArgProblem:
         )  # fmt: skip
     import difflib
 
-    close = difflib.get_close_matches(written, list(table.by_flag), n=1, cutoff=0.75)
+    close = (
+        difflib.get_close_matches(written, list(table.by_flag), n=1, cutoff=0.75) if suggest else []
+    )
     return ArgProblem(
         "unknown-flag", f"{written} is not an option of SGLang {table.version}", position,
         f"did you mean {close[0]}?" if close else "check `python -m sglang.launch_server --help` "
@@ -347,17 +354,17 @@ def first_version_accepting(
     one with the fewest problems); of those, one that has each flag as written rather than
     as the abbreviation of another (``--nsa-decode`` is 0.5.3's flag, 0.5.4+ abbreviate
     ``--nsa-decode-backend`` with it)."""
-    best: tuple[tuple[int, int], str, ParsedArguments] | None = None
+    best: tuple[tuple[int, int], str] | None = None
     for version in reversed(versions):
-        parsed = parse_arguments(argtable.load_table(version), words)
+        parsed = parse_arguments(argtable.load_table(version), words, suggest=False)
         # a renamed flag is not a reason to go back: a profile names the field, and orch
         # spells it for each version
         bad = sum(p.code in ("unknown-flag", "ambiguous-abbreviation") for p in parsed.problems)
         score = (bad, sum(o.abbreviated for o in parsed.occurrences))
         if score == (0, 0):
-            return version, parsed
+            return version, parsed  # (no unknown flag: nothing to suggest)
         if best is None or score < best[0]:
-            best = (score, version, parsed)
+            best = (score, version)
     if best is None:  # no versions: the caller passes at least one
         raise ValueError("no SGLang version to try")
-    return best[1], best[2]
+    return best[1], parse_arguments(argtable.load_table(best[1]), words)
