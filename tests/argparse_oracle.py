@@ -1,5 +1,5 @@
 """A real ``argparse`` parser built from an argument table: the oracle that orch's own reading
-of SGLang arguments (orchestrator.importing.launches.parse_arguments) is checked against.
+of SGLang arguments (orchestrator.importing.server_arguments.parse_arguments) is checked against.
 
 SGLang's server parser is a plain ``argparse.ArgumentParser`` (allow_abbrev on); the table holds
 each action's flags, nargs, type and action class as read from the real package. Python's own

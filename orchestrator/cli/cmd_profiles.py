@@ -82,7 +82,7 @@ def handle_import(args: argparse.Namespace, output: Output) -> int:
     from orchestrator.cli.show import importing as show_import
     from orchestrator.commands import importing
     from orchestrator.importing.check import check_scripts
-    from orchestrator.importing.profiles import script_secrets
+    from orchestrator.importing.scripts import script_secrets
     from orchestrator.sglang.argtable import parse_version
 
     if args.sglang is not None and parse_version(args.sglang) is None:

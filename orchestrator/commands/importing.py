@@ -21,13 +21,9 @@ from typing import IO, Any
 
 from orchestrator.errors import ImportScriptError, InvalidProfile, OrchError, UsageError
 from orchestrator.importing import credentials
-from orchestrator.importing.profiles import (
-    ImportedProfile,
-    ImportRequest,
-    Note,
-    ScriptFile,
-    import_scripts,
-)
+from orchestrator.importing.profile_notes import Note
+from orchestrator.importing.profiles import ImportedProfile, import_scripts
+from orchestrator.importing.scripts import ImportRequest, ScriptFile
 from orchestrator.profile.store import ProfileStore, valid_name
 from orchestrator.profile.yamldoc import dump_yaml
 from orchestrator.render import Redactor

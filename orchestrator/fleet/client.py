@@ -119,8 +119,6 @@ class PendingStart:
             self._opened.close()
 
 
-
-
 WATCH_SILENCE_S = 5.0  # the watcher beats every second: this long without a line, it is lost
 
 

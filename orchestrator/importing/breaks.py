@@ -4,7 +4,7 @@ A backslash continues a command only when the newline follows it at once. A blan
 (``\\ `` + newline), or the carriage return of a file saved with CRLF line endings, is escaped
 instead: bash passes it as an argument (``' '``, ``$'\\r'``), ends the command at the newline, and
 runs the next lines as commands of their own (``--tp: command not found``). The server starts
-without those flags, silently: the incident's own class. The shell reader (``shellscript``)
+without those flags, silently: the incident's own class. The shell reader (``shell_script``)
 reads such a file as bash does and marks the command that ends there (``Command.broken``); this
 module names what is lost, for ``orch import`` (a loud note) and ``--check`` (the first error).
 
@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from orchestrator.importing.launches import Found, Launch
-from orchestrator.importing.shellscript import Command, ContinuationBreak, Position, Script
+from orchestrator.importing.shell_words import Command, ContinuationBreak, Position, Script
 
 
 @dataclass(frozen=True)

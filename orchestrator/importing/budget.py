@@ -23,7 +23,7 @@ from orchestrator.errors import ImportBoundError
 
 
 class Located(Protocol):
-    """A 1-based place in the file the user gave (``shellscript.Position``)."""
+    """A 1-based place in the file the user gave (``shell_words.Position``)."""
 
     @property
     def line(self) -> int: ...

@@ -32,22 +32,18 @@ from typing import Any
 from orchestrator.importing import pitfalls
 from orchestrator.importing.breaks import file_breaks
 from orchestrator.importing.credentials import placeholder_value
-from orchestrator.importing.launches import (
-    Launch,
-    ParsedArguments,
-    find_launches,
-    parse_arguments,
-)
+from orchestrator.importing.launches import Launch, find_launches
 from orchestrator.importing.pitfalls import ScriptProblem
-from orchestrator.importing.profiles import ScriptFile, read_scripts
-from orchestrator.importing.shellscript import (
+from orchestrator.importing.scripts import ScriptFile, read_scripts
+from orchestrator.importing.server_arguments import ParsedArguments, parse_arguments
+from orchestrator.importing.shell_script import parse_nested
+from orchestrator.importing.shell_words import (
     Command,
     Heredoc,
     Position,
     Script,
     Unresolved,
     Word,
-    parse_nested,
 )
 from orchestrator.sglang import argtable
 from orchestrator.sglang.argtable import RENAMES, ArgTable, format_version
@@ -234,7 +230,7 @@ def _fit(table: ArgTable, launches: Sequence[Launch]) -> tuple[int, int]:
     takes only as an abbreviation)."""
     rejected = abbreviated = 0
     for launch in launches:
-        parsed = parse_arguments(table, launch.arguments)
+        parsed = parse_arguments(table, launch.arguments, suggest=False)
         rejected += sum(p.code in _VERSION_CODES for p in parsed.problems)
         rejected += len(_renamed("", parsed, table))
         abbreviated += sum(o.abbreviated for o in parsed.occurrences)

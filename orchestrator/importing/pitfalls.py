@@ -15,14 +15,9 @@ from dataclasses import dataclass
 
 from orchestrator.importing.breaks import LostLines, launch_breaks
 from orchestrator.importing.credentials import secret_name
-from orchestrator.importing.launches import (
-    Launch,
-    Occurrence,
-    OtherLaunch,
-    ParsedArguments,
-    match_flag,
-)
-from orchestrator.importing.shellscript import Command, Position, Unresolved, Word
+from orchestrator.importing.launches import Launch, OtherLaunch
+from orchestrator.importing.server_arguments import Occurrence, ParsedArguments, match_flag
+from orchestrator.importing.shell_words import Command, Position, Unresolved, Word
 from orchestrator.sglang import argtable
 from orchestrator.sglang.argtable import RENAMES, ArgOption, ArgTable
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from orchestrator.importing import credentials
 from orchestrator.importing.launches import Found
-from orchestrator.importing.shellscript import Command, Position, Script, Variable, Word
+from orchestrator.importing.shell_words import Command, Position, Script, Variable, Word
 
 _NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 # A value shown with what the shell reading could not resolve ($(...), ${NAME}): not a secret

@@ -5,6 +5,7 @@ The expression is read with bash's operators and precedence (comma, the assignme
 unary ``! ~ - +``, ``++``/``--`` before and after a name). A variable is an integer only when
 the script makes it one: a name ``lookup`` cannot give (unknown here, or not a number) stops
 the evaluation with ``NotKnown``, never a guessed 0. Division truncates toward zero, as bash's.
+``loop_count`` says how many times a C-style loop runs, so that the walker can unroll it.
 
 Pure: no I/O.
 """
@@ -57,6 +58,34 @@ def assigned_names(expression: str) -> set[str]:
         if after in _ASSIGNMENTS or after in ("++", "--") or before in ("++", "--"):
             names.add(piece)
     return names
+
+
+def loop_count(
+    initializer: str,
+    condition: str,
+    update: str,
+    lookup: Callable[[str], int | None],
+    most: int,
+) -> int | None:
+    """How many times ``for ((initializer; condition; update))`` runs if its body leaves its
+    variables alone; None when a value is unknown or the loop runs more than ``most`` times."""
+    state: dict[str, int] = {}
+
+    def current(name: str) -> int | None:
+        return state[name] if name in state else lookup(name)
+
+    try:
+        if initializer:
+            state.update(run_arithmetic(initializer, current)[1])
+        for count in range(most + 1):
+            if condition and not run_arithmetic(condition, current)[0]:
+                return count
+            if not update:
+                return None  # nothing changes: it runs until the body breaks out
+            state.update(run_arithmetic(update, current)[1])
+    except NotKnown:
+        return None
+    return None
 
 
 def _lex(expression: str) -> list[str]:

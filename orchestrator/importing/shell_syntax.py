@@ -9,7 +9,9 @@ those constructs, byte for byte the same length, so every position stays right (
 always takes the text itself from the script as written). What is left is a real error, where
 ``bash -n`` says it: ``first_error`` finds it (the innermost error node first in the file, not an
 error node that wraps the file), and ``blanked`` lets the walker read the rest of the file again
-on its own.
+on its own. Two more of its ways are undone around the tree: ``as_bash_reads`` gives the parser
+a stand-in byte for a carriage return or an escaped blank (characters of a word to bash), and
+``unglue`` puts back together the words it cuts in pieces.
 
 Pure: no I/O. tree-sitter is imported lazily (``orch render`` does not pay for it).
 """
@@ -205,3 +207,66 @@ def descendants(node: Any, kind: str | None = None, *, including: bool = False) 
         if kind is None or current.type == kind:
             yield current
         stack.extend(reversed(current.children))
+
+
+# -- what tree-sitter-bash reads apart from bash ----------------------------------------------
+
+# Bytes that stand in, for the parser only, for what tree-sitter-bash reads differently from bash.
+_STAND_INS = tuple(bytes([b]) for b in (*range(1, 9), *range(14, 32)))
+_ESCAPED_BLANK_RE = re.compile(rb"(?<!\\)((?:\\\\)*\\)[ \t]")
+
+
+def as_bash_reads(source: bytes) -> bytes:
+    """The text the parser is given: ``source`` with a carriage return, and a blank after a
+    backslash, replaced by a byte of the same length that it reads as part of a word.
+
+    tree-sitter-bash reads ``\\r`` as a blank and drops a backslash-escaped blank that starts a
+    word; bash reads both as characters of the word (``--port 30000\\r`` passes ``30000\\r``,
+    ``\\<space>`` at the end of a line passes ``' '`` and ends the command: the broken
+    continuation of a CRLF file, or of a stray blank after the backslash). Every position and
+    every slice of the real text stay as they are: only the parser sees the stand-in."""
+    if b"\r" not in source and not _ESCAPED_BLANK_RE.search(source):
+        return source
+    stand_in = next((b for b in _STAND_INS if b not in source), None)
+    if stand_in is None:  # every control byte used: a binary file, not a launch script
+        return source
+    text = source.replace(b"\r", stand_in)
+    return _ESCAPED_BLANK_RE.sub(lambda m: m.group(1) + stand_in, text)
+
+
+# the node types that are (pieces of) a word
+WORD_PIECES = frozenset({
+    "word", "concatenation", "string", "raw_string", "ansi_c_string", "translated_string",
+    "simple_expansion", "expansion", "command_substitution", "arithmetic_expansion", "number",
+    "brace_expression",
+})  # fmt: skip
+
+
+def unglue(children: list[Any]) -> tuple[list[Any], dict[int, tuple[Any, ...]]]:
+    """Children with the words tree-sitter-bash cut in pieces put back together: bash splits
+    words only at blanks and operators, so pieces with nothing between them are one word.
+    Returns the first pieces, and node id -> the pieces that follow it."""
+    out: list[Any] = []
+    glued: dict[int, tuple[Any, ...]] = {}
+    last: Any = None  # the last piece of the word being put back together
+    for child in children:
+        if out:
+            head = out[-1]
+            if head.id not in glued:
+                last = (
+                    head.child_by_field_name("value")
+                    if head.type == "variable_assignment"
+                    else head
+                )
+            piece = child.named_children[0] if child.type == "command_name" else child
+            if (
+                last is not None
+                and (last.type in WORD_PIECES or head.type == "command_name")
+                and piece.type in WORD_PIECES
+                and child.start_byte == last.end_byte
+            ):
+                glued[head.id] = (*glued.get(head.id, ()), piece)
+                last = piece
+                continue
+        out.append(child)
+    return out, glued

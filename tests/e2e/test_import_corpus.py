@@ -39,7 +39,7 @@ import yaml
 from orchestrator.cli.main import main
 from orchestrator.commands.importing import Written, run_import
 from orchestrator.errors import ImportScriptError
-from orchestrator.importing.profiles import ScriptFile, read_scripts
+from orchestrator.importing.scripts import ScriptFile, read_scripts
 from orchestrator.profile.store import PLACEHOLDER_RE, ProfileStore
 from orchestrator.render import Redactor
 from orchestrator.sglang import argtable

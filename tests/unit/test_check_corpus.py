@@ -12,7 +12,7 @@ from typing import Any
 import yaml
 
 from orchestrator.importing.check import check_scripts
-from orchestrator.importing.profiles import ScriptFile
+from orchestrator.importing.scripts import ScriptFile
 from tests.conftest import REPO
 
 CORPUS = REPO / "tests" / "fixtures" / "launchscripts"

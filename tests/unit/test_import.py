@@ -18,9 +18,10 @@ from hypothesis import strategies as st
 from orchestrator.cli.main import main
 from orchestrator.errors import ExitCode
 from orchestrator.importing.check import check_scripts
-from orchestrator.importing.launches import parse_arguments
-from orchestrator.importing.profiles import ScriptFile
-from orchestrator.importing.shellscript import Position, literal, parse_script
+from orchestrator.importing.scripts import ScriptFile
+from orchestrator.importing.server_arguments import parse_arguments
+from orchestrator.importing.shell_script import parse_script
+from orchestrator.importing.shell_words import Position, literal
 from orchestrator.sglang import argtable
 from orchestrator.sglang.argtable import RENAMES
 from tests.argparse_oracle import UNCERTAIN_ACTIONS, OracleError, parse

@@ -19,7 +19,8 @@ from orchestrator.cli.main import main
 from orchestrator.commands.importing import MAX_SCRIPT_BYTES, read_stdin
 from orchestrator.errors import ExitCode, ImportBoundError, ImportScriptError
 from orchestrator.importing.check import check_scripts
-from orchestrator.importing.profiles import ImportRequest, ScriptFile, import_scripts
+from orchestrator.importing.profiles import import_scripts
+from orchestrator.importing.scripts import ImportRequest, ScriptFile
 from tests.conftest import REPO
 
 LAUNCH = "python3 -m sglang.launch_server --model-path /m"

@@ -13,8 +13,8 @@ import yaml
 
 from orchestrator.cli.main import main
 from orchestrator.importing.check import check_scripts
-from orchestrator.importing.profiles import ScriptFile
-from orchestrator.importing.shellscript import parse_script
+from orchestrator.importing.scripts import ScriptFile
+from orchestrator.importing.shell_script import parse_script
 
 
 def _run(argv: list[str]) -> tuple[int, str, str]:

@@ -13,9 +13,10 @@ import pytest
 
 from orchestrator.importing.check import check_scripts
 from orchestrator.importing.launches import Launch, find_launches
-from orchestrator.importing.profiles import ImportRequest, ScriptFile, import_scripts
+from orchestrator.importing.profiles import import_scripts
+from orchestrator.importing.scripts import ImportRequest, ScriptFile
 from orchestrator.importing.shell_arith import run_arithmetic
-from orchestrator.importing.shellscript import parse_script
+from orchestrator.importing.shell_script import parse_script
 
 RECORD = "\x1e"  # between records in the capture file; NUL between a record's words
 

@@ -174,5 +174,3 @@ def _gpus(visible_devices: str | None) -> dict[str, Any]:
     if reading.error:
         answer["reason"] = reading.error  # read part of the way: why not further
     return answer
-
-
