@@ -213,12 +213,12 @@ def test_argv_with_a_removed_flag_leaves_it_unknown() -> None:
     assert parsed.unknown == ("--mamba-scheduler-strategy", "extra_buffer")
 
 
-
 def test_argv_reads_a_deprecated_const_alias_as_the_value_its_help_names() -> None:
     # SGLang 0.5.14's --disable-piecewise-cuda-graph stores 'disabled' in
     # cuda_graph_backend_prefill ("Deprecated alias for --cuda-graph-backend-prefill=disabled")
     parsed = sglang_config.parse_arguments(load_table("0.5.14"), ["--disable-piecewise-cuda-graph"])
     assert parsed.values == {"cuda_graph_backend_prefill": "disabled"}
+
 
 @pytest.mark.parametrize(
     ("argv", "expected"),
