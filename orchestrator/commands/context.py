@@ -20,7 +20,7 @@ from pathlib import Path
 from orchestrator import __version__, render
 from orchestrator.fleet.client import Agent, locate
 from orchestrator.model import Host, Profile, ServerCommand
-from orchestrator.profile.store import LoadedProfile, ProfileStore
+from orchestrator.profile.store import LoadedProfile, ProfileStore, RequestedField, requested_fields
 from orchestrator.sglang.argtable import ArgTable
 from orchestrator.transport import Transport
 
@@ -32,10 +32,17 @@ class Member:
     """One server of a launch, on one host."""
 
     rank: int
-    host: Host
+    profile: Profile  # the profile as this member's node runs it (its host, port, env)
+    # The SGLang fields it sets, read once: rendered into ``command``, and what the plan and the
+    # server's effective configuration are compared with.
+    requested: tuple[RequestedField, ...]
     command: ServerCommand  # secrets as references: printed, hashed, stored
     argv: tuple[str, ...]  # concrete: secrets resolved, what the process receives
     env: Mapping[str, str]
+
+    @property
+    def host(self) -> Host:
+        return self.profile.host
 
 
 @dataclass(frozen=True)
@@ -70,10 +77,6 @@ class Launch:
     def is_group(self) -> bool:
         return self.profile.group is not None
 
-    def member_profile(self, member: Member) -> Profile:
-        """The profile as ``member``'s node runs it (its host, port, env)."""
-        return self.profile.for_rank(member.rank)
-
     def spelled_for(self, table: ArgTable, environ: Mapping[str, str]) -> Launch:
         """The same launch with the flags spelled for another SGLang version (an unpinned
         profile meets the host's version at preflight)."""
@@ -96,19 +99,33 @@ class Launch:
         }
 
 
+@dataclass(frozen=True)
+class UpOptions:
+    """What ``orch up`` is told beside the profile (its flags), handed down as one value."""
+
+    replace: bool = False  # --replace: stop the deployment's running launch for this one
+    check_plan: bool = True  # not --no-plan: SGLang's own plan gates the launch
+    force: bool = False  # --force: launch what the plan refuses
+    take_over: bool = False  # --take-over: a deployment launched from another repository
+
+
 def _make_launch(
     loaded: LoadedProfile, environ: Mapping[str, str], *, require_secrets: bool
 ) -> Launch:
-    loaded = dataclasses.replace(loaded, profile=render.gated(loaded.profile, loaded.table))
-    commands = render.render_members(loaded.profile, loaded.table)
+    profile = render.gated(loaded.profile, loaded.table)
+    loaded = dataclasses.replace(loaded, profile=profile)
     unset = None if require_secrets else UNSET_SECRET
     members: list[Member] = []
     secrets: dict[str, str] = {}
-    for rank, command in enumerate(commands):
+    for rank in range(profile.nnodes):  # as render.render_members, keeping what it reads
+        node = profile.for_rank(rank)
+        requested = requested_fields(node)
+        command = render.render(node, loaded.table, requested)
         argv, env, read = render.resolve_secrets(command, environ, unset=unset)
-        members.append(Member(rank, loaded.profile.for_rank(rank).host, command, argv, env))
+        members.append(Member(rank, node, requested, command, argv, env))
         secrets.update(read)
-    return Launch(loaded, tuple(members), secrets, render.launch_digest(*commands))
+    digest = render.launch_digest(*(member.command for member in members))
+    return Launch(loaded, tuple(members), secrets, digest)
 
 
 UNSET_SECRET = "orch-unset-secret"  # noqa: S105 - a placeholder for an unset from_env value

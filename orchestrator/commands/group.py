@@ -24,7 +24,7 @@ from typing import Any
 
 from orchestrator import render
 from orchestrator.commands import ownership, planning, preflight
-from orchestrator.commands.context import Context, Launch, Member
+from orchestrator.commands.context import Context, Launch, Member, UpOptions
 from orchestrator.commands.effective import verify_ready
 from orchestrator.commands.events import (
     Attached,
@@ -63,11 +63,15 @@ MEMBER_STOP_GRACE_S = 5.0  # SIGTERM -> SIGKILL on ranks >= 1 (SGLang >= 0.5.21 
 
 @dataclass(frozen=True)
 class Node:
-    """One rank of the launch: its command, its profile as its node runs it, its agent."""
+    """One rank of the launch: its member (its profile as its node runs it, its command), its
+    agent."""
 
     member: Member
-    profile: Profile
     agent: Agent
+
+    @property
+    def profile(self) -> Profile:
+        return self.member.profile
 
     @property
     def rank(self) -> int:
@@ -82,8 +86,7 @@ def nodes_of(ctx: Context, launch: Launch) -> list[Node]:
     """Every rank's node, its connection opened (in parallel)."""
 
     def open_node(member: Member) -> Node:
-        profile = launch.member_profile(member)
-        return Node(member, profile, ctx.agent(profile))
+        return Node(member, ctx.agent(member.profile))
 
     return parallel(open_node, launch.members)
 
@@ -98,15 +101,7 @@ def _group(launch: Launch) -> Group:
 # -- up ------------------------------------------------------------------------------------------
 
 
-def up(
-    ctx: Context,
-    launch: Launch,
-    *,
-    replace_running: bool = False,
-    check_plan: bool = True,
-    force: bool = False,
-    take_over: bool = False,
-) -> Iterator[UpEvent]:
+def up(ctx: Context, launch: Launch, options: UpOptions) -> Iterator[UpEvent]:
     """Preflight every node, start every rank, follow the group to READY; the last event is an
     Outcome."""
     profile = launch.profile
@@ -125,7 +120,9 @@ def up(
     states = parallel(lambda node: node.agent.status(), nodes)
     for node, state in zip(nodes, states, strict=True):
         if state.deployed:
-            note = ownership.check(node.profile, state, ctx.origin(), "up", take_over=take_over)
+            note = ownership.check(
+                node.profile, state, ctx.origin(), "up", take_over=options.take_over
+            )
             if note is not None:
                 yield Step(f"rank {node.rank}: {note}")
     running = [(node, state) for node, state in zip(nodes, states, strict=True) if _holds(state)]
@@ -137,7 +134,7 @@ def up(
             yield Attached(states[0])
             yield from _follow(ctx, launch, nodes, states[0])
             return
-        if not replace_running:
+        if not options.replace:
             names = ", ".join(
                 f"{node.name}: {state.state}, launch {state.launch_digest}"
                 for node, state in running
@@ -181,8 +178,8 @@ def up(
     )
     yield from _check_reachable(nodes, group, bool(running))
 
-    if check_plan:
-        yield from planning.gate(ctx, launch, force=force, replacing=bool(running))
+    if options.check_plan:
+        yield from planning.gate(ctx, launch, force=options.force, replacing=bool(running))
     if running:
         yield Step(f"stopping the running group (--replace): {len(running)} node(s)")
         stop_group(nodes, profile.name)
@@ -472,9 +469,7 @@ def logs_every_node(
 
     def read(rank: int) -> None:
         try:
-            for item in logs(
-                ctx, name, run=None, follow_log=follow_log, lines=lines, rank=rank
-            ):
+            for item in logs(ctx, name, run=None, follow_log=follow_log, lines=lines, rank=rank):
                 found.put((rank, item))
         except BaseException as exc:  # noqa: BLE001 - handed to the reader, raised there
             found.put((rank, exc))

@@ -8,7 +8,7 @@ from typing import Any
 
 from orchestrator import render
 from orchestrator.commands import effective, group, ownership, planning, preflight
-from orchestrator.commands.context import Context, Launch
+from orchestrator.commands.context import Context, Launch, UpOptions
 from orchestrator.commands.effective import verify_ready
 from orchestrator.commands.events import (
     Attached,
@@ -31,21 +31,10 @@ from orchestrator.sglang import memory, observe
 SAME_LAUNCH_WAIT_S = 5.0  # how long a loser of the start lock waits for the winner's state
 
 
-def up(
-    ctx: Context,
-    launch: Launch,
-    *,
-    replace_running: bool = False,
-    check_plan: bool = True,
-    force: bool = False,
-    take_over: bool = False,
-) -> Iterator[UpEvent]:
+def up(ctx: Context, launch: Launch, options: UpOptions) -> Iterator[UpEvent]:
     """Preflight, push, start, follow the startup; the last event is an Outcome."""
     if launch.is_group:
-        yield from group.up(
-            ctx, launch, replace_running=replace_running, check_plan=check_plan, force=force,
-            take_over=take_over,
-        )  # fmt: skip
+        yield from group.up(ctx, launch, options)
         return
     profile = launch.profile
     agent = ctx.agent(profile)
@@ -59,8 +48,7 @@ def up(
         follow_seconds(profile), effective.inspect_request(profile, sorted(member.env))
     )
     try:
-        yield from _up(ctx, launch, agent, pending, replace_running=replace_running,
-                       check_plan=check_plan, force=force, take_over=take_over)  # fmt: skip
+        yield from _up(ctx, launch, agent, pending, options)
     finally:
         pending.cancel()
 
@@ -70,11 +58,7 @@ def _up(
     launch: Launch,
     agent: Agent,
     pending: PendingStart,
-    *,
-    replace_running: bool,
-    check_plan: bool,
-    force: bool,
-    take_over: bool,
+    options: UpOptions,
 ) -> Iterator[UpEvent]:
     profile = launch.profile
     member = launch.primary
@@ -84,7 +68,7 @@ def _up(
     )
     replacing: RunState | None = None  # stopped only once the new launch passed its checks
     if current.deployed:
-        note = ownership.check(profile, current, ctx.origin(), "up", take_over=take_over)
+        note = ownership.check(profile, current, ctx.origin(), "up", take_over=options.take_over)
         if note is not None:
             yield Step(note)
     if current.unsupervised:
@@ -99,7 +83,7 @@ def _up(
                 yield Attached(adopted)
                 yield from _follow_and_verify(ctx, launch, agent, adopted)
                 return
-        elif not replace_running:
+        elif not options.replace:
             raise Conflict(
                 f"{profile.name} runs unsupervised on {profile.host.name} (its supervisor "
                 f"died) with another launch (digest {current.launch_digest}, run "
@@ -113,7 +97,7 @@ def _up(
             yield Attached(current)
             yield from _follow_and_verify(ctx, launch, agent, current)
             return
-        if not replace_running:
+        if not options.replace:
             raise Conflict(
                 f"{profile.name} already runs on {profile.host.name} with another launch "
                 f"(digest {current.launch_digest}, run {current.run_id}, {current.state})",
@@ -132,9 +116,9 @@ def _up(
     member = launch.primary
     budget: memory.Budget | None = None
     standin = False
-    if check_plan:
+    if options.check_plan:
         planned = yield from planning.gate(
-            ctx, launch, force=force, replacing=replacing is not None
+            ctx, launch, force=options.force, replacing=replacing is not None
         )
         budget, standin = planned.budget, planned.standin
     if replacing is not None:

@@ -14,7 +14,7 @@ from orchestrator.cli.show import reports as show_reports
 from orchestrator.effective import verify
 from orchestrator.fleet.protocol import decode_inspect
 from orchestrator.model import Profile
-from orchestrator.profile.store import ProfileStore
+from orchestrator.profile.store import ProfileStore, requested_fields
 from orchestrator.remote import agent
 from orchestrator.sglang import config as sglang_config
 from orchestrator.sglang.argtable import load_table
@@ -64,7 +64,7 @@ def rows(report: verify.Report) -> dict[str, verify.FieldRow]:
 
 def compare(profile: Profile, table: Any, observation: verify.Observation, **kw: Any) -> verify.Report:  # fmt: skip
     return verify.compare(
-        profile, table, observation, env=kw.pop("env", {}),
+        profile, table, observation, requested=requested_fields(profile), env=kw.pop("env", {}),
         secret_env=kw.pop("secret_env", frozenset()), secrets=kw.pop("secrets", {}), **kw,
     )  # fmt: skip
 
