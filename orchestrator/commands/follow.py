@@ -13,9 +13,10 @@ from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
+from orchestrator.commands.context import HostAgent
 from orchestrator.commands.events import LogLine, Outcome, UpEvent
 from orchestrator.errors import ConnectError, ExitCode, StartupTimeout
-from orchestrator.fleet.client import Agent, InspectRequest, WatchSilent
+from orchestrator.fleet.client import InspectRequest, WatchSilent
 from orchestrator.fleet.protocol import decode_state
 from orchestrator.model import Profile, RunState
 from orchestrator.remote.agent import (
@@ -111,7 +112,7 @@ def follow_seconds(profile: Profile) -> float:
 
 
 def follow(
-    agent: Agent,
+    agent: HostAgent,
     state: RunState,
     profile: Profile,
     clock: Clock,
@@ -188,7 +189,7 @@ def _follow_stream(
 
 
 def _follow_polling(
-    agent: Agent,
+    agent: HostAgent,
     state: RunState,
     profile: Profile,
     clock: Clock,
@@ -255,7 +256,7 @@ def _timed_out(profile: Profile, current: RunState, reader: _LogReader) -> NoRet
 class _LogReader:
     """The run's log from an offset: new complete lines become events."""
 
-    def __init__(self, agent: Agent, log: str | None, startup: StartupLog) -> None:
+    def __init__(self, agent: HostAgent, log: str | None, startup: StartupLog) -> None:
         self.agent = agent
         self.log = log
         self.startup = startup

@@ -24,7 +24,7 @@ from typing import Any
 
 from orchestrator import render
 from orchestrator.commands import ownership, planning, preflight
-from orchestrator.commands.context import Context, Launch, Member, UpOptions
+from orchestrator.commands.context import Context, HostAgent, Launch, Member, UpOptions
 from orchestrator.commands.effective import verify_ready
 from orchestrator.commands.events import (
     Attached,
@@ -50,7 +50,6 @@ from orchestrator.commands.follow import (
 from orchestrator.commands.logs import LogTail, logs
 from orchestrator.errors import Conflict, ExitCode, PreflightError, SupervisorError
 from orchestrator.fleet import groups
-from orchestrator.fleet.client import Agent
 from orchestrator.fleet.protocol import ProbeAnswer, StopReply, build_spec, health_host
 from orchestrator.model import Group, Profile, RunState
 from orchestrator.remote.agent import READY
@@ -67,7 +66,7 @@ class Node:
     agent."""
 
     member: Member
-    agent: Agent
+    agent: HostAgent
 
     @property
     def profile(self) -> Profile:

@@ -8,7 +8,7 @@ from typing import Any
 
 from orchestrator import render
 from orchestrator.commands import effective, group, ownership, planning, preflight
-from orchestrator.commands.context import Context, Launch, UpOptions
+from orchestrator.commands.context import Context, HostAgent, Launch, StartChannel, UpOptions
 from orchestrator.commands.effective import verify_ready
 from orchestrator.commands.events import (
     Attached,
@@ -22,7 +22,6 @@ from orchestrator.commands.events import (
 )
 from orchestrator.commands.follow import Clock, StartupLog, follow, follow_seconds
 from orchestrator.errors import Conflict, OrchError
-from orchestrator.fleet.client import Agent, PendingStart
 from orchestrator.fleet.protocol import build_spec, decode_inspect
 from orchestrator.model import RunState
 from orchestrator.sglang import config as sglang_config
@@ -56,8 +55,8 @@ def up(ctx: Context, launch: Launch, options: UpOptions) -> Iterator[UpEvent]:
 def _up(
     ctx: Context,
     launch: Launch,
-    agent: Agent,
-    pending: PendingStart,
+    agent: HostAgent,
+    pending: StartChannel,
     options: UpOptions,
 ) -> Iterator[UpEvent]:
     profile = launch.profile
@@ -151,7 +150,7 @@ def _up(
     yield from _follow_and_verify(ctx, launch, agent, state, budget, standin=standin, events=events)
 
 
-def _adopt(agent: Agent) -> RunState | None:
+def _adopt(agent: HostAgent) -> RunState | None:
     """A new supervisor for the running server whose supervisor died (``agent.py adopt``);
     None when it cannot be adopted (it ended meanwhile ...): then it is stopped and started."""
     reply = agent.adopt()
@@ -161,7 +160,7 @@ def _adopt(agent: Agent) -> RunState | None:
 def _follow_and_verify(
     ctx: Context,
     launch: Launch,
-    agent: Agent,
+    agent: HostAgent,
     state: RunState,
     budget: memory.Budget | None = None,
     *,
@@ -213,7 +212,7 @@ def _compare_logged(launch: Launch, startup: StartupLog) -> Iterator[UpEvent]:
     yield Effective(report, report.pinned_drift(launch.profile.pin, launch.table))
 
 
-def _same_launch_winner(ctx: Context, agent: Agent, digest: str) -> RunState | None:
+def _same_launch_winner(ctx: Context, agent: HostAgent, digest: str) -> RunState | None:
     """After losing the start lock: the winner's state once it has written it, when it runs the
     same launch. The winner holds the lock before its first state write, so wait a moment."""
     deadline = ctx.clock() + SAME_LAUNCH_WAIT_S

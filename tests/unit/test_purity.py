@@ -46,8 +46,10 @@ def test_core_modules_import_no_io_machinery() -> None:
     Only when something does is each imported alone, to name the culprit."""
     loaded = _modules_after("\n".join(f"import {module}" for module in CORE))
     if loaded & FORBIDDEN_IN_CORE:
-        culprits = {module: sorted(_modules_after(f"import {module}") & FORBIDDEN_IN_CORE)
-                    for module in CORE}  # fmt: skip
+        culprits = {
+            module: sorted(_modules_after(f"import {module}") & FORBIDDEN_IN_CORE)
+            for module in CORE
+        }
         pytest.fail(f"the pure core loads I/O machinery: {_named(culprits)}")
 
 
@@ -87,6 +89,8 @@ def test_fast_commands_never_import_paramiko(tmp_path: Path) -> None:
     slow = {"paramiko", "jinja2"}
     loaded = _modules_after("".join(_main_code(profiles, argv) for argv in FAST_COMMANDS))
     if loaded & slow:
-        culprits = {" ".join(argv): sorted(_modules_after(_main_code(profiles, argv)) & slow)
-                    for argv in FAST_COMMANDS}  # fmt: skip
+        culprits = {
+            " ".join(argv): sorted(_modules_after(_main_code(profiles, argv)) & slow)
+            for argv in FAST_COMMANDS
+        }
         pytest.fail(f"a fast command loads a slow import: {_named(culprits)}")
