@@ -114,13 +114,14 @@ def _with_meta(value: Any, meta: Mapping[str, Any]) -> Any:
 @dataclass
 class FakeDeployment:
     """A deployment on the fake host: the situation its agent answers from, the meta of the
-    launch it holds, and the spec of every run it was asked to start (the agent keeps each as
-    its spec.json)."""
+    launch it holds, the spec of every run it was asked to start (the agent keeps each as its
+    spec.json) and every situation it went through (the agent's events)."""
 
     name: str
     situation: str = UNDEPLOYED
     meta: dict[str, Any] = field(default_factory=dict)
     started: list[dict[str, Any]] = field(default_factory=list)
+    history: list[str] = field(default_factory=list)
     # the meta of a launch that another orch starts here just before this one's start arrives
     concurrent: Mapping[str, Any] | None = None
 
@@ -128,6 +129,10 @@ class FakeDeployment:
     def launch_digest(self) -> str | None:
         digest = self.meta.get("launch_digest")
         return digest if isinstance(digest, str) else None
+
+    def become(self, situation: str) -> None:
+        self.situation = situation
+        self.history.append(situation)
 
     def status_answer(self, key: str) -> Any:
         """``status`` or ``probe-status`` in its situation: as recorded of this deployment,
@@ -138,7 +143,8 @@ class FakeDeployment:
     def start(self, spec: Mapping[str, Any]) -> list[Any]:
         """The documents of ``start --watch``: the startup as recorded, or the refusal."""
         if self.concurrent is not None:  # another orch up's start arrived first
-            self.situation, self.meta, self.concurrent = READY, dict(self.concurrent), None
+            self.meta, self.concurrent = dict(self.concurrent), None
+            self.become(READY)
         if self.situation in RUNNING:
             return [recorded("start-refused", self.meta)]
         if self.name not in STARTUPS:
@@ -146,7 +152,7 @@ class FakeDeployment:
         stream, after = STARTUPS[self.name]
         self.meta = dict(spec["meta"])
         self.started.append(dict(spec))
-        self.situation = after
+        self.become(after)
         documents: list[Any] = recorded(stream, self.meta)
         return documents
 
@@ -157,13 +163,13 @@ class FakeDeployment:
             answer = recorded("stop-stale", self.meta)
         else:
             raise NotRecorded(f"no stop of a {self.situation} deployment was recorded")
-        self.situation = STOPPED
+        self.become(STOPPED)
         return answer
 
     def adopt(self) -> Any:
         if self.situation != UNSUPERVISED:
             return recorded("adopt-refused", self.meta)
-        self.situation = ADOPTED
+        self.become(ADOPTED)
         return recorded("adopt", self.meta)
 
 
@@ -186,8 +192,8 @@ class FakeFleet:
     ) -> FakeDeployment:
         """A deployment already in ``situation``, holding the launch ``meta`` describes."""
         deployment = self.deployment(host, name)
-        deployment.situation = situation
         deployment.meta = dict(meta)
+        deployment.become(situation)
         return deployment
 
     def agent(self, profile: Profile) -> FakeAgent:

@@ -90,11 +90,12 @@ def test_up_starts_in_place_of_another_repositorys_stopped_deployment(commands: 
 def test_up_sweeps_a_run_whose_supervisor_died_without_an_end_then_starts(
     commands: Commands,
 ) -> None:
-    commands.deploy("demo", STALE)
+    deployment = commands.deploy("demo", STALE)
     events = _up(commands, "demo")
     assert "the previous supervisor died without an end; sweeping its run" in _steps(events)
     assert _outcome(events).ok
-    assert len(commands.deployment("demo").started) == 1
+    assert deployment.history == [STALE, STOPPED, READY]  # its end recorded before the start
+    assert len(deployment.started) == 1
 
 
 # -- the same launch runs: followed, never started again -----------------------------------------
@@ -163,7 +164,7 @@ def test_up_replace_stops_the_other_launch_then_starts_this_one(commands: Comman
     assert _outcome(events).ok
     deployment = commands.deployment("demo")
     assert deployment.launch_digest == launch.digest
-    assert deployment.situation == READY
+    assert deployment.history == [READY, STOPPED, READY]
 
 
 def test_up_loses_the_start_to_a_concurrent_up_of_another_launch(commands: Commands) -> None:
