@@ -21,7 +21,9 @@ setup: $(STAMP)
 test: $(STAMP)
 	$(BIN)/python -m pytest -q
 
-# The unit tier: pure stages, the CLI in-process, the supervisor's logic on an injected clock.
+# The unit tier: pure stages, the CLI and commands/ in-process (against a fake agent fed from the
+# agent's recorded answers), the supervisor's logic on an injected clock. No server, no agent, no
+# shell per example (the property tier); at most 20 s on 2 cores. `make test` runs every tier.
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -q -m unit
 

@@ -39,7 +39,7 @@ from bench.lab import (
     time_to_verdict,
 )
 from bench.latency import latency
-from orchestrator.commands.context import Context
+from orchestrator.commands.context import Context, UpOptions
 from orchestrator.commands.events import Outcome
 from orchestrator.commands.up import up
 from orchestrator.profile.store import ProfileStore
@@ -55,7 +55,7 @@ def up_overhead(lab: Lab, host: str, runs: int) -> Section:
             store=ProfileStore(lab.profiles), environ=os.environ, local_python=sys.executable
         )
         started = time.monotonic()
-        events = list(up(ctx, ctx.launch(name)))
+        events = list(up(ctx, ctx.launch(name), UpOptions()))
         wall = time.monotonic() - started
         verdict = events[-1]
         assert isinstance(verdict, Outcome), verdict
@@ -638,7 +638,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             sizes_mb = (1, 16) if quick else (1, 100, 1024)
             sections.append(large_log(lab, hosts[0], sizes_mb, runs=1 if quick else 5))
     if "latency" in args.only:
-
         delays = tuple(args.delays) if args.delays else ((0.025,) if quick else DELAYS)
         many = (1, 2) if quick else (1, 4, 16)
         sections.extend(latency(delays, runs=1 if quick else 3, many=many))

@@ -31,7 +31,7 @@ from bench.lab import (
     orch_death_to_verdict,
 )
 from bench.relay import Counts
-from orchestrator.commands.context import Context
+from orchestrator.commands.context import Context, UpOptions
 from orchestrator.commands.events import Outcome
 from orchestrator.commands.up import up
 from orchestrator.profile.store import ProfileStore
@@ -171,7 +171,7 @@ def _one_delay(lab: Lab, delay: float, runs: int, many: Sequence[int]) -> Sectio
         outcome: list[Outcome] = []
 
         def start(ctx: Context = ctx, name: str = name, outcome: list[Outcome] = outcome) -> None:
-            events = list(up(ctx, ctx.launch(name), check_plan=False))
+            events = list(up(ctx, ctx.launch(name), UpOptions(check_plan=False)))
             last = events[-1]
             assert isinstance(last, Outcome), last
             assert last.ok, last.summary

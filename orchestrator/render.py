@@ -15,7 +15,7 @@ import posixpath
 import re
 import shlex
 import urllib.parse
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from orchestrator.errors import RenderError
@@ -27,7 +27,7 @@ from orchestrator.model import (
     SecretRef,
     ServerCommand,
 )
-from orchestrator.profile.fields import requested_fields
+from orchestrator.profile.fields import RequestedField, requested_fields
 from orchestrator.sglang import argtable
 from orchestrator.sglang.argtable import ArgTable, BadValue
 
@@ -56,15 +56,19 @@ def render_members(profile: Profile, table: ArgTable) -> tuple[ServerCommand, ..
     return tuple(render(profile.for_rank(rank), table) for rank in range(profile.nnodes))
 
 
-def render(profile: Profile, table: ArgTable) -> ServerCommand:
-    """The server command for ``profile``, with flags spelled for ``table``'s SGLang version."""
+def render(
+    profile: Profile, table: ArgTable, fields: Sequence[RequestedField] | None = None
+) -> ServerCommand:
+    """The server command for ``profile``, with flags spelled for ``table``'s SGLang version.
+    ``fields``: the SGLang fields the profile sets, when the caller has read them already (a
+    launch reads them once per member, and compares the server with the same ones)."""
     if profile.abstract:
         raise RenderError(
             f"profile {profile.name!r} is abstract (a base for others) and cannot be launched",
             "render a profile that extends it",
         )
     argv: list[ArgvToken] = [*_program(profile)]
-    for field in requested_fields(profile):
+    for field in requested_fields(profile) if fields is None else fields:
         spelling = argtable.spell(table, field.name)
         if spelling is None:  # validation rejects these; a stale table is the only way here
             raise RenderError(

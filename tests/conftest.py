@@ -78,10 +78,20 @@ def capture_lines(name: str) -> list[str]:
 
 # Each directory is one tier (pyproject.toml's markers); `make test-fast` runs the unit tier.
 _TIERS = {
-    "unit": "unit", "golden": "unit", "property": "unit", "agent": "agent", "e2e": "e2e",
+    "unit": "unit", "golden": "unit", "property": "property", "agent": "agent", "e2e": "e2e",
     "ssh": "e2e", "transport": "e2e", "standin": "e2e", "sglang_real": "sglang_real",
     "bench": "bench", "engines": "engines",
 }  # fmt: skip
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """``-m TIER`` alone (``make test-fast`` is ``-m unit``): the other tiers' directories are not
+    collected, so their modules (and what they import) are not even loaded."""
+    tier = _TIERS.get(collection_path.name)
+    wanted = config.getoption("markexpr")
+    if tier is None or collection_path.parent != REPO / "tests" or wanted not in _TIERS.values():
+        return None
+    return True if tier != wanted else None
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

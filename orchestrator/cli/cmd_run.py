@@ -15,16 +15,20 @@ from orchestrator.errors import ExitCode, OrchError
 
 def handle_up(args: argparse.Namespace, output: Output) -> int:
     from orchestrator.cli.show import core as show
+    from orchestrator.commands.context import UpOptions
     from orchestrator.commands.up import up
 
     ctx = context_for(args, output)
+    options = UpOptions(
+        replace=args.replace,
+        check_plan=not args.no_plan,
+        force=args.force,
+        take_over=args.take_over,
+    )
     try:
         launch = ctx.launch(args.profile)
         view = show.UpView(tty=output.out.isatty())
-        for event in up(
-            ctx, launch, replace_running=args.replace, check_plan=not args.no_plan,
-            force=args.force, take_over=args.take_over,
-        ):  # fmt: skip
+        for event in up(ctx, launch, options):
             output.write(view.event(event))
         return view.exit_code
     finally:

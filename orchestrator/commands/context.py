@@ -13,18 +13,98 @@ import getpass
 import socket
 import subprocess
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, Protocol
 
 from orchestrator import __version__, render
-from orchestrator.fleet.client import Agent, locate
-from orchestrator.model import Host, Profile, ServerCommand
+from orchestrator.effective.plan import PlanAnswer
+from orchestrator.effective.verify import Observation
+from orchestrator.fleet.client import Agent, Deployment, locate
+from orchestrator.fleet.protocol.inspect import InspectRequest, LastRun
+from orchestrator.fleet.protocol.probe import HostFacts
+from orchestrator.fleet.protocol.reach import ProbeAnswer
+from orchestrator.fleet.protocol.runs import RunInfo, RunsReply
+from orchestrator.fleet.protocol.start import StartReply
+from orchestrator.fleet.protocol.stop import StopReply
+from orchestrator.fleet.protocol.tail import TailReply
+from orchestrator.model import Host, Profile, RunState, ServerCommand
+from orchestrator.profile.fields import RequestedField, requested_fields
 from orchestrator.profile.store import LoadedProfile, ProfileStore
 from orchestrator.sglang.argtable import ArgTable
 from orchestrator.transport import Transport
 
 KNOWN_HOSTS_FILE = "known_hosts"  # the team's pinned host keys, beside the profiles
+
+Events = Generator[dict[str, Any], None, None]  # an agent's stream, one JSON document a line
+
+
+class StartChannel(Protocol):
+    """``start --watch`` opened before its spec is known (``fleet.client.PendingStart``)."""
+
+    def send(
+        self, spec: Mapping[str, Any], launch_script: str
+    ) -> tuple[StartReply, Events | None]: ...
+
+    def cancel(self) -> None: ...
+
+
+class HostAgent(Protocol):
+    """What commands ask of a deployment's agent: ``fleet.client.Agent`` on the host, each
+    answer decoded; in the unit tests, a fake that answers what the agent answered
+    (tests/unit/commands/fake_agent.py)."""
+
+    deployment: Deployment
+    transport: Transport  # the deployment's files (logs) are read over it
+
+    def status(self) -> RunState: ...
+
+    def read_state(self) -> RunState | None: ...
+
+    def status_and_probe(
+        self, port: int, model: str | None, bind: str, env: Mapping[str, str]
+    ) -> tuple[RunState, HostFacts | None]: ...
+
+    def probe(
+        self, port: int, model: str | None, bind: str, env: Mapping[str, str]
+    ) -> HostFacts: ...
+
+    def open_start(self, seconds: float, inspect: InspectRequest | None = None) -> StartChannel: ...
+
+    def start(self, spec: Mapping[str, Any], launch_script: str) -> StartReply: ...
+
+    def adopt(self) -> StartReply: ...
+
+    def stop(self, timeout: float) -> StopReply: ...
+
+    def watch(
+        self, run_id: str, offset: int, seconds: float, inspect: InspectRequest | None = None
+    ) -> Events: ...
+
+    def tail(self, lines: int, bytes_per_line: int, run_id: str | None = None) -> TailReply: ...
+
+    def runs(self) -> tuple[RunInfo, ...]: ...
+
+    def runs_reply(self) -> RunsReply: ...
+
+    def plan(self, request: Mapping[str, Any], timeout: float = 300.0) -> PlanAnswer: ...
+
+    def inspect(
+        self,
+        *,
+        port: int,
+        host: str,
+        env_names: Sequence[str],
+        pid: int | None = None,
+        log: str | None = None,
+    ) -> tuple[Observation, LastRun | None]: ...
+
+    def listen(
+        self, bind: str, port: int, token: str, seconds: float, *, expect: int
+    ) -> ProbeAnswer: ...
+
+    def reach(self, host: str, port: int, token: str, timeout: float) -> ProbeAnswer: ...
 
 
 @dataclass(frozen=True)
@@ -32,10 +112,17 @@ class Member:
     """One server of a launch, on one host."""
 
     rank: int
-    host: Host
+    profile: Profile  # the profile as this member's node runs it (its host, port, env)
+    # The SGLang fields it sets, read once: rendered into ``command``, and what the plan and the
+    # server's effective configuration are compared with.
+    requested: tuple[RequestedField, ...]
     command: ServerCommand  # secrets as references: printed, hashed, stored
     argv: tuple[str, ...]  # concrete: secrets resolved, what the process receives
     env: Mapping[str, str]
+
+    @property
+    def host(self) -> Host:
+        return self.profile.host
 
 
 @dataclass(frozen=True)
@@ -70,10 +157,6 @@ class Launch:
     def is_group(self) -> bool:
         return self.profile.group is not None
 
-    def member_profile(self, member: Member) -> Profile:
-        """The profile as ``member``'s node runs it (its host, port, env)."""
-        return self.profile.for_rank(member.rank)
-
     def spelled_for(self, table: ArgTable, environ: Mapping[str, str]) -> Launch:
         """The same launch with the flags spelled for another SGLang version (an unpinned
         profile meets the host's version at preflight)."""
@@ -96,19 +179,33 @@ class Launch:
         }
 
 
+@dataclass(frozen=True)
+class UpOptions:
+    """What ``orch up`` is told beside the profile (its flags), handed down as one value."""
+
+    replace: bool = False  # --replace: stop the deployment's running launch for this one
+    check_plan: bool = True  # not --no-plan: SGLang's own plan gates the launch
+    force: bool = False  # --force: launch what the plan refuses
+    take_over: bool = False  # --take-over: a deployment launched from another repository
+
+
 def _make_launch(
     loaded: LoadedProfile, environ: Mapping[str, str], *, require_secrets: bool
 ) -> Launch:
-    loaded = dataclasses.replace(loaded, profile=render.gated(loaded.profile, loaded.table))
-    commands = render.render_members(loaded.profile, loaded.table)
+    profile = render.gated(loaded.profile, loaded.table)
+    loaded = dataclasses.replace(loaded, profile=profile)
     unset = None if require_secrets else UNSET_SECRET
     members: list[Member] = []
     secrets: dict[str, str] = {}
-    for rank, command in enumerate(commands):
+    for rank in range(profile.nnodes):  # as render.render_members, keeping what it reads
+        node = profile.for_rank(rank)
+        requested = requested_fields(node)
+        command = render.render(node, loaded.table, requested)
         argv, env, read = render.resolve_secrets(command, environ, unset=unset)
-        members.append(Member(rank, loaded.profile.for_rank(rank).host, command, argv, env))
+        members.append(Member(rank, node, requested, command, argv, env))
         secrets.update(read)
-    return Launch(loaded, tuple(members), secrets, render.launch_digest(*commands))
+    digest = render.launch_digest(*(member.command for member in members))
+    return Launch(loaded, tuple(members), secrets, digest)
 
 
 UNSET_SECRET = "orch-unset-secret"  # noqa: S105 - a placeholder for an unset from_env value
@@ -159,9 +256,12 @@ class Context:
     clock: Callable[[], float] = time.monotonic
     sleep: Callable[[float], None] = time.sleep
     redactor: render.Redactor = field(default_factory=render.Redactor)  # of the output
+    # The agent of a profile's deployment: None, the real one over the host's transport; the
+    # unit tests hand in a fake that answers as the agent answered (tests/unit/commands/).
+    agent_factory: Callable[[Profile], HostAgent] | None = None
+    known_origin: ProfilesOrigin | None = None  # else read with git, once, when first asked
     _transports: dict[str, Transport] = field(default_factory=dict)
-    _agents: dict[tuple[str, str], Agent] = field(default_factory=dict)
-    _origin: ProfilesOrigin | None = None
+    _agents: dict[tuple[str, str], HostAgent] = field(default_factory=dict)
 
     def launch(self, name: str, *, require_secrets: bool = True) -> Launch:
         """Load, render and resolve ``name`` once; its secrets join the output's redactor.
@@ -203,20 +303,23 @@ class Context:
                 return kept
         return direct()
 
-    def agent(self, profile: Profile) -> Agent:
+    def agent(self, profile: Profile) -> HostAgent:
         """The agent of ``profile``'s deployment on its host (one per command)."""
         key = (profile.host.name, profile.name)
         if key not in self._agents:
-            transport = self.transport(profile.host)
-            python = profile.host.python or self.local_python
-            self._agents[key] = Agent(transport, locate(transport, profile.name, python))
+            if self.agent_factory is not None:
+                self._agents[key] = self.agent_factory(profile)
+            else:
+                transport = self.transport(profile.host)
+                python = profile.host.python or self.local_python
+                self._agents[key] = Agent(transport, locate(transport, profile.name, python))
         return self._agents[key]
 
     def origin(self) -> ProfilesOrigin:
         """The profiles' origin, read once per command."""
-        if self._origin is None:
-            self._origin = profiles_origin(self.store.root)
-        return self._origin
+        if self.known_origin is None:
+            self.known_origin = profiles_origin(self.store.root)
+        return self.known_origin
 
     def close(self) -> None:
         for transport in self._transports.values():

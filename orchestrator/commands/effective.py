@@ -41,8 +41,8 @@ def diff_effective(
     """Compare the launch with what its server received and what SGLang resolved; ``rank``:
     which node of a launch group (its own host, port, env and ``--node-rank``). ``inspected``:
     the agent's inspection already at hand (``up``'s stream brings it with READY), else asked."""
-    profile = launch.profile.for_rank(rank)
     member = launch.members[rank]
+    profile = member.profile
     request = inspect_request(profile, sorted(member.env))
     observed, last_run = inspected or ctx.agent(profile).inspect(
         port=request.port, host=request.host, env_names=request.env_names, pid=pid, log=log
@@ -92,7 +92,7 @@ def diff_url(
     asked from this machine: a pod behind ``kubectl port-forward``, a SkyPilot cluster, a
     server someone started by hand. No SSH and no ``/proc``: what SGLang resolved
     (``/server_info``) and, from 0.5.20, the arguments it says it got (``launch_command``)."""
-    profile = launch.profile.for_rank(rank)
+    profile = launch.members[rank].profile
     observed = observe_url(url, api_key=_api_key(profile, launch.secrets), timeout_s=timeout_s)
     return _compared(ctx, launch, rank, observed, include_defaulted=include_defaulted)
 
@@ -106,8 +106,8 @@ def _compared(
     include_defaulted: bool,
 ) -> verify.Report:
     """The observation against rank ``rank``'s profile, then the lock, then memory figures."""
-    profile = launch.profile.for_rank(rank)
     member = launch.members[rank]
+    profile = member.profile
     table = launch.table
     if observed.server_version and observed.server_version != table.version:
         if profile.sglang_version is None:  # launched with the host's version's spelling
@@ -128,6 +128,7 @@ def _compared(
         profile,
         table,
         observed,
+        requested=member.requested,
         env=member.env,
         secret_env=secret_env,
         secrets=launch.secrets,
@@ -177,7 +178,7 @@ def diff_group(ctx: Context, launch: Launch, *, include_defaulted: bool = False)
 
     ranks = list(range(len(launch.members)))
     reports = parallel(compare_rank, ranks)
-    nodes = [launch.profile.for_rank(rank).host.name for rank in ranks]
+    nodes = [member.host.name for member in launch.members]
     # Like with like: every rank's own server_args= line (rank 0 also answers /server_info,
     # whose shapes differ from the line's; workers have only the line).
     logged = parallel(lambda rank: logged_config(ctx, launch, rank), ranks)
@@ -188,7 +189,7 @@ def diff_group(ctx: Context, launch: Launch, *, include_defaulted: bool = False)
 def logged_config(ctx: Context, launch: Launch, rank: int) -> dict[str, Any] | None:
     """What rank ``rank``'s current run logged it resolved (its ``server_args=`` line, which
     the agent keeps beside the run's log), None when it logged none (yet)."""
-    agent = ctx.agent(launch.profile.for_rank(rank))
+    agent = ctx.agent(launch.members[rank].profile)
     state = agent.read_state()
     if state is None or state.run_dir is None:
         return None
@@ -210,9 +211,10 @@ def compare_logged(launch: Launch, startup: StartupLog) -> verify.Report:
         notes=("the server is not running: compared with what its log recorded",),
     )  # fmt: skip
     return verify.compare(
-        launch.profile,
+        launch.primary.profile,
         launch.table,
         observed,
+        requested=launch.primary.requested,
         env=launch.primary.env,
         secret_env=frozenset(),
         secrets=launch.secrets,

@@ -12,9 +12,10 @@ from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
+from orchestrator.commands.context import HostAgent
 from orchestrator.commands.events import LogLine, Outcome, UpEvent
 from orchestrator.errors import ConnectError, ExitCode, StartupTimeout
-from orchestrator.fleet.client import Agent, WatchSilent
+from orchestrator.fleet.client import WatchSilent
 from orchestrator.fleet.protocol.inspect import InspectRequest
 from orchestrator.fleet.protocol.watch import (
     Inspected,
@@ -115,7 +116,7 @@ def follow_seconds(profile: Profile) -> float:
 
 
 def follow(
-    agent: Agent,
+    agent: HostAgent,
     state: RunState,
     profile: Profile,
     clock: Clock,
@@ -192,7 +193,7 @@ def _follow_stream(
 
 
 def _follow_polling(
-    agent: Agent,
+    agent: HostAgent,
     state: RunState,
     profile: Profile,
     clock: Clock,
@@ -259,7 +260,7 @@ def _timed_out(profile: Profile, current: RunState, reader: _LogReader) -> NoRet
 class _LogReader:
     """The run's log from an offset: new complete lines become events."""
 
-    def __init__(self, agent: Agent, log: str | None, startup: StartupLog) -> None:
+    def __init__(self, agent: HostAgent, log: str | None, startup: StartupLog) -> None:
         self.agent = agent
         self.log = log
         self.startup = startup

@@ -24,7 +24,7 @@ from typing import Any
 
 from orchestrator import render
 from orchestrator.commands import ownership, planning, preflight
-from orchestrator.commands.context import Context, Launch, Member
+from orchestrator.commands.context import Context, HostAgent, Launch, Member, UpOptions
 from orchestrator.commands.effective import verify_ready
 from orchestrator.commands.events import (
     Attached,
@@ -50,7 +50,6 @@ from orchestrator.commands.follow import (
 from orchestrator.commands.logs import LogTail, logs
 from orchestrator.errors import Conflict, ExitCode, PreflightError, SupervisorError
 from orchestrator.fleet import groups
-from orchestrator.fleet.client import Agent
 from orchestrator.fleet.protocol.reach import ProbeAnswer
 from orchestrator.fleet.protocol.start import build_spec, health_host
 from orchestrator.fleet.protocol.stop import StopReply
@@ -65,11 +64,15 @@ MEMBER_STOP_GRACE_S = 5.0  # SIGTERM -> SIGKILL on ranks >= 1 (SGLang >= 0.5.21 
 
 @dataclass(frozen=True)
 class Node:
-    """One rank of the launch: its command, its profile as its node runs it, its agent."""
+    """One rank of the launch: its member (its profile as its node runs it, its command), its
+    agent."""
 
     member: Member
-    profile: Profile
-    agent: Agent
+    agent: HostAgent
+
+    @property
+    def profile(self) -> Profile:
+        return self.member.profile
 
     @property
     def rank(self) -> int:
@@ -84,8 +87,7 @@ def nodes_of(ctx: Context, launch: Launch) -> list[Node]:
     """Every rank's node, its connection opened (in parallel)."""
 
     def open_node(member: Member) -> Node:
-        profile = launch.member_profile(member)
-        return Node(member, profile, ctx.agent(profile))
+        return Node(member, ctx.agent(member.profile))
 
     return parallel(open_node, launch.members)
 
@@ -100,15 +102,7 @@ def _group(launch: Launch) -> Group:
 # -- up ------------------------------------------------------------------------------------------
 
 
-def up(
-    ctx: Context,
-    launch: Launch,
-    *,
-    replace_running: bool = False,
-    check_plan: bool = True,
-    force: bool = False,
-    take_over: bool = False,
-) -> Iterator[UpEvent]:
+def up(ctx: Context, launch: Launch, options: UpOptions) -> Iterator[UpEvent]:
     """Preflight every node, start every rank, follow the group to READY; the last event is an
     Outcome."""
     profile = launch.profile
@@ -127,7 +121,9 @@ def up(
     states = parallel(lambda node: node.agent.status(), nodes)
     for node, state in zip(nodes, states, strict=True):
         if state.deployed:
-            note = ownership.check(node.profile, state, ctx.origin(), "up", take_over=take_over)
+            note = ownership.check(
+                node.profile, state, ctx.origin(), "up", take_over=options.take_over
+            )
             if note is not None:
                 yield Step(f"rank {node.rank}: {note}")
     running = [(node, state) for node, state in zip(nodes, states, strict=True) if _holds(state)]
@@ -139,7 +135,7 @@ def up(
             yield Attached(states[0])
             yield from _follow(ctx, launch, nodes, states[0])
             return
-        if not replace_running:
+        if not options.replace:
             names = ", ".join(
                 f"{node.name}: {state.state}, launch {state.launch_digest}"
                 for node, state in running
@@ -183,8 +179,8 @@ def up(
     )
     yield from _check_reachable(nodes, group, bool(running))
 
-    if check_plan:
-        yield from planning.gate(ctx, launch, force=force, replacing=bool(running))
+    if options.check_plan:
+        yield from planning.gate(ctx, launch, force=options.force, replacing=bool(running))
     if running:
         yield Step(f"stopping the running group (--replace): {len(running)} node(s)")
         stop_group(nodes, profile.name)

@@ -58,14 +58,15 @@ class RunsView:
 
 def node_profile(ctx: Context, name: str, rank: int) -> Profile:
     """``name``'s profile as rank ``rank`` runs it (0: a single server's)."""
-    profile = ctx.launch(name, require_secrets=False).profile
-    if not 0 <= rank < profile.nnodes:
+    launch = ctx.launch(name, require_secrets=False)
+    profile = launch.profile
+    if not 0 <= rank < len(launch.members):
         if profile.group is None:
             raise UsageError(f"--node {rank}: {name} is a single server", "leave --node out")
         raise UsageError(
             f"--node {rank}: {name} has ranks 0-{profile.nnodes - 1}", "a rank of group.nodes"
         )
-    return profile.for_rank(rank)
+    return launch.members[rank].profile
 
 
 def runs(ctx: Context, name: str, *, rank: int = 0) -> RunsView:

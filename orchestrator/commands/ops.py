@@ -49,11 +49,8 @@ def status(ctx: Context, names: Sequence[str]) -> list[StatusRow]:
     one connection each."""
     servers: list[tuple[Profile, int | None]] = []
     for name in names:
-        profile = ctx.launch(name, require_secrets=False).profile
-        if profile.group is None:
-            servers.append((profile, None))
-        else:
-            servers += [(profile.for_rank(rank), rank) for rank in range(profile.nnodes)]
+        launch = ctx.launch(name, require_secrets=False)
+        servers += [(m.profile, m.rank if launch.is_group else None) for m in launch.members]
     by_host: dict[str, list[tuple[Profile, int | None]]] = {}
     for server in servers:
         by_host.setdefault(server[0].host.name, []).append(server)

@@ -61,7 +61,9 @@ def predict(ctx: Context, launch: Launch, *, local: LocalSGLang | None = None) -
     answered = answer.sglang_version or ""
     if answered and answered != table.version and not answer.standin:
         table = argtable.table_for(answered).table  # read the answer in the answering version
-    report = plan.report(profile, table, answer, where=where, secrets=launch.secrets)
+    report = plan.report(
+        profile, table, answer, requested=member.requested, where=where, secrets=launch.secrets
+    )
     if launch.unset_secrets:
         unset = ", ".join(launch.unset_secrets)
         report = dataclasses.replace(

@@ -24,7 +24,7 @@ def check(
     """Check the host of rank ``rank`` (0: a single server's) against the launch; returns it,
     spelled for the host's SGLang when the profile leaves the version open. ``replacing``: the
     server this launch will replace (its port is in use by it, and will be free)."""
-    profile = launch.profile.for_rank(rank)
+    profile = launch.members[rank].profile
     host = profile.host.name
     version = facts.sglang_version
     on = f"{host}: " if launch.is_group else ""

@@ -8,7 +8,7 @@ from typing import Any
 
 from orchestrator import render
 from orchestrator.commands import effective, group, ownership, planning, preflight
-from orchestrator.commands.context import Context, Launch
+from orchestrator.commands.context import Context, HostAgent, Launch, StartChannel, UpOptions
 from orchestrator.commands.effective import verify_ready
 from orchestrator.commands.events import (
     Attached,
@@ -22,7 +22,6 @@ from orchestrator.commands.events import (
 )
 from orchestrator.commands.follow import Clock, StartupLog, follow, follow_seconds
 from orchestrator.errors import Conflict, OrchError
-from orchestrator.fleet.client import Agent, PendingStart
 from orchestrator.fleet.protocol.inspect import decode_inspect
 from orchestrator.fleet.protocol.start import build_spec
 from orchestrator.model import RunState
@@ -34,21 +33,10 @@ from orchestrator.sglang.memory.measured import compare, predicted_figures
 SAME_LAUNCH_WAIT_S = 5.0  # how long a loser of the start lock waits for the winner's state
 
 
-def up(
-    ctx: Context,
-    launch: Launch,
-    *,
-    replace_running: bool = False,
-    check_plan: bool = True,
-    force: bool = False,
-    take_over: bool = False,
-) -> Iterator[UpEvent]:
+def up(ctx: Context, launch: Launch, options: UpOptions) -> Iterator[UpEvent]:
     """Preflight, push, start, follow the startup; the last event is an Outcome."""
     if launch.is_group:
-        yield from group.up(
-            ctx, launch, replace_running=replace_running, check_plan=check_plan, force=force,
-            take_over=take_over,
-        )  # fmt: skip
+        yield from group.up(ctx, launch, options)
         return
     profile = launch.profile
     agent = ctx.agent(profile)
@@ -62,8 +50,7 @@ def up(
         follow_seconds(profile), effective.inspect_request(profile, sorted(member.env))
     )
     try:
-        yield from _up(ctx, launch, agent, pending, replace_running=replace_running,
-                       check_plan=check_plan, force=force, take_over=take_over)  # fmt: skip
+        yield from _up(ctx, launch, agent, pending, options)
     finally:
         pending.cancel()
 
@@ -71,13 +58,9 @@ def up(
 def _up(
     ctx: Context,
     launch: Launch,
-    agent: Agent,
-    pending: PendingStart,
-    *,
-    replace_running: bool,
-    check_plan: bool,
-    force: bool,
-    take_over: bool,
+    agent: HostAgent,
+    pending: StartChannel,
+    options: UpOptions,
 ) -> Iterator[UpEvent]:
     profile = launch.profile
     member = launch.primary
@@ -87,7 +70,7 @@ def _up(
     )
     replacing: RunState | None = None  # stopped only once the new launch passed its checks
     if current.deployed:
-        note = ownership.check(profile, current, ctx.origin(), "up", take_over=take_over)
+        note = ownership.check(profile, current, ctx.origin(), "up", take_over=options.take_over)
         if note is not None:
             yield Step(note)
     if current.unsupervised:
@@ -102,7 +85,7 @@ def _up(
                 yield Attached(adopted)
                 yield from _follow_and_verify(ctx, launch, agent, adopted)
                 return
-        elif not replace_running:
+        elif not options.replace:
             raise Conflict(
                 f"{profile.name} runs unsupervised on {profile.host.name} (its supervisor "
                 f"died) with another launch (digest {current.launch_digest}, run "
@@ -116,7 +99,7 @@ def _up(
             yield Attached(current)
             yield from _follow_and_verify(ctx, launch, agent, current)
             return
-        if not replace_running:
+        if not options.replace:
             raise Conflict(
                 f"{profile.name} already runs on {profile.host.name} with another launch "
                 f"(digest {current.launch_digest}, run {current.run_id}, {current.state})",
@@ -135,9 +118,9 @@ def _up(
     member = launch.primary
     budget: Budget | None = None
     standin = False
-    if check_plan:
+    if options.check_plan:
         planned = yield from planning.gate(
-            ctx, launch, force=force, replacing=replacing is not None
+            ctx, launch, force=options.force, replacing=replacing is not None
         )
         budget, standin = planned.budget, planned.standin
     if replacing is not None:
@@ -170,7 +153,7 @@ def _up(
     yield from _follow_and_verify(ctx, launch, agent, state, budget, standin=standin, events=events)
 
 
-def _adopt(agent: Agent) -> RunState | None:
+def _adopt(agent: HostAgent) -> RunState | None:
     """A new supervisor for the running server whose supervisor died (``agent.py adopt``);
     None when it cannot be adopted (it ended meanwhile ...): then it is stopped and started."""
     reply = agent.adopt()
@@ -180,7 +163,7 @@ def _adopt(agent: Agent) -> RunState | None:
 def _follow_and_verify(
     ctx: Context,
     launch: Launch,
-    agent: Agent,
+    agent: HostAgent,
     state: RunState,
     budget: Budget | None = None,
     *,
@@ -232,7 +215,7 @@ def _compare_logged(launch: Launch, startup: StartupLog) -> Iterator[UpEvent]:
     yield Effective(report, report.pinned_drift(launch.profile.pin, launch.table))
 
 
-def _same_launch_winner(ctx: Context, agent: Agent, digest: str) -> RunState | None:
+def _same_launch_winner(ctx: Context, agent: HostAgent, digest: str) -> RunState | None:
     """After losing the start lock: the winner's state once it has written it, when it runs the
     same launch. The winner holds the lock before its first state write, so wait a moment."""
     deadline = ctx.clock() + SAME_LAUNCH_WAIT_S

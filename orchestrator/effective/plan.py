@@ -17,6 +17,7 @@ from typing import Any
 
 from orchestrator.effective import verify
 from orchestrator.model import GpuType, Profile
+from orchestrator.profile.fields import RequestedField
 from orchestrator.sglang import config as sglang_config
 from orchestrator.sglang.argtable import RENAMES, ArgTable, format_version, spell
 from orchestrator.sglang.memory.budget import Budget
@@ -169,10 +170,12 @@ def report(
     table: ArgTable,
     answer: PlanAnswer,
     *,
+    requested: Sequence[RequestedField],
     where: str,
     secrets: Mapping[str, str],
 ) -> PlanReport:
-    """Read the probe's answer against the profile."""
+    """Read the probe's answer against the profile (``requested``: the SGLang fields it sets, as
+    the launch read them)."""
     error = _error(answer, table)
     effective = answer.effective
     raw = answer.raw
@@ -181,7 +184,7 @@ def report(
     fields: list[PlannedField] = []
     asked: set[str] = set()
     if error is None:
-        for want in verify.expected_fields(profile, table, secrets):
+        for want in verify.expected_fields(requested, table, secrets):
             asked.add(want.field)
             value = verify.resolved_value(effective, want.field)
             changed = (

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from orchestrator.model import Profile, SecretRef
-from orchestrator.profile.fields import requested_fields
+from orchestrator.profile.fields import RequestedField
 from orchestrator.remote.agent.sglang_log import log_record
 from orchestrator.sglang.argtable import ArgTable, arg_tokens, spell
 from orchestrator.sglang.config import (
@@ -246,12 +246,13 @@ class _Expected:
 
 
 def expected_fields(
-    profile: Profile, table: ArgTable, secrets: Mapping[str, str]
+    fields: Sequence[RequestedField], table: ArgTable, secrets: Mapping[str, str]
 ) -> tuple[_Expected, ...]:
-    """The fields the profile sets, typed as SGLang's parser types them: each one's tokens, as
-    render writes them, read back by the same parser that reads the process's command line."""
+    """The fields the profile sets (``fields``: as the launch read them), typed as SGLang's
+    parser types them: each one's tokens, as render writes them, read back by the same parser
+    that reads the process's command line."""
     out = []
-    for requested in requested_fields(profile):
+    for requested in fields:
         spelling = spell(table, requested.name)
         if spelling is None:  # validation refuses these; nothing to compare
             continue
@@ -288,14 +289,16 @@ def compare(
     table: ArgTable,
     observation: Observation,
     *,
+    requested: Sequence[RequestedField],
     env: Mapping[str, str],
     secret_env: frozenset[str],
     secrets: Mapping[str, str],
     include_defaulted: bool = False,
 ) -> Report:
-    """Set the observation against the profile. ``env``: the server environment the profile
-    asks for (secrets resolved); ``secret_env``: names whose values are never shown."""
-    expected = expected_fields(profile, table, secrets)
+    """Set the observation against the profile. ``requested``: the SGLang fields it sets (as
+    the launch read them); ``env``: the server environment the profile asks for (secrets
+    resolved); ``secret_env``: names whose values are never shown."""
+    expected = expected_fields(requested, table, secrets)
     received: ParsedArgs | None = None
     notes = list(observation.notes)
     if observation.argv is not None:

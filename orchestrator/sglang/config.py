@@ -16,12 +16,12 @@ import argparse
 import ast
 import json
 import posixpath
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from orchestrator.remote.agent.sglang_log import config_line_payload
-from orchestrator.sglang.argtable import RENAMES, ArgTable
+from orchestrator.sglang.argtable import RENAMES, ArgOption, ArgTable, const_of
 
 # -- the server_args= line and /server_info ---------------------------------------------------
 
@@ -107,7 +107,11 @@ def json_or_text(text: str) -> Any:
         return text
 
 
-_TYPES: dict[str | None, Any] = {
+Converter = Callable[[str], Any]
+
+# How orch reads each type the table names: leniently, since the server already started with it
+# (a JSON option's text that is not JSON is kept as text; SGLang itself refused it at startup).
+READING_TYPES: Mapping[str | None, Converter] = {
     None: str,
     "str": str,
     "int": int,
@@ -119,33 +123,63 @@ _TYPES: dict[str | None, Any] = {
 }
 
 
-def build_parser(table: ArgTable) -> argparse.ArgumentParser:
+def add_option(
+    parser: argparse.ArgumentParser,
+    option: ArgOption,
+    flags: Sequence[str] | None = None,
+    *,
+    types: Mapping[str | None, Converter] = READING_TYPES,
+) -> None:
+    """Declare ``option`` on ``parser`` as SGLang's parser declares it (its arity, action and
+    type; its default suppressed), under ``flags`` (default: its own). ``types``: how each of
+    the table's types converts a value (a type it does not name is read as text)."""
+    common: dict[str, Any] = {"dest": option.dest, "default": argparse.SUPPRESS}
+    flags = list(option.flags if flags is None else flags)
+    if option.action == "custom:BooleanOptionalAction":
+        positive = [f for f in flags if not f.startswith("--no-")]
+        parser.add_argument(*positive, action=argparse.BooleanOptionalAction, **common)
+    elif option.action in ("store_true", "store_false"):
+        parser.add_argument(*flags, action=option.action, **common)
+    elif option.action == "store_const" or option.nargs == 0:
+        # a deprecated const alias (--disable-piecewise-cuda-graph) stores what its help names
+        const = const_of(option)
+        const = True if const is None else const
+        parser.add_argument(*flags, action="store_const", const=const, **common)
+    elif option.action == "count":
+        parser.add_argument(*flags, action="count", **common)
+    else:
+        action = "append" if option.action == "append" else "store"
+        extra: dict[str, Any] = {"type": types.get(option.type, str)}
+        if option.nargs is not None:
+            extra["nargs"] = option.nargs
+        if option.nargs == "?":
+            extra["const"] = option.const
+        parser.add_argument(*flags, action=action, **common, **extra)
+
+
+def build_parser(
+    table: ArgTable, *, types: Mapping[str | None, Converter] = READING_TYPES
+) -> argparse.ArgumentParser:
     """An argparse parser that reads SGLang's command line as this version's parser does, with
-    every default suppressed: the namespace holds what the command line gave and nothing else."""
+    every default suppressed: the namespace holds what the command line gave and nothing else.
+    Its errors raise ArgvUnreadable (argparse would print and exit)."""
     parser = _Parser(prog="sglang", add_help=False, allow_abbrev=True)
     for option in table.options:
-        common: dict[str, Any] = {"dest": option.dest, "default": argparse.SUPPRESS}
-        flags = list(option.flags)
-        if option.action == "custom:BooleanOptionalAction":
-            positive = [f for f in flags if not f.startswith("--no-")]
-            parser.add_argument(*positive, action=argparse.BooleanOptionalAction, **common)
-        elif option.action in ("store_true", "store_false"):
-            parser.add_argument(*flags, action=option.action, **common)
-        elif option.action == "store_const" or option.nargs == 0:
-            const = True if option.const is None else option.const
-            parser.add_argument(*flags, action="store_const", const=const, **common)
-        elif option.action == "count":
-            parser.add_argument(*flags, action="count", **common)
-        else:
-            kind = _TYPES.get(option.type, str)
-            action = "append" if option.action == "append" else "store"
-            extra: dict[str, Any] = {"type": kind}
-            if option.nargs is not None:
-                extra["nargs"] = option.nargs
-            if option.nargs == "?":
-                extra["const"] = option.const
-            parser.add_argument(*flags, action=action, **common, **extra)
+        add_option(parser, option, types=types)
     return parser
+
+
+# One parser per table, built on first use (~10 ms each; diff-effective reads every field back
+# through it): a parser is not changed by parsing, so it is shared. The table is held with it,
+# so that its id names it as long as the entry lives.
+_PARSERS: dict[int, tuple[ArgTable, argparse.ArgumentParser]] = {}
+
+
+def _reading_parser(table: ArgTable) -> argparse.ArgumentParser:
+    held = _PARSERS.get(id(table))
+    if held is None or held[0] is not table:
+        held = _PARSERS[id(table)] = (table, build_parser(table))
+    return held[1]
 
 
 def sglang_arguments(argv: Sequence[str]) -> tuple[str, ...] | None:
@@ -171,9 +205,8 @@ class ParsedArgs:
 
 
 def parse_arguments(table: ArgTable, arguments: Sequence[str]) -> ParsedArgs:
-    parser = build_parser(table)
     try:
-        namespace, unknown = parser.parse_known_args(list(arguments))
+        namespace, unknown = _reading_parser(table).parse_known_args(list(arguments))
     except argparse.ArgumentError as exc:
         raise ArgvUnreadable(str(exc)) from exc
     values = {field_name(table, dest): value for dest, value in vars(namespace).items()}

@@ -22,7 +22,7 @@ import pytest
 from orchestrator.fleet.protocol.plan import decode_plan_answer
 from tests.conftest import REPO
 from tests.standin.sglang_plugin import run_probe
-from tests.unit.test_protocol import write_safetensors
+from tests.standin.test_probe_answers import write_safetensors
 
 FIXTURE = {"0.5.11": "sglang_0511", "0.5.23": "sglang_0523"}
 MODEL = "/models/Qwen3.6-27B"  # not on this machine: its config.json goes with the request

@@ -1,18 +1,17 @@
-"""orch import: the shell reading checked against real bash, the argument reading against real
-argparse, the incident found by --check, every shipped profile back from its launch script."""
+"""orch import: the argument reading checked against real argparse (the shell reading against
+real bash: tests/property/test_shell_words.py), the incident found by --check, every shipped
+profile back from its launch script."""
 
 from __future__ import annotations
 
 import io
 import json
-import shlex
-import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
-from hypothesis import HealthCheck, example, given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from orchestrator.cli.main import main
@@ -45,33 +44,7 @@ def _run(argv: list[str], stdin: str | None = None) -> tuple[int, str, str]:
     return code, out.getvalue(), err.getvalue()
 
 
-# -- the shell, against bash ---------------------------------------------------------------------
-
-_VALUES = st.sampled_from(["a", "two words", "/m/x", "", "x:y", "-v", "*", "1"])
-_PIECES = st.sampled_from(
-    [
-        "plain", "'single $A'", '"double $A"', "$A/", "${A}", "${U:-dflt}", "${A:+set}",
-        "$A/x", "$A:$B/lib", '"$B"', "$'tab\\tx'", "pre${B}post", '"${U:-a b}"', "$((2 + 3))",
-        "\\$A", "a\\ b", "n{0..2}", "{x,y}z", "{3..1}", "\"{0..1}\"",
-    ]
-)  # fmt: skip
-
-
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(a=_VALUES, b=_VALUES, words=st.lists(st.lists(_PIECES, min_size=1, max_size=3), max_size=5))
-def test_words_expand_as_bash_expands_them(a: str, b: str, words: list[list[str]]) -> None:
-    """Assignments, quoting, defaults, field splitting, the `$A:$B/x` tree-sitter-bash splits:
-    the words orch reads are the words bash passes (globbing off: a launch line's `*` stays)."""
-    script = (
-        f"set -f\nA={shlex.quote(a)}\nB={shlex.quote(b)}\n"
-        f"python3 -m sglang.launch_server {' '.join(''.join(w) for w in words)}\n"
-    )
-    parsed = parse_script(script)
-    ours = [w.text for w in parsed.commands[-1].words[3:]]
-    probe = script.replace("python3 -m sglang.launch_server", "printf '%s\\0' _", 1)
-    result = subprocess.run(["bash", "-c", probe], capture_output=True, check=True, env={})
-    theirs = result.stdout.decode().split("\0")[1:-1]
-    assert ours == theirs, script
+# -- the shell (against bash itself: tests/property/test_shell_words.py) --------------------------
 
 
 def test_heredoc_body_expands_here_unless_the_delimiter_is_quoted() -> None:
@@ -96,13 +69,19 @@ _TOKENS = {"int": ["4", "-1", "x"], "float": ["0.5", "1e-3", "x"]}
 _JSON_TYPED = ("callable:loads", "callable:json_list_type")
 
 
+# Built once: hypothesis labels a strategy by hashing what it samples from (~500 options here),
+# which is most of an example's cost when the strategy is made again for each draw.
+_OPTION = st.sampled_from(_OPTIONS)
+_FORM = st.sampled_from(["whole", "prefix", "equals"])
+
+
 @st.composite
 def _command_lines(draw: st.DrawFn) -> list[str]:
     argv: list[str] = []
     for _ in range(draw(st.integers(1, 5))):
-        option = draw(st.sampled_from(_OPTIONS))
+        option = draw(_OPTION)
         flag = draw(st.sampled_from([f for f in option.flags if f.startswith("--")]))
-        form = draw(st.sampled_from(["whole", "prefix", "equals"]))
+        form = draw(_FORM)
         if form == "prefix":
             flag = flag[: draw(st.integers(4, len(flag)))]
         values = draw(st.lists(st.sampled_from(_TOKENS.get(option.type or "", ["v", "a b"])),

@@ -8,14 +8,23 @@ from typing import Any
 
 from orchestrator.effective import plan, verify
 from orchestrator.fleet.protocol.plan import decode_plan_answer
+from orchestrator.profile.fields import requested_fields
 from orchestrator.profile.gpus import gpu_type
 from orchestrator.profile.store import ProfileStore
-from orchestrator.sglang.argtable import load_table
+from orchestrator.sglang.argtable import ArgTable, load_table
 from tests.conftest import SHIPPED_PROFILES
 
 T0511 = load_table("0.5.11")
 T0523 = load_table("0.5.23")
 PROFILE = ProfileStore(SHIPPED_PROFILES).load("qwen36-mtp-b200").profile
+
+
+def report_of(table: ArgTable, document: dict[str, Any], where: str = "local") -> plan.PlanReport:
+    """The probe's answer ``document`` read against PROFILE."""
+    requested = requested_fields(PROFILE)
+    return plan.report(
+        PROFILE, table, decode_plan_answer(document), requested=requested, where=where, secrets={}
+    )
 
 
 def answer(**changes: Any) -> dict[str, Any]:
@@ -50,7 +59,7 @@ def test_request_simulates_the_profiles_gpu() -> None:
 
 
 def test_report_marks_changes_and_defaults_with_their_step() -> None:
-    report = plan.report(PROFILE, T0511, decode_plan_answer(answer()), where="local x", secrets={})
+    report = report_of(T0511, answer(), "local x")
     assert report.ok
     assert report.changed == ()  # every field the profile sets survives
     defaulted = {f.field: f for f in report.defaulted}
@@ -66,7 +75,7 @@ def test_report_marks_changes_and_defaults_with_their_step() -> None:
 def test_pinned_change_is_found_under_either_spelling() -> None:
     changed = answer()
     changed["effective"] = {**changed["effective"], "speculative_num_draft_tokens": 3}
-    report = plan.report(PROFILE, T0511, decode_plan_answer(changed), where="host b200", secrets={})
+    report = report_of(T0511, changed, "host b200")
     assert [f.field for f in report.changed] == ["speculative_num_draft_tokens"]
     assert report.pinned_changes(["speculative_num_draft_tokens"], T0511)
     assert report.pinned_changes(["mem_fraction_static"], T0511) == ()
@@ -75,8 +84,7 @@ def test_pinned_change_is_found_under_either_spelling() -> None:
 def test_an_unrecognised_renamed_flag_gets_what_to_write() -> None:
     error = {"stage": "parse", "type": "SystemExit", "exit_code": 2, "message":
              "sglang serve: error: unrecognized arguments: --mamba-scheduler-strategy extra_buffer"}  # fmt: skip
-    report = plan.report(PROFILE, T0523, decode_plan_answer(answer(ok=False, error=error, sglang_version="0.5.23")),
-                         where="host", secrets={})  # fmt: skip
+    report = report_of(T0523, answer(ok=False, error=error, sglang_version="0.5.23"), "host")
     assert report.error is not None
     assert report.error.hint is not None
     assert "write --mamba-radix-cache-strategy" in report.error.hint
@@ -84,7 +92,7 @@ def test_an_unrecognised_renamed_flag_gets_what_to_write() -> None:
 
 
 def test_lock_keeps_non_default_values_sorted_without_random_or_host_facts() -> None:
-    report = plan.report(PROFILE, T0511, decode_plan_answer(answer()), where="local", secrets={})
+    report = report_of(T0511, answer())
     document = plan.lock_document(PROFILE, report, "abc123", gpu_type("B200"))
     assert document["format"] == "orch.lock/1"
     assert document["gpu_type"] == "B200"
@@ -96,7 +104,7 @@ def test_lock_keeps_non_default_values_sorted_without_random_or_host_facts() -> 
 
 
 def test_lock_problems_name_what_changed() -> None:
-    report = plan.report(PROFILE, T0511, decode_plan_answer(answer()), where="local", secrets={})
+    report = report_of(T0511, answer())
     document = plan.lock_document(PROFILE, report, "abc123", PROFILE.gpu.type)
     assert plan.lock_problems(PROFILE, "abc123", document, "0.5.11") == []
     problems = plan.lock_problems(PROFILE, "def456", document, "0.5.23")
@@ -116,7 +124,7 @@ def test_lock_problems_name_what_changed() -> None:
 def test_secret_fields_are_never_in_a_lock() -> None:
     leaky = answer()
     leaky["effective"] = {**leaky["effective"], "api_key": "sk-live"}
-    report = plan.report(PROFILE, T0511, decode_plan_answer(leaky), where="local", secrets={})
+    report = report_of(T0511, leaky)
     document = plan.lock_document(PROFILE, report, "abc123", None)
     assert "api_key" not in document["effective"]
     assert {"api_key"} <= verify.SECRET_FIELDS

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +33,6 @@ from orchestrator.remote.agent.supervisor import Supervisor
 from orchestrator.remote.agent.verdict import CRASHED
 from orchestrator.sglang.memory.shapes import GIB, GpuMemory
 from tests.conftest import REPO, ProfileDir
-from tests.standin.sglang_plugin import run_probe
 from tests.unit.test_supervisor_logic import CONFIG, FakeClock, Script, ScriptedWorld
 
 FIXTURES = REPO / "tests" / "fixtures" / "agent-protocol"
@@ -274,121 +272,7 @@ def test_previous_probes_answers_decode() -> None:
     assert (accepted.memory, incident.memory) == (None, None)  # before the memory section
 
 
-# -- the probe's memory section ---------------------------------------------------------------------
-
-STANDIN = REPO / "standin"
-MODEL_CONFIG = STANDIN / "models" / "Qwen3.6-27B" / "config.json"
-SPEC_ARGS = [
-    "--speculative-algorithm", "EAGLE", "--speculative-num-steps", "3",
-    "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "4",
-]  # fmt: skip
-# A stand-in for NVML (nvidia-ml-py's pynvml) on the probe's path: two GPUs, one of them busy.
-FAKE_NVML = """\
-class _Memory:
-    def __init__(self, total, free):
-        self.total, self.free = total, free
-
-_GPUS = [("NVIDIA H200", "GPU-aaaa", 150 << 30, 140 << 30),
-         ("NVIDIA H200", "GPU-bbbb", 150 << 30, 20 << 30)]
-
-def nvmlInit(): pass
-def nvmlShutdown(): pass
-def nvmlDeviceGetCount(): return len(_GPUS)
-def nvmlDeviceGetHandleByIndex(index): return index
-def nvmlDeviceGetName(handle): return _GPUS[handle][0].encode()
-def nvmlDeviceGetUUID(handle): return _GPUS[handle][1]
-def nvmlDeviceGetMemoryInfo(handle): return _Memory(_GPUS[handle][2], _GPUS[handle][3])
-"""
-SAFETENSORS_DTYPES = {"BF16": 2, "F16": 2, "F32": 4}
-
-
-def write_safetensors(path: Path, tensors: dict[str, tuple[str, list[int]]]) -> int:
-    """A safetensors file written by hand (the format: an 8-byte little-endian header length,
-    the JSON header, the data); the bytes of its tensors."""
-    header: dict[str, Any] = {"__metadata__": {"format": "pt"}}
-    offset = 0
-    for name, (dtype, shape) in tensors.items():
-        size = SAFETENSORS_DTYPES[dtype]
-        for n in shape:
-            size *= n
-        header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [offset, offset + size]}
-        offset += size
-    raw = json.dumps(header).encode()
-    raw += b" " * (-len(raw) % 8)
-    path.write_bytes(len(raw).to_bytes(8, "little") + raw + bytes(offset))
-    return offset
-
-
-def _standin_answer(tmp_path: Path, args: list[str], env: dict[str, str], *,
-                    simulate: bool) -> dict[str, Any]:  # fmt: skip
-    environment = {"PYTHONPATH": str(STANDIN), "ORCH_STANDIN_VERSION": "0.5.23", **env}
-    return run_probe(sys.executable, tmp_path, args, environment, simulate_h200=simulate)
-
-
-def test_this_probes_memory_section_on_the_standin_decodes(tmp_path: Path) -> None:
-    """The stand-in has none of SGLang's classes: no shapes, the text config to mirror them;
-    the checkpoint's bytes from its headers (the model) and its index (the draft)."""
-    model = tmp_path / "Qwen3.6-27B"
-    model.mkdir()
-    (model / "config.json").write_text(MODEL_CONFIG.read_text())
-    weights = write_safetensors(model / "model-00001-of-00002.safetensors",
-                                {"a": ("BF16", [3, 5]), "b": ("F32", [7])})  # fmt: skip
-    weights += write_safetensors(model / "model-00002-of-00002.safetensors", {"c": ("F16", [2, 2])})
-    draft = tmp_path / "draft"
-    draft.mkdir()
-    (draft / "model.safetensors.index.json").write_text(
-        json.dumps({"metadata": {"total_size": 123456}, "weight_map": {}})
-    )
-    args = ["--model-path", str(model), "--mem-fraction-static", "0.92", *SPEC_ARGS,
-            "--speculative-draft-model-path", str(draft)]  # fmt: skip
-    answer = decode_plan_answer(_standin_answer(tmp_path, args, {}, simulate=True))
-    assert answer.ok
-    assert answer.standin
-    memory = answer.memory
-    assert memory is not None
-    assert memory.error is None
-    assert memory.model is None
-    assert memory.shapes_error == "ModuleNotFoundError: No module named 'sglang.srt.configs'"
-    assert memory.text_config is not None
-    assert memory.text_config == json.loads(MODEL_CONFIG.read_text())["text_config"]
-    assert (memory.weights_bytes, memory.weights_basis) == (
-        weights, "safetensors headers of 2 file(s)"
-    )  # fmt: skip
-    assert (memory.draft_weights_bytes, memory.draft_weights_basis) == (
-        123456, "model.safetensors.index.json total_size"
-    )  # fmt: skip
-    (gpu,) = memory.gpus
-    assert (gpu.name, gpu.index, gpu.total_bytes) == ("NVIDIA H200", 0, 144384 << 20)
-    assert gpu.free_bytes == gpu.total_bytes  # simulated: nominal, all free
-    assert gpu.basis.startswith("simulated NVIDIA H200")
-    # the stand-in computes no mem_fraction_static of its own: reported, not fatal
-    assert memory.default_mem_fraction_static is None
-    assert memory.default_error == "the resolution left it at None"
-    assert memory.env == {}
-
-
-def test_this_probes_memory_section_reads_the_visible_gpus_from_nvml(tmp_path: Path) -> None:
-    nvml = tmp_path / "nvml"
-    nvml.mkdir()
-    (nvml / "pynvml.py").write_text(FAKE_NVML)
-    args = ["--model-path", "Qwen/Qwen3-8B"]  # a Hub id: nothing of it on this machine
-    env = {"PYTHONPATH": f"{STANDIN}:{nvml}", "CUDA_VISIBLE_DEVICES": "GPU-bbbb",
-           "SGLANG_MAMBA_SSM_DTYPE": "bfloat16"}  # fmt: skip
-    answer = decode_plan_answer(_standin_answer(tmp_path, args, env, simulate=False))
-    memory = answer.memory
-    assert memory is not None
-    (gpu,) = memory.gpus  # CUDA_VISIBLE_DEVICES leaves the second one, by its UUID
-    assert (gpu.index, gpu.name, gpu.total_bytes, gpu.free_bytes) == (
-        1, "NVIDIA H200", 150 * GIB, 20 * GIB
-    )  # fmt: skip
-    assert gpu.basis.startswith("NVML on ")
-    assert memory.gpu_error is None
-    assert memory.weights_bytes is None
-    assert memory.weights_error == "a Hub id: the checkpoint is not a directory on this host"
-    assert memory.text_config is None  # no config.json here: nothing to mirror either
-    assert memory.env == {"SGLANG_MAMBA_SSM_DTYPE": "bfloat16"}
-    # the command line sets no mem_fraction_static: the resolved one is the default
-    assert memory.default_error is None
+# -- the probe's memory section (run on the stand-in: tests/standin/test_probe_answers.py) ----------
 
 
 def _sglang_memory_section() -> dict[str, Any]:

@@ -14,6 +14,7 @@ from orchestrator.cli.show import reports as show_reports
 from orchestrator.effective import verify
 from orchestrator.fleet.protocol.inspect import decode_inspect
 from orchestrator.model import Profile
+from orchestrator.profile.fields import requested_fields
 from orchestrator.profile.store import ProfileStore
 from orchestrator.remote.agent.cmd_inspect import config_from_log
 from orchestrator.sglang import config as sglang_config
@@ -64,7 +65,7 @@ def rows(report: verify.Report) -> dict[str, verify.FieldRow]:
 
 def compare(profile: Profile, table: Any, observation: verify.Observation, **kw: Any) -> verify.Report:  # fmt: skip
     return verify.compare(
-        profile, table, observation, env=kw.pop("env", {}),
+        profile, table, observation, requested=requested_fields(profile), env=kw.pop("env", {}),
         secret_env=kw.pop("secret_env", frozenset()), secrets=kw.pop("secrets", {}), **kw,
     )  # fmt: skip
 
@@ -211,6 +212,13 @@ def test_argv_with_a_removed_flag_leaves_it_unknown() -> None:
     parsed = sglang_config.parse_arguments(T0523, ["--mamba-scheduler-strategy", "extra_buffer"])
     assert "mamba_radix_cache_strategy" not in parsed.values
     assert parsed.unknown == ("--mamba-scheduler-strategy", "extra_buffer")
+
+
+def test_argv_reads_a_deprecated_const_alias_as_the_value_its_help_names() -> None:
+    # SGLang 0.5.14's --disable-piecewise-cuda-graph stores 'disabled' in
+    # cuda_graph_backend_prefill ("Deprecated alias for --cuda-graph-backend-prefill=disabled")
+    parsed = sglang_config.parse_arguments(load_table("0.5.14"), ["--disable-piecewise-cuda-graph"])
+    assert parsed.values == {"cuda_graph_backend_prefill": "disabled"}
 
 
 @pytest.mark.parametrize(
