@@ -29,7 +29,7 @@ test-fast: $(STAMP)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
-	$(BIN)/ruff format --check orchestrator
+	$(BIN)/ruff format --check .
 
 type: $(STAMP)
 	$(BIN)/mypy

@@ -91,17 +91,36 @@ def up_overhead(lab: Lab, host: str, runs: int) -> Section:
         count = 0
         subprocess.run([*lab.ssh_argv(host), f"mkdir -p {workdir}"], check=True)
         count += 1
-        subprocess.run(["scp", "-q", "-F", "/dev/null", "-o", "BatchMode=yes",
-                        "-o", f"UserKnownHostsFile={entry['known_hosts']}",
-                        "-i", entry["identity_file"], "-P", str(entry["port"]), str(script),
-                        f"{entry['user']}@127.0.0.1:{workdir}/launch.sh"], check=True)  # fmt: skip
+        subprocess.run(
+            [
+                "scp",
+                "-q",
+                "-F",
+                "/dev/null",
+                "-o",
+                "BatchMode=yes",
+                "-o",
+                f"UserKnownHostsFile={entry['known_hosts']}",
+                "-i",
+                entry["identity_file"],
+                "-P",
+                str(entry["port"]),
+                str(script),
+                f"{entry['user']}@127.0.0.1:{workdir}/launch.sh",
+            ],
+            check=True,
+        )
         count += 1
         subprocess.run([*lab.ssh_argv(host), f"bash {workdir}/launch.sh"], check=True)
         count += 1
         while True:
             count += 1
-            done = subprocess.run([*lab.ssh_argv(host), f"cat {workdir}/server.log"],
-                                  capture_output=True, text=True, check=True)  # fmt: skip
+            done = subprocess.run(
+                [*lab.ssh_argv(host), f"cat {workdir}/server.log"],
+                capture_output=True,
+                text=True,
+                check=True,
+            )
             if "fired up and ready" in done.stdout:
                 break
             time.sleep(1.0)
@@ -162,8 +181,11 @@ def many_hosts(lab: Lab, hosts: list[str], sizes: Sequence[int], runs: int) -> S
             started = time.monotonic()
             for index, host in enumerate(hosts[:size]):
                 state = Path(lab.hosts[host]["workdir"]) / f"svc{index:02d}" / "state.json"
-                subprocess.run([*lab.ssh_argv(host), f"cat {state} 2>/dev/null || true"],
-                               capture_output=True, check=True)  # fmt: skip
+                subprocess.run(
+                    [*lab.ssh_argv(host), f"cat {state} 2>/dev/null || true"],
+                    capture_output=True,
+                    check=True,
+                )
             times.append(time.monotonic() - started)
         loop_times[size] = median(times)
         # the same remote work as orch (the agent's status) through parallel OpenSSH clients:
@@ -174,9 +196,7 @@ def many_hosts(lab: Lab, hosts: list[str], sizes: Sequence[int], runs: int) -> S
             started = time.monotonic()
             clients = []
             for host in hosts[:size]:
-                remote = (
-                    f"{agent} status --dir {lab.hosts[host]['workdir']}/x"
-                )
+                remote = f"{agent} status --dir {lab.hosts[host]['workdir']}/x"
                 clients.append(
                     subprocess.Popen([*lab.ssh_argv(host), remote], stdout=subprocess.DEVNULL)
                 )
@@ -187,17 +207,39 @@ def many_hosts(lab: Lab, hosts: list[str], sizes: Sequence[int], runs: int) -> S
         rows.append(Row("many hosts", f"orch status --all, {size} host(s)", ms(orch_times[size])))
         rows.append(Row("many hosts", f"orch process CPU time, {size} host(s)", ms(orch_cpu[size])))
         rows.append(Row("many hosts", f"bash loop of ssh, {size} host(s)", ms(loop_times[size])))
-        rows.append(Row("many hosts", f"parallel ssh running the agent, {size} host(s)",
-                        ms(parallel_times[size])))  # fmt: skip
+        rows.append(
+            Row(
+                "many hosts",
+                f"parallel ssh running the agent, {size} host(s)",
+                ms(parallel_times[size]),
+            )
+        )
     big, small = max(sizes), min(sizes)
-    rows.append(Row("many hosts", f"orch {big}/{small} ratio",
-                    f"{orch_times[big] / orch_times[small]:.2f}", "<= 2"))  # fmt: skip
-    rows.append(Row("many hosts", f"orch CPU {big}/{small} ratio",
-                    f"{orch_cpu[big] / orch_cpu[small]:.2f}"))  # fmt: skip
-    rows.append(Row("many hosts", f"parallel ssh {big}/{small} ratio",
-                    f"{parallel_times[big] / parallel_times[small]:.2f}"))  # fmt: skip
-    rows.append(Row("many hosts", f"bash loop {big}/{small} ratio",
-                    f"{loop_times[big] / loop_times[small]:.2f}"))  # fmt: skip
+    rows.append(
+        Row(
+            "many hosts",
+            f"orch {big}/{small} ratio",
+            f"{orch_times[big] / orch_times[small]:.2f}",
+            "<= 2",
+        )
+    )
+    rows.append(
+        Row("many hosts", f"orch CPU {big}/{small} ratio", f"{orch_cpu[big] / orch_cpu[small]:.2f}")
+    )
+    rows.append(
+        Row(
+            "many hosts",
+            f"parallel ssh {big}/{small} ratio",
+            f"{parallel_times[big] / parallel_times[small]:.2f}",
+        )
+    )
+    rows.append(
+        Row(
+            "many hosts",
+            f"bash loop {big}/{small} ratio",
+            f"{loop_times[big] / loop_times[small]:.2f}",
+        )
+    )
     return Section(
         "Many hosts",
         "`orch status --all --json` (a process, as a user runs it) over "
@@ -224,8 +266,13 @@ def cli_startup(runs: int) -> Section:
         times = []
         for attempt in range(runs + 1):
             started = time.monotonic()
-            subprocess.run([sys.executable, "-m", "orchestrator", *argv], cwd=REPO,
-                           capture_output=True, check=True, env=env)  # fmt: skip
+            subprocess.run(
+                [sys.executable, "-m", "orchestrator", *argv],
+                cwd=REPO,
+                capture_output=True,
+                check=True,
+                env=env,
+            )
             if attempt:
                 times.append(time.monotonic() - started)
         rows.append(Row("CLI start-up", f"orch {' '.join(argv)}", ms(median(times)), "< 150 ms"))
@@ -234,11 +281,18 @@ def cli_startup(runs: int) -> Section:
         "main(['render', 'qwen36-mtp-b200'], out=io.StringIO())\n"
         "print('paramiko' in sys.modules, 'jinja2' in sys.modules)"
     )
-    done = subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True,
-                          text=True, check=True)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True, check=True
+    )
     paramiko_loaded, jinja_loaded = done.stdout.split()
-    rows.append(Row("CLI start-up", "paramiko / jinja2 imported by render",
-                    f"{paramiko_loaded} / {jinja_loaded}", "False / False"))  # fmt: skip
+    rows.append(
+        Row(
+            "CLI start-up",
+            "paramiko / jinja2 imported by render",
+            f"{paramiko_loaded} / {jinja_loaded}",
+            "False / False",
+        )
+    )
     rows += argument_tables(runs)
     return Section(
         "CLI start-up",
@@ -267,16 +321,30 @@ def argument_tables(runs: int) -> list[Row]:
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
     times = []
     for _ in range(runs + 1):  # the first writes the bytecode
-        done = subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True,
-                              text=True, check=True, env=env)  # fmt: skip
+        done = subprocess.run(
+            [sys.executable, "-c", probe],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            check=True,
+            env=env,
+        )
         times.append(float(done.stdout))
     times = times[1:]
     return [
-        Row("CLI start-up", f"argument tables: {len(documents)} releases, pack on disk",
-            f"{packed / 1e6:.2f} MB", f"{separate / 1e6:.1f} MB as one file each"),
-        Row("CLI start-up", "import argtable + load one release's table", ms(median(times)),
-            "a command reads one release"),
-    ]  # fmt: skip
+        Row(
+            "CLI start-up",
+            f"argument tables: {len(documents)} releases, pack on disk",
+            f"{packed / 1e6:.2f} MB",
+            f"{separate / 1e6:.1f} MB as one file each",
+        ),
+        Row(
+            "CLI start-up",
+            "import argtable + load one release's table",
+            ms(median(times)),
+            "a command reads one release",
+        ),
+    ]
 
 
 # -- 5. following a large log -------------------------------------------------------------------
@@ -308,8 +376,13 @@ def large_log(lab: Lab, host: str, sizes_mb: Sequence[int], runs: int) -> Sectio
             out, _ = process.communicate(timeout=120)
             times.append(time.monotonic() - started)
             assert out.count("\n") >= 100
-        rows.append(Row("large log", f"orch logs -n 100, {actual / (1 << 20):,.0f} MiB log",
-                        ms(median(times))))  # fmt: skip
+        rows.append(
+            Row(
+                "large log",
+                f"orch logs -n 100, {actual / (1 << 20):,.0f} MiB log",
+                ms(median(times)),
+            )
+        )
     return Section(
         "Following a large log",
         "`orch logs PROFILE -n 100` over SSH (a process) on one run's log grown to each size: it "
@@ -354,12 +427,16 @@ def ready_with_long_line(root: Path, sizes: Sequence[int], runs: int) -> Section
             deployment.mkdir(parents=True)
             port = free_port()
             spec = {
-                "protocol": 1, "deployment": deployment.name,
+                "protocol": 1,
+                "deployment": deployment.name,
                 "argv": [sys.executable, "-c", _LONG_LINE_SERVER],
-                "env": {"BENCH_LINE_BYTES": str(size), "BENCH_PORT": str(port)}, "port": port,
+                "env": {"BENCH_LINE_BYTES": str(size), "BENCH_PORT": str(port)},
+                "port": port,
                 "health": {"endpoint": "/health", "interval_s": 0.5, "startup_timeout_s": 300},
-                "restart": {"mode": "no"}, "stop_timeout_s": 2, "meta": {},
-            }  # fmt: skip
+                "restart": {"mode": "no"},
+                "stop_timeout_s": 2,
+                "meta": {},
+            }
             spec_path = root / f"spec-{size}-{run}.json"
             spec_path.write_text(json.dumps(spec))
             agent_argv = [sys.executable, "-m", "orchestrator.remote.agent"]
@@ -373,13 +450,23 @@ def ready_with_long_line(root: Path, sizes: Sequence[int], runs: int) -> Section
                 if state.get("state") in ("READY", "EXITED", "FATAL"):
                     break
                 time.sleep(0.02)
-            subprocess.run([*agent_argv, "stop", "--dir", str(deployment), "--timeout", "2"],
-                           check=False, capture_output=True, timeout=60)  # fmt: skip
+            subprocess.run(
+                [*agent_argv, "stop", "--dir", str(deployment), "--timeout", "2"],
+                check=False,
+                capture_output=True,
+                timeout=60,
+            )
             assert state.get("state") == "READY", state
             times.append(float(state["ready_at"]) - float(state["started_at"]))
         label = "no long line" if size == 0 else f"a {size / 1e6:g} MB line without a newline"
-        rows.append(Row("ready with a long line", f"start -> READY, {label}", ms(median(times)),
-                        "< 2 s" if size else ""))  # fmt: skip
+        rows.append(
+            Row(
+                "ready with a long line",
+                f"start -> READY, {label}",
+                ms(median(times)),
+                "< 2 s" if size else "",
+            )
+        )
     return Section(
         "READY with a long line",
         "The agent (`agent.py start`, a real process) supervising a server that logs its config "
@@ -413,33 +500,58 @@ def memory_plan(runs: int) -> Section:
     assert model is not None
     gpu = nominal_gpu("H200", 141)
     inputs = BudgetInputs(
-        mem_fraction_static=0.92, max_running_requests=48, max_mamba_cache_size=24,
-        extra_buffer=True, speculative=True, speculative_algorithm="EAGLE",
-        speculative_num_draft_tokens=4, context_len=8192, chunked_prefill_size=8192,
+        mem_fraction_static=0.92,
+        max_running_requests=48,
+        max_mamba_cache_size=24,
+        extra_buffer=True,
+        speculative=True,
+        speculative_algorithm="EAGLE",
+        speculative_num_draft_tokens=4,
+        context_len=8192,
+        chunked_prefill_size=8192,
         cuda_graph_max_bs=256,
-    )  # fmt: skip
+    )
     times = []
     for _ in range(runs * 200):
         started = time.perf_counter()
         plan_budget(model, (gpu,), inputs, version=(0, 5, 11))
         times.append(time.perf_counter() - started)
-    rows = [Row("memory plan", "one budget (the incident on an H200, 0.5.11 rules)",
-                f"{median(times) * 1e6:.0f} us", "")]  # fmt: skip
-    lines = [line for path in sorted(MEMORY_LOGS.glob("*.log"))
-             for line in path.read_text().splitlines()]  # fmt: skip
+    rows = [
+        Row(
+            "memory plan",
+            "one budget (the incident on an H200, 0.5.11 rules)",
+            f"{median(times) * 1e6:.0f} us",
+            "",
+        )
+    ]
+    lines = [
+        line for path in sorted(MEMORY_LOGS.glob("*.log")) for line in path.read_text().splitlines()
+    ]
     many = lines * max(1, 200_000 // max(1, len(lines)))
     started = time.perf_counter()
     observe.memory_figures(many)
     took = time.perf_counter() - started
-    rows.append(Row("memory plan", f"read {len(many):,} log lines for memory figures",
-                    ms(took), ""))  # fmt: skip
+    rows.append(
+        Row("memory plan", f"read {len(many):,} log lines for memory figures", ms(took), "")
+    )
     for path in sorted(MEMORY_LOGS.glob("*.log")):
         ranks = observe.memory_figures(path.read_text().splitlines())
-        found = sorted({name for rank in ranks for name, value in
-                        measured_figures(rank).items() if value is not None})  # fmt: skip
-        rows.append(Row("memory plan", f"capture {path.stem}",
-                        f"{len(ranks)} rank(s): {', '.join(found) or 'no comparable figure'}",
-                        "prediction: inputs not in the capture"))  # fmt: skip
+        found = sorted(
+            {
+                name
+                for rank in ranks
+                for name, value in measured_figures(rank).items()
+                if value is not None
+            }
+        )
+        rows.append(
+            Row(
+                "memory plan",
+                f"capture {path.stem}",
+                f"{len(ranks)} rank(s): {', '.join(found) or 'no comparable figure'}",
+                "prediction: inputs not in the capture",
+            )
+        )
     return Section(
         "Memory plan",
         "The budget's arithmetic (`memory.budget.plan_budget`, pure) and the reader of SGLang's "
@@ -493,8 +605,15 @@ def render_markdown(sections: Sequence[Section], command: str, took: float) -> s
         "are measured in the same run. Figures, not assertions.",
     ]
     for section in sections:
-        out += ["", f"## {section.title}", "", section.text, "", "| figure | value | goal |",
-                "|---|---|---|"]  # fmt: skip
+        out += [
+            "",
+            f"## {section.title}",
+            "",
+            section.text,
+            "",
+            "| figure | value | goal |",
+            "|---|---|---|",
+        ]
         out += [f"| {r.figure} | {r.value} | {r.goal} |" for r in section.rows]
     return "\n".join(out) + "\n"
 
@@ -510,7 +629,8 @@ def group_profile(lab: Lab, name: str, hosts: Sequence[str], *, tp: int) -> str:
     document = {
         "sglang": "0.5.23",
         "model": {"path": str(MODEL), "served_model_name": "bench"},
-        "port": free_port(), "bind": "127.0.0.1",
+        "port": free_port(),
+        "bind": "127.0.0.1",
         "env": {"PYTHONPATH": str(STANDIN)},
         "args": {"skip_server_warmup": True, "tp_size": tp},
         "restart": {"mode": "on-failure", "delay_s": 0.1, "max_delay_s": 0.1, "start_limit": 50},
@@ -519,9 +639,11 @@ def group_profile(lab: Lab, name: str, hosts: Sequence[str], *, tp: int) -> str:
         "group": {
             "nodes": [{"host": hosts[0]}]
             + [{"host": host, "port": free_port()} for host in hosts[1:]],
-            "rendezvous_port": free_port(), "control_port": free_port(), "join_timeout_s": 60,
+            "rendezvous_port": free_port(),
+            "control_port": free_port(),
+            "join_timeout_s": 60,
         },
-    }  # fmt: skip
+    }
     (lab.profiles / f"{name}.yaml").write_text(yaml.safe_dump(document, sort_keys=False))
     return name
 
@@ -607,9 +729,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=REPO / "bench" / "results.md")
     parser.add_argument("--only", nargs="*", choices=BENCHMARKS, default=list(BENCHMARKS))
     parser.add_argument(
-        "--delays", nargs="*", type=lambda ms: float(ms) / 1000, metavar="MS",
+        "--delays",
+        nargs="*",
+        type=lambda ms: float(ms) / 1000,
+        metavar="MS",
         help="one-way delays for the latency benchmark, in ms (default 0 25 75)",
-    )  # fmt: skip
+    )
     args = parser.parse_args(argv)
     quick = args.quick
     started = time.monotonic()

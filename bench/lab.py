@@ -85,25 +85,38 @@ class Lab:
                 known_hosts = self.root / f"known_hosts-{name}"
                 known_hosts.write_text(f"[127.0.0.1]:{port} ssh-ed25519 {server.host_key_b64}\n")
             self.hosts[name] = {
-                "address": "127.0.0.1", "port": port, "user": server.user,
-                "identity_file": str(server.client_key), "known_hosts": str(known_hosts),
-                "python": sys.executable, "workdir": str(self.root / "remote" / name),
-            }  # fmt: skip
+                "address": "127.0.0.1",
+                "port": port,
+                "user": server.user,
+                "identity_file": str(server.client_key),
+                "known_hosts": str(known_hosts),
+                "python": sys.executable,
+                "workdir": str(self.root / "remote" / name),
+            }
             names.append(name)
         (self.profiles / "hosts.yaml").write_text(yaml.safe_dump({"hosts": self.hosts}))
         return names
 
-    def profile(self, name: str, host: str, *, env: dict[str, str] | None = None,
-                directory: Path | None = None) -> str:  # fmt: skip
+    def profile(
+        self,
+        name: str,
+        host: str,
+        *,
+        env: dict[str, str] | None = None,
+        directory: Path | None = None,
+    ) -> str:
         document = {
-            "sglang": "0.5.23", "host": host,
+            "sglang": "0.5.23",
+            "host": host,
             "model": {"path": str(MODEL), "served_model_name": "bench"},
-            "port": free_port(), "bind": "127.0.0.1",
+            "port": free_port(),
+            "bind": "127.0.0.1",
             "env": {"PYTHONPATH": str(STANDIN), **(env or {})},
             "args": {"skip_server_warmup": True},
-            "restart": {"mode": "no"}, "stop_timeout_s": 3,
+            "restart": {"mode": "no"},
+            "stop_timeout_s": 3,
             "health": {"startup_timeout_s": 120, "interval_s": 0.5},
-        }  # fmt: skip
+        }
         target = directory or self.profiles
         target.mkdir(parents=True, exist_ok=True)
         (target / f"{name}.yaml").write_text(yaml.safe_dump(document, sort_keys=False))
@@ -116,16 +129,38 @@ class Lab:
 
     def orch_process(self, *argv: str, profiles: Path | None = None) -> subprocess.Popen[str]:
         return subprocess.Popen(
-            [sys.executable, "-m", "orchestrator", "--profiles", str(profiles or self.profiles),
-             *argv],
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=REPO,
-        )  # fmt: skip
+            [
+                sys.executable,
+                "-m",
+                "orchestrator",
+                "--profiles",
+                str(profiles or self.profiles),
+                *argv,
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            cwd=REPO,
+        )
 
     def ssh_argv(self, host: str) -> list[str]:
         entry = self.hosts[host]
-        return ["ssh", "-F", "/dev/null", "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=yes",
-                "-o", f"UserKnownHostsFile={entry['known_hosts']}", "-i", entry["identity_file"],
-                "-p", str(entry["port"]), f"{entry['user']}@127.0.0.1"]  # fmt: skip
+        return [
+            "ssh",
+            "-F",
+            "/dev/null",
+            "-o",
+            "BatchMode=yes",
+            "-o",
+            "StrictHostKeyChecking=yes",
+            "-o",
+            f"UserKnownHostsFile={entry['known_hosts']}",
+            "-i",
+            entry["identity_file"],
+            "-p",
+            str(entry["port"]),
+            f"{entry['user']}@127.0.0.1",
+        ]
 
     def state(self, host: str, name: str) -> dict[str, Any] | None:
         path = Path(self.hosts[host]["workdir"]) / name / "state.json"
@@ -255,8 +290,12 @@ def time_to_verdict(
         died = watch_death(pid_by_token(port), timeout=120)
         subprocess.run([*lab.ssh_argv(host), launch], check=True, timeout=60)
         time.sleep(human_sleep)
-        subprocess.run([*lab.ssh_argv(host), f"cat {workdir}/server.log"],
-                       check=True, timeout=60, capture_output=True)  # fmt: skip
+        subprocess.run(
+            [*lab.ssh_argv(host), f"cat {workdir}/server.log"],
+            check=True,
+            timeout=60,
+            capture_output=True,
+        )
         seen_at = time.time()
         death = died()
         if death is not None:

@@ -78,8 +78,12 @@ def _orch(lab: Lab, *argv: str) -> Callable[[], object]:
     def run() -> None:
         done = subprocess.run(
             [sys.executable, "-m", "orchestrator", "--profiles", str(lab.profiles), *argv],
-            capture_output=True, text=True, cwd=REPO, timeout=300, check=False,
-        )  # fmt: skip
+            capture_output=True,
+            text=True,
+            cwd=REPO,
+            timeout=300,
+            check=False,
+        )
         if done.returncode not in (0, 1):
             raise RuntimeError(f"orch {' '.join(argv)}: {done.stdout}{done.stderr}")
 
@@ -88,8 +92,14 @@ def _orch(lab: Lab, *argv: str) -> Callable[[], object]:
 
 def _ssh(lab: Lab, host: str, command: str, stdin: str | None = None) -> Callable[[], object]:
     def run() -> None:
-        done = subprocess.run([*lab.ssh_argv(host), command], input=stdin, capture_output=True,
-                              text=True, check=False, timeout=300)  # fmt: skip
+        done = subprocess.run(
+            [*lab.ssh_argv(host), command],
+            input=stdin,
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=300,
+        )
         if done.returncode != 0:
             raise RuntimeError(f"ssh {host} {command!r}: exit {done.returncode}: {done.stderr}")
 
@@ -126,14 +136,16 @@ def _kept_connection(lab: Lab, host: str, name: str, runs: int, bench: str) -> l
     rows = []
     with _persisting(lab.profiles / "hosts.yaml", [host]):
         first = _measured(lab, [host], _orch(lab, "status", name))
-        rows.append(Row(bench, "orch status, persist_s: the first (starts the connection)",
-                        _shown(*first)))  # fmt: skip
-        for figure, argv in (("status", ("status", name)),
-                             ("logs -n 100", ("logs", name, "-n", "100")),
-                             ("diff-effective", ("diff-effective", name))):  # fmt: skip
+        rows.append(
+            Row(bench, "orch status, persist_s: the first (starts the connection)", _shown(*first))
+        )
+        for figure, argv in (
+            ("status", ("status", name)),
+            ("logs -n 100", ("logs", name, "-n", "100")),
+            ("diff-effective", ("diff-effective", name)),
+        ):
             kept = _median_of([_measured(lab, [host], _orch(lab, *argv)) for _ in range(runs)])
-            rows.append(Row(bench, f"orch {figure}, persist_s: a later command",
-                            _shown(*kept)))  # fmt: skip
+            rows.append(Row(bench, f"orch {figure}, persist_s: a later command", _shown(*kept)))
     return rows
 
 
@@ -157,8 +169,7 @@ def _one_delay(lab: Lab, delay: float, runs: int, many: Sequence[int]) -> Sectio
 
     # a handshake alone: what a new connection costs on this link
     handshake = _median_of([_measured(lab, [host], _ssh(lab, host, "true")) for _ in range(runs)])
-    rows.append(Row(bench, "ssh host true (OpenSSH: handshake + one command)",
-                    _shown(*handshake)))  # fmt: skip
+    rows.append(Row(bench, "ssh host true (OpenSSH: handshake + one command)", _shown(*handshake)))
 
     # -- up: orch in-process (its transport's counters), to READY, minus the server's own time
     samples, overheads, transport_counts = [], [], []
@@ -193,10 +204,14 @@ def _one_delay(lab: Lab, delay: float, runs: int, many: Sequence[int]) -> Sectio
     wall, counts = _median_of(samples)
     connections, commands, files = transport_counts[len(transport_counts) // 2]
     rows.append(Row(bench, "orch up (to READY, no plan)", _shown(wall, counts)))
-    rows.append(Row(bench, "orch up minus the server's own time to ready",
-                    ms(median(overheads))))  # fmt: skip
-    rows.append(Row(bench, "orch up: connections / commands / SFTP operations",
-                    f"{connections} / {commands} / {files}"))  # fmt: skip
+    rows.append(Row(bench, "orch up minus the server's own time to ready", ms(median(overheads))))
+    rows.append(
+        Row(
+            bench,
+            "orch up: connections / commands / SFTP operations",
+            f"{connections} / {commands} / {files}",
+        )
+    )
 
     # the careful hand-written way: one ssh that writes the script and starts it, one that waits
     hand = []
@@ -208,15 +223,17 @@ def _one_delay(lab: Lab, delay: float, runs: int, many: Sequence[int]) -> Sectio
             f"{MODEL} --port {port} --host 127.0.0.1 --skip-server-warmup\n"
         )
         launch = _ssh(
-            lab, host,
+            lab,
+            host,
             f"mkdir -p {workdir} && cat > {workdir}/launch.sh && cd {workdir} && "
             "{ nohup bash launch.sh >> server.log 2>&1 < /dev/null & }",
             stdin=script,
-        )  # fmt: skip
+        )
         wait = _ssh(
-            lab, host, f"until grep -q '{READY_LINE}' {workdir}/server.log 2>/dev/null; "
-            "do sleep 0.05; done",
-        )  # fmt: skip
+            lab,
+            host,
+            f"until grep -q '{READY_LINE}' {workdir}/server.log 2>/dev/null; do sleep 0.05; done",
+        )
 
         def both(launch: Callable[[], object] = launch, wait: Callable[[], object] = wait) -> None:
             launch()
@@ -237,8 +254,7 @@ def _one_delay(lab: Lab, delay: float, runs: int, many: Sequence[int]) -> Sectio
         ("diff-effective", ("diff-effective", name), f"cat /proc/{recorded['pid']}/cmdline"),
     ):
         ours = _median_of([_measured(lab, [host], _orch(lab, *orch_argv)) for _ in range(runs)])
-        theirs = _median_of([_measured(lab, [host], _ssh(lab, host, by_hand))
-                             for _ in range(runs)])  # fmt: skip
+        theirs = _median_of([_measured(lab, [host], _ssh(lab, host, by_hand)) for _ in range(runs)])
         rows.append(Row(bench, f"orch {figure}", _shown(*ours)))
         rows.append(Row(bench, f"hand-written: ssh '{by_hand.split()[0]} ...'", _shown(*theirs)))
     # SGLang's own parsing and resolution on the host, no server (no hand-written equivalent)
@@ -251,11 +267,21 @@ def _one_delay(lab: Lab, delay: float, runs: int, many: Sequence[int]) -> Sectio
     # -- death -> verdict: the agent pushes the event on the open channel
     seen = [orch_death_to_verdict(lab, host, f"dies-{run}", 2.0) for run in range(runs)]
     delays = [d for d in seen if d is not None]
-    rows.append(Row(bench, "orch up: death -> verdict printed",
-                    ms(median([d.printed for d in delays])) if delays else "n/a",
-                    f"<= {ms(delay + 0.05)} (one way + 50 ms)"))  # fmt: skip
-    rows.append(Row(bench, "orch up: death -> orch exited",
-                    ms(median([d.exited for d in delays])) if delays else "n/a"))  # fmt: skip
+    rows.append(
+        Row(
+            bench,
+            "orch up: death -> verdict printed",
+            ms(median([d.printed for d in delays])) if delays else "n/a",
+            f"<= {ms(delay + 0.05)} (one way + 50 ms)",
+        )
+    )
+    rows.append(
+        Row(
+            bench,
+            "orch up: death -> orch exited",
+            ms(median([d.exited for d in delays])) if delays else "n/a",
+        )
+    )
 
     # -- status over many hosts, beside parallel OpenSSH doing the agent's status on each
     walls, kept_walls = {}, {}
@@ -268,9 +294,21 @@ def _one_delay(lab: Lab, delay: float, runs: int, many: Sequence[int]) -> Sectio
 
         def status(directory: Path = directory) -> None:
             subprocess.run(
-                [sys.executable, "-m", "orchestrator", "--profiles", str(directory), "status",
-                 "--all", "--json"], capture_output=True, cwd=REPO, timeout=300, check=False,
-            )  # fmt: skip
+                [
+                    sys.executable,
+                    "-m",
+                    "orchestrator",
+                    "--profiles",
+                    str(directory),
+                    "status",
+                    "--all",
+                    "--json",
+                ],
+                capture_output=True,
+                cwd=REPO,
+                timeout=300,
+                check=False,
+            )
 
         status()  # the agent is pushed once per host
         ours = _median_of([_measured(lab, hosts[:size], status) for _ in range(runs)])
@@ -282,8 +320,7 @@ def _one_delay(lab: Lab, delay: float, runs: int, many: Sequence[int]) -> Sectio
                 subprocess.Popen(
                     [
                         *lab.ssh_argv(h),
-                        f"{agent} status --dir "
-                        f"{lab.hosts[h]['workdir']}/svc{index:02d}",
+                        f"{agent} status --dir {lab.hosts[h]['workdir']}/svc{index:02d}",
                     ],
                     stdout=subprocess.DEVNULL,
                     stderr=subprocess.DEVNULL,
@@ -295,19 +332,41 @@ def _one_delay(lab: Lab, delay: float, runs: int, many: Sequence[int]) -> Sectio
 
         theirs = _median_of([_measured(lab, hosts[:size], parallel) for _ in range(runs)])
         rows.append(Row(bench, f"orch status --all, {size} host(s)", _shown(*ours)))
-        rows.append(Row(bench, f"parallel OpenSSH running the agent's status, {size} host(s)",
-                        _shown(*theirs)))  # fmt: skip
+        rows.append(
+            Row(
+                bench,
+                f"parallel OpenSSH running the agent's status, {size} host(s)",
+                _shown(*theirs),
+            )
+        )
         with _persisting(directory / "hosts.yaml", hosts[:size]):
             status()  # starts each host's kept connection
             kept = _median_of([_measured(lab, hosts[:size], status) for _ in range(runs)])
         kept_walls[size] = kept[0]
-        rows.append(Row(bench, f"orch status --all, {size} host(s), persist_s: a later command",
-                        _shown(*kept)))  # fmt: skip
+        rows.append(
+            Row(
+                bench,
+                f"orch status --all, {size} host(s), persist_s: a later command",
+                _shown(*kept),
+            )
+        )
     big, small = max(many), min(many)
-    rows.append(Row(bench, f"orch status --all {big}/{small} ratio",
-                    f"{walls[big] / walls[small]:.2f}", "<= 1.3"))  # fmt: skip
-    rows.append(Row(bench, f"orch status --all {big}/{small} ratio, persist_s",
-                    f"{kept_walls[big] / kept_walls[small]:.2f}", "<= 1.3"))  # fmt: skip
+    rows.append(
+        Row(
+            bench,
+            f"orch status --all {big}/{small} ratio",
+            f"{walls[big] / walls[small]:.2f}",
+            "<= 1.3",
+        )
+    )
+    rows.append(
+        Row(
+            bench,
+            f"orch status --all {big}/{small} ratio, persist_s",
+            f"{kept_walls[big] / kept_walls[small]:.2f}",
+            "<= 1.3",
+        )
+    )
     return Section(
         f"Latency: {label} each way",
         f"Every host is an sshd behind a relay that delays each direction by {label} "

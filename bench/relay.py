@@ -129,12 +129,20 @@ class _Pipe:
     """One direction: a reader queues (due time, chunk); a writer sends each when it is due."""
 
     def __init__(
-        self, relay: DelayRelay, source: socket.socket, sink: socket.socket, upward: bool,
+        self,
+        relay: DelayRelay,
+        source: socket.socket,
+        sink: socket.socket,
+        upward: bool,
         flow: _Flow,
-    ) -> None:  # fmt: skip
+    ) -> None:
         self.relay, self.source, self.sink, self.upward, self.flow = (
-            relay, source, sink, upward, flow,
-        )  # fmt: skip
+            relay,
+            source,
+            sink,
+            upward,
+            flow,
+        )
         self.queue: list[tuple[float, int, bytes]] = []
         self.ready = threading.Condition()
         self.sequence = 0

@@ -78,9 +78,11 @@ def create_file(path: Path, text: str, *, mode: int, hint: str) -> None:
     with _directory(path, hint) as directory:
         try:
             descriptor = os.open(
-                path.name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW | _CLOEXEC, mode,
+                path.name,
+                os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW | _CLOEXEC,
+                mode,
                 dir_fd=directory,
-            )  # fmt: skip
+            )
         except FileExistsError:
             raise
         except OSError as exc:
@@ -244,10 +246,14 @@ def _problem(found: os.stat_result) -> str | None:
 
 def _kind(mode: int) -> str:
     kinds = (
-        (stat.S_ISREG, "a regular file"), (stat.S_ISDIR, "a directory"),
-        (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
-        (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"), (stat.S_ISLNK, "a symlink"),
-    )  # fmt: skip
+        (stat.S_ISREG, "a regular file"),
+        (stat.S_ISDIR, "a directory"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISSOCK, "a socket"),
+        (stat.S_ISLNK, "a symlink"),
+    )
     return next((name for test, name in kinds if test(mode)), "not a regular file")
 
 

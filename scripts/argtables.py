@@ -65,8 +65,10 @@ def registry_releases() -> list[str]:
     """The releases on the package index that orch covers, oldest first (pip's own view)."""
     result = subprocess.run(
         [sys.executable, "-m", "pip", "index", "versions", "sglang"],
-        capture_output=True, text=True, check=False,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     match = re.search(r"Available versions: (.+)", result.stdout)
     if result.returncode != 0 or match is None:
         raise SystemExit(f"cannot list sglang's releases: {result.stderr.strip()[-500:]}")
@@ -82,8 +84,10 @@ def base_python() -> Path:
     """The python of the base venv (built once, cached)."""
     build = subprocess.run(
         ["bash", str(REPO / "scripts" / "build-sglang-venv.sh"), BASE_VERSION],
-        stdout=subprocess.PIPE, text=True, check=False,
-    )  # fmt: skip
+        stdout=subprocess.PIPE,
+        text=True,
+        check=False,
+    )
     if build.returncode != 0:
         raise SystemExit(f"cannot build the base venv (sglang {BASE_VERSION})")
     return Path(build.stdout.strip().splitlines()[-1]) / "bin" / "python"
@@ -122,10 +126,20 @@ def _pip(python: Path, *args: str, log_file: Path) -> None:
         out.write(f"\n$ pip install {' '.join(args)}\n")
         out.flush()
         done = subprocess.run(
-            [str(python), "-m", "pip", "install", "--disable-pip-version-check", "--no-input",
-             "--quiet", *args],
-            stdout=out, stderr=out, check=False,
-        )  # fmt: skip
+            [
+                str(python),
+                "-m",
+                "pip",
+                "install",
+                "--disable-pip-version-check",
+                "--no-input",
+                "--quiet",
+                *args,
+            ],
+            stdout=out,
+            stderr=out,
+            check=False,
+        )
     if done.returncode != 0:
         tail = log_file.read_text(errors="replace").splitlines()[-30:]
         raise SystemExit("pip install failed:\n" + "\n".join(tail))
@@ -136,8 +150,11 @@ def _run(python: Path, overlay: Path, code: str, *args: str) -> str:
     env["PYTHONPATH"] = str(overlay)
     done = subprocess.run(
         [str(python), "-W", "ignore", "-c", code, *args],
-        capture_output=True, text=True, env=env, check=False,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+    )
     if done.returncode != 0:
         raise SystemExit(f"{python} failed: {done.stderr.strip()[-2000:]}")
     return done.stdout.strip().splitlines()[-1] if done.stdout.strip() else ""
@@ -149,9 +166,14 @@ _GPU_STACK = ("torch", "triton", "sgl", "flashinfer", "nvidia", "cuda", "xformer
 _TRITON_FOR_TORCH = {"2.5": "3.1.0", "2.6": "3.2.0", "2.7": "3.3.1", "2.8": "3.4.0", "2.9": "3.5.0"}
 # import name -> distribution name, where they differ
 _DISTRIBUTIONS = {
-    "zmq": "pyzmq", "PIL": "pillow", "yaml": "pyyaml", "google": "protobuf",
-    "opentelemetry": "opentelemetry-api", "sklearn": "scikit-learn", "cv2": "opencv-python",
-}  # fmt: skip
+    "zmq": "pyzmq",
+    "PIL": "pillow",
+    "yaml": "pyyaml",
+    "google": "protobuf",
+    "opentelemetry": "opentelemetry-api",
+    "sklearn": "scikit-learn",
+    "cv2": "opencv-python",
+}
 
 
 def overlay_for(python: Path, version: str) -> Path:
@@ -175,8 +197,10 @@ def _build_overlay(python: Path, version: str, building: Path, overlay: Path) ->
     log_file = building / ".orch-build.log"
     torch_pin = subprocess.run(
         [str(python), "-c", "import torch; print(torch.__version__)"],
-        capture_output=True, text=True, check=True,
-    ).stdout.strip()  # fmt: skip
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
     constraints = building / ".constraints.txt"
     constraints.write_text(f"torch=={torch_pin}\n")
     common = ("--target", str(building), "-c", str(constraints), "--prefer-binary")
@@ -185,9 +209,10 @@ def _build_overlay(python: Path, version: str, building: Path, overlay: Path) ->
     # what sglang pins exactly holds for everything installed next (xgrammar, with its own
     # dependencies, would otherwise bring today's transformers over the pinned one)
     exact = sorted(
-        spec for name, spec in pins.items()
+        spec
+        for name, spec in pins.items()
         if "==" in spec and "," not in spec and not name.startswith(_GPU_STACK)
-    )  # fmt: skip
+    )
     constraints.write_text("".join(f"{line}\n" for line in [f"torch=={torch_pin}", *exact]))
     if "transformers" in pins:
         # with its own dependencies: an older transformers checks tokenizers/hub versions on import
@@ -203,13 +228,20 @@ def _build_overlay(python: Path, version: str, building: Path, overlay: Path) ->
         if kind == "import-error" and "triton" in detail and "triton" not in installed:
             # an old release reads triton internals that moved (0.4.5: triton.runtime.cache's
             # default_cache_dir): the triton of the torch it pins, beside the base's torch
-            triton = _TRITON_FOR_TORCH.get(re.sub(r"^torch==(\d+\.\d+).*", r"\1",
-                                                  pins.get("torch", "")))  # fmt: skip
+            triton = _TRITON_FOR_TORCH.get(
+                re.sub(r"^torch==(\d+\.\d+).*", r"\1", pins.get("torch", ""))
+            )
             if triton is None:
                 raise SystemExit(f"sglang {version}: {answer} (no triton known for its torch)")
             log(f"  {version}: server_args needs an older triton: installing triton=={triton}")
-            _pip(python, "--target", str(building), "--no-deps", f"triton=={triton}",
-                 log_file=log_file)  # fmt: skip
+            _pip(
+                python,
+                "--target",
+                str(building),
+                "--no-deps",
+                f"triton=={triton}",
+                log_file=log_file,
+            )
             installed.add("triton")
             continue
         if kind != "missing" or detail == "?":
@@ -235,10 +267,19 @@ def generate(python: Path, version: str) -> dict[str, Any]:
         env = {k: v for k, v in os.environ.items() if not k.startswith(("SGLANG_", "SGL_"))}
         env["PYTHONPATH"] = str(overlay)
         done = subprocess.run(
-            [str(python), "-W", "ignore", str(REPO / "scripts" / "gen_sglang_argtable.py"),
-             "--out", out],
-            capture_output=True, text=True, env=env, check=False,
-        )  # fmt: skip
+            [
+                str(python),
+                "-W",
+                "ignore",
+                str(REPO / "scripts" / "gen_sglang_argtable.py"),
+                "--out",
+                out,
+            ],
+            capture_output=True,
+            text=True,
+            env=env,
+            check=False,
+        )
         if done.returncode != 0:
             raise SystemExit(f"sglang {version}: table generation failed: {done.stderr[-2000:]}")
         for line in done.stderr.splitlines():

@@ -41,7 +41,7 @@ from orchestrator import render
 from orchestrator.commands.context import Context, Launch, ProfilesOrigin
 from orchestrator.commands.effective import inspect_request
 from orchestrator.effective import plan
-from orchestrator.fleet.client import PROBE_SHA256, PROBE_SOURCE, Agent
+from orchestrator.fleet.client import Agent, probe_bundle
 from orchestrator.fleet.protocol.common import last_json_line
 from orchestrator.fleet.protocol.start import build_spec
 from orchestrator.profile.store import ProfileStore
@@ -182,7 +182,7 @@ class Recorder:
         arguments = sglang_config.sglang_arguments(member.argv) or ()
         request = json.dumps(plan.probe_request(arguments, member.env)).encode()
         probe = self.agent.deployment.probe_path
-        result = self.agent.run_pushed(probe, PROBE_SOURCE, PROBE_SHA256, ("-",), 300.0, request)
+        result = self.agent.run_pushed(probe_bundle(), probe, ("-",), 300.0, request)
         return last_json_line(result.stdout, result.stderr, result.returncode, "sglang_probe.py")
 
     def state_file(self) -> Any:

@@ -78,10 +78,18 @@ def capture_lines(name: str) -> list[str]:
 
 # Each directory is one tier (pyproject.toml's markers); `make test-fast` runs the unit tier.
 _TIERS = {
-    "unit": "unit", "golden": "unit", "property": "property", "agent": "agent", "e2e": "e2e",
-    "ssh": "e2e", "transport": "e2e", "standin": "e2e", "sglang_real": "sglang_real",
-    "bench": "bench", "engines": "engines",
-}  # fmt: skip
+    "unit": "unit",
+    "golden": "unit",
+    "property": "property",
+    "agent": "agent",
+    "e2e": "e2e",
+    "ssh": "e2e",
+    "transport": "e2e",
+    "standin": "e2e",
+    "sglang_real": "sglang_real",
+    "bench": "bench",
+    "engines": "engines",
+}
 
 
 def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:

@@ -107,29 +107,41 @@ def parser() -> argparse.ArgumentParser:
         "the script does not determine is a placeholder until --set gives it (docs/import.md).",
     )
     importing.add_argument(
-        "scripts", metavar="SCRIPT", nargs="+", help="launch scripts (- for standard input); "
+        "scripts",
+        metavar="SCRIPT",
+        nargs="+",
+        help="launch scripts (- for standard input); "
         "one per node of a multi-node server: they become one group",
-    )  # fmt: skip
+    )
     importing.add_argument(
-        "--check", action="store_true",
+        "--check",
+        action="store_true",
         help="report what is wrong in the scripts (file:line:col, the fix in orch's terms) and "
         "write nothing; exit 1 when anything is found",
-    )  # fmt: skip
+    )
     importing.add_argument(
         "--name", metavar="NAME", help="the profile's name (default: the script's)"
     )
     importing.add_argument(
-        "--host", metavar="HOST[,HOST...]", help="the host of hosts.yaml the server runs on "
+        "--host",
+        metavar="HOST[,HOST...]",
+        help="the host of hosts.yaml the server runs on "
         "(default: the script's ssh target, else local); a multi-node server's ranks in order",
-    )  # fmt: skip
+    )
     importing.add_argument(
-        "--sglang", metavar="VERSION", help="the SGLang version the script runs (default: an "
+        "--sglang",
+        metavar="VERSION",
+        help="the SGLang version the script runs (default: an "
         "image tag the script names, else the newest whose flags accept the script)",
-    )  # fmt: skip
+    )
     importing.add_argument(
-        "--set", metavar="NAME=VALUE", action="append", default=[], dest="settings",
+        "--set",
+        metavar="NAME=VALUE",
+        action="append",
+        default=[],
+        dest="settings",
         help="a variable the script does not set (repeatable; NAME may be 1, 2 ... for $1, $2)",
-    )  # fmt: skip
+    )
     importing.add_argument(
         "--extends", metavar="PROFILE", help="write only what differs from this profile"
     )
@@ -286,18 +298,22 @@ def parser() -> argparse.ArgumentParser:
     upgrade.add_argument("profile", metavar="PROFILE")
     upgrade.add_argument("--to", required=True, metavar="VERSION", help="the SGLang release")
     upgrade.add_argument(
-        "--from-sglang", metavar="PYTHON",
+        "--from-sglang",
+        metavar="PYTHON",
         help="a local python with the profile's current SGLang (default: the venv cache, "
         "~/.cache/orch/sglang-venvs/VERSION, where scripts/build-sglang-venv.sh builds it)",
-    )  # fmt: skip
+    )
     upgrade.add_argument(
-        "--to-sglang", metavar="PYTHON",
+        "--to-sglang",
+        metavar="PYTHON",
         help="a local python with the target release (same default)",
-    )  # fmt: skip
+    )
     upgrade.add_argument(
-        "--model-config", metavar="FILE", type=Path,
+        "--model-config",
+        metavar="FILE",
+        type=Path,
         help="the model's config.json, when model.path is not on this machine",
-    )  # fmt: skip
+    )
     upgrade.add_argument(
         "--write", action="store_true", help="apply the edits and refresh the lock"
     )

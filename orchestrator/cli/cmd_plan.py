@@ -61,9 +61,13 @@ def handle_upgrade(args: argparse.Namespace, output: Output) -> int:
 
     ctx = context_for(args, output)
     request = upgrading.Request(
-        args.profile, args.to, source_python=args.from_sglang, target_python=args.to_sglang,
-        model_config=args.model_config, write=args.write,
-    )  # fmt: skip
+        args.profile,
+        args.to,
+        source_python=args.from_sglang,
+        target_python=args.to_sglang,
+        model_config=args.model_config,
+        write=args.write,
+    )
     try:
         result = upgrading.run(ctx, request)
     finally:

@@ -107,9 +107,17 @@ def handle_import(args: argparse.Namespace, output: Output) -> int:
     if args.json:
         raise UsageError("--json goes with --check", "orch import --check --json SCRIPT")
     written = importing.run_import(
-        files, store_for(args), name=args.name, host=args.host, sglang=args.sglang, given=given,
-        extends=args.extends, launch=args.launch, output=args.output, redactor=output.redact,
-    )  # fmt: skip
+        files,
+        store_for(args),
+        name=args.name,
+        host=args.host,
+        sglang=args.sglang,
+        given=given,
+        extends=args.extends,
+        launch=args.launch,
+        output=args.output,
+        redactor=output.redact,
+    )
     output.write(show_import.written(written))
     return ExitCode.OK
 

@@ -112,9 +112,13 @@ def handle_logs(args: argparse.Namespace, output: Output) -> int:
         return _logs_every_node(args, output)
     try:
         for item in logs_.logs(
-            ctx, args.profile, run=args.run, follow_log=args.follow, lines=args.lines,
+            ctx,
+            args.profile,
+            run=args.run,
+            follow_log=args.follow,
+            lines=args.lines,
             rank=args.node,
-        ):  # fmt: skip
+        ):
             if isinstance(item, events.RunEnded):
                 output.write(show.run_ended(item, at_line_start=at_line_start))
                 at_line_start = True

@@ -33,9 +33,11 @@ def context_for(args: argparse.Namespace, output: Output) -> Context:
     from orchestrator.commands.context import Context
 
     return Context(
-        store=store_for(args), environ=os.environ, local_python=sys.executable,
+        store=store_for(args),
+        environ=os.environ,
+        local_python=sys.executable,
         redactor=output.redact,
-    )  # fmt: skip
+    )
 
 
 def node_rank(rank: int | None, profile: str, nodes: int) -> int:

@@ -230,8 +230,11 @@ def profiles_origin(directory: Path) -> ProfilesOrigin:
         try:
             done = subprocess.run(
                 ["git", "-C", resolved, *argv],
-                capture_output=True, text=True, timeout=10, check=False,
-            )  # fmt: skip
+                capture_output=True,
+                text=True,
+                timeout=10,
+                check=False,
+            )
         except (OSError, subprocess.TimeoutExpired):
             return None
         return done.stdout.strip() if done.returncode == 0 and done.stdout.strip() else None

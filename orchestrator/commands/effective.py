@@ -205,11 +205,17 @@ def compare_logged(launch: Launch, startup: StartupLog) -> verify.Report:
     Raises ``sglang_config.UnreadableConfig`` when the line cannot be read."""
     resolved = sglang_config.parse_server_args_line(startup.config_line or "")
     observed = verify.Observation(
-        pid=None, found_by="orch", alive=False, argv=None, env=None, resolved=resolved,
-        resolved_source="server_args line", launch_command=None,
+        pid=None,
+        found_by="orch",
+        alive=False,
+        argv=None,
+        env=None,
+        resolved=resolved,
+        resolved_source="server_args line",
+        launch_command=None,
         log_lines=tuple(startup.before),
         notes=("the server is not running: compared with what its log recorded",),
-    )  # fmt: skip
+    )
     return verify.compare(
         launch.primary.profile,
         launch.table,

@@ -190,9 +190,12 @@ def up(ctx: Context, launch: Launch, options: UpOptions) -> Iterator[UpEvent]:
 
     def start(node: Node) -> Any:
         spec = build_spec(
-            node.profile, node.member.argv, node.member.env, meta,
+            node.profile,
+            node.member.argv,
+            node.member.env,
+            meta,
             group=group_spec(launch, node.rank, key),
-        )  # fmt: skip
+        )
         return node.agent.start(spec, render.launcher_script(node.member.command))
 
     replies = parallel(start, nodes)

@@ -146,10 +146,16 @@ def run_import(
             )
     base = store.merged(extends) if extends is not None else None
     request = ImportRequest(
-        name=name, host=hosts[0] if hosts else None, rank_hosts=hosts, sglang=sglang,
-        given=dict(given), launch=launch,
-        extends=extends, base=base, inventory=inventory,
-    )  # fmt: skip
+        name=name,
+        host=hosts[0] if hosts else None,
+        rank_hosts=hosts,
+        sglang=sglang,
+        given=dict(given),
+        launch=launch,
+        extends=extends,
+        base=base,
+        inventory=inventory,
+    )
     imported = import_scripts(files, request)
     if output is not None and output != STDIN and len(imported) > 1:
         raise UsageError(

@@ -202,8 +202,14 @@ class LogTail:
 
 
 def logs(
-    ctx: Context, name: str, *, run: str | None, follow_log: bool, lines: int, rank: int = 0,
-) -> Iterator[LogChunk | RunEnded]:  # fmt: skip
+    ctx: Context,
+    name: str,
+    *,
+    run: str | None,
+    follow_log: bool,
+    lines: int,
+    rank: int = 0,
+) -> Iterator[LogChunk | RunEnded]:
     """The last ``lines`` of a run's log (``run``: see ``pick_run``; default the current run);
     then (``follow_log``) what is appended to it, and when the run ends, the deployment's next
     run from its start, until the deployment ends (RunEnded without ``next_run``). Reads only
@@ -233,9 +239,11 @@ def logs(
         if shown:
             continue
         current = agent.read_state()
-        ongoing = current is None or current.run_id is None or (
-            current.run_id == run_id and current.state not in TERMINAL_STATES
-        )  # fmt: skip
+        ongoing = (
+            current is None
+            or current.run_id is None
+            or (current.run_id == run_id and current.state not in TERMINAL_STATES)
+        )
         if ongoing or current is None:
             ctx.sleep(LOG_FOLLOW_POLL_S)
             continue

@@ -129,15 +129,19 @@ def _git_init(root: Path) -> str:
         return "git not found: run `git init` and `git config core.hooksPath .githooks` there"
     inside = subprocess.run(
         [git, "-C", str(root), "rev-parse", "--is-inside-work-tree"],
-        capture_output=True, text=True, check=False,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     if inside.returncode == 0 and inside.stdout.strip() == "true":
         return (
             "inside an existing git repository: switch the hook on with "
             "`git config core.hooksPath .githooks` (or `pre-commit install`)"
         )
-    for argv in ([git, "init", "-q", str(root)],
-                 [git, "-C", str(root), "config", "core.hooksPath", ".githooks"]):  # fmt: skip
+    for argv in (
+        [git, "init", "-q", str(root)],
+        [git, "-C", str(root), "config", "core.hooksPath", ".githooks"],
+    ):
         done = subprocess.run(argv, capture_output=True, text=True, check=False)
         if done.returncode != 0:
             return f"git init failed ({done.stderr.strip() or done.returncode}): run it yourself"

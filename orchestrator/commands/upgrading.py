@@ -66,9 +66,12 @@ def run(ctx: Context, request: Request) -> upgrade.Upgrade:
         raise UsageError(f"{profile.name} already targets SGLang {request.to}")
     target = argtable.load_table(request.to)  # no table: the error names the command adding it
     spelled = upgrade.spelling(
-        profile, loaded.table, target, ctx.store.written(request.name),
+        profile,
+        loaded.table,
+        target,
+        ctx.store.written(request.name),
         argtable.available_versions(),
-    )  # fmt: skip
+    )
     texts, originals = _new_texts(ctx.store, request, spelled, source_version)
     result = upgrade.Upgrade(
         profile.name, source_version, request.to, spelled, files=texts, originals=originals
@@ -83,16 +86,16 @@ def run(ctx: Context, request: Request) -> upgrade.Upgrade:
             first = exc.errors[0]
             raise UpgradeBlocked(
                 f"the profile upgraded to SGLang {request.to} would not validate: "
-                f"{first.message}" + (f" (and {len(exc.errors) - 1} more)"
-                                      if len(exc.errors) > 1 else ""),
+                f"{first.message}"
+                + (f" (and {len(exc.errors) - 1} more)" if len(exc.errors) > 1 else ""),
                 first.hint,
-            ) from exc  # fmt: skip
+            ) from exc
         shared, findings = _shared_bases(ctx.store, moved_store, request.name, texts)
         result = dataclasses.replace(
-            result, shared=shared, spelling=dataclasses.replace(
-                spelled, findings=(*spelled.findings, *findings)
-            ),
-        )  # fmt: skip
+            result,
+            shared=shared,
+            spelling=dataclasses.replace(spelled, findings=(*spelled.findings, *findings)),
+        )
         moved_ctx = dataclasses.replace(ctx, store=moved_store)
         before_launch = ctx.launch(request.name, require_secrets=False)
         after_launch = moved_ctx.launch(request.name, require_secrets=False)
@@ -189,11 +192,14 @@ def _shared_bases(
         if old == new:
             shared.append(other)
         else:
-            findings.append(upgrade.Finding(
-                upgrade.ERROR, "extends",
-                f"{other} is built on a file this upgrade edits, and its launch would change",
-                f"upgrade {other} too, or move the renamed key into {name}'s own file",
-            ))  # fmt: skip
+            findings.append(
+                upgrade.Finding(
+                    upgrade.ERROR,
+                    "extends",
+                    f"{other} is built on a file this upgrade edits, and its launch would change",
+                    f"upgrade {other} too, or move the renamed key into {name}'s own file",
+                )
+            )
     return tuple(shared), tuple(findings)
 
 
@@ -236,9 +242,10 @@ def _plans(
             notes.append(f"today's profile: {before.refusal()}")
     if target_python is not None:
         after = planning.predict(
-            moved_ctx, after_launch,
+            moved_ctx,
+            after_launch,
             local=planning.LocalSGLang(target_python, request.model_config),
-        )  # fmt: skip
+        )
     result = dataclasses.replace(result, plan_notes=tuple(notes))
     if after is not None and after.error is not None:
         return dataclasses.replace(result, refused=after.refusal())

@@ -217,12 +217,18 @@ def report(
             continue
         defaulted.append(
             PlannedField(
-                field=name, requested_as=None, key_path=None, profile=verify.ABSENT,
-                given=before, effective=after, changed=True,
-                provenance=provenance.get(name, ()), why=verify.explain(name, logs),
+                field=name,
+                requested_as=None,
+                key_path=None,
+                profile=verify.ABSENT,
+                given=before,
+                effective=after,
+                changed=True,
+                provenance=provenance.get(name, ()),
+                why=verify.explain(name, logs),
                 secret=name in verify.SECRET_FIELDS,
             )
-        )  # fmt: skip
+        )
     notes = tuple(f"SGLang plugin loaded: {plugin}" for plugin in answer.plugins)
     return PlanReport(
         profile=profile.name,
@@ -341,8 +347,9 @@ def lock_problems(
             f"the profile's rendered command changed (locked {locked}, now {launch_digest})"
         )
     if sglang_version is not None and document.get("sglang") != sglang_version:
-        problems.append(f"locked for SGLang {document.get('sglang')}, the profile targets "
-                        f"{sglang_version}")  # fmt: skip
+        problems.append(
+            f"locked for SGLang {document.get('sglang')}, the profile targets {sglang_version}"
+        )
     gpu = profile.gpu.type.name if profile.gpu.type is not None else None
     if document.get("gpu_type") != gpu:
         problems.append(f"locked for gpu {document.get('gpu_type')}, the profile has {gpu}")

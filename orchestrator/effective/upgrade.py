@@ -87,35 +87,55 @@ def spelling(
         to = spell(target, wanted.name)
         if to is None:
             gone = _first_without(wanted.name, source, versions, target)
-            findings.append(Finding(
-                ERROR, wanted.key_path,
-                f"SGLang {target.version} has no {natural_flag(wanted.name)}"
-                + (f" (gone since {gone})" if gone else ""),
-                "remove the key, or keep the profile on a release that has it; "
-                "docs/sglang-versions.md lists what each release changed",
-            ))  # fmt: skip
+            findings.append(
+                Finding(
+                    ERROR,
+                    wanted.key_path,
+                    f"SGLang {target.version} has no {natural_flag(wanted.name)}"
+                    + (f" (gone since {gone})" if gone else ""),
+                    "remove the key, or keep the profile on a release that has it; "
+                    "docs/sglang-versions.md lists what each release changed",
+                )
+            )
             continue
         rename = to.rename
         if rename is not None and wanted.name == rename.old and wanted.key_path.startswith("args."):
             position = positions.get(("args", rename.old))
             if position is not None:
-                respellings.append(Respelling(
-                    wanted.key_path, rename.old, rename.new, position.source, position.line,
-                    position.column, rename.describe() + _ambiguity(rename.old, target),
-                ))  # fmt: skip
+                respellings.append(
+                    Respelling(
+                        wanted.key_path,
+                        rename.old,
+                        rename.new,
+                        position.source,
+                        position.line,
+                        position.column,
+                        rename.describe() + _ambiguity(rename.old, target),
+                    )
+                )
         elif to.option.deprecated:
-            findings.append(Finding(
-                WARNING, wanted.key_path,
-                f"{to.flag} is deprecated in SGLang {target.version}: {to.option.help[:160]}",
-            ))  # fmt: skip
+            findings.append(
+                Finding(
+                    WARNING,
+                    wanted.key_path,
+                    f"{to.flag} is deprecated in SGLang {target.version}: {to.option.help[:160]}",
+                )
+            )
     for index, name in enumerate(profile.pin):
         new = _new_name(name, target.parsed_version)
         position = positions.get(("pin", index))
         if new is not None and position is not None:
-            respellings.append(Respelling(
-                f"pin[{index}]", name, new, position.source, position.line, position.column,
-                f"the pinned field's new name in SGLang {target.version}",
-            ))  # fmt: skip
+            respellings.append(
+                Respelling(
+                    f"pin[{index}]",
+                    name,
+                    new,
+                    position.source,
+                    position.line,
+                    position.column,
+                    f"the pinned field's new name in SGLang {target.version}",
+                )
+            )
     return Spelling(tuple(respellings), tuple(findings))
 
 
@@ -284,36 +304,49 @@ def effective(before: PlanReport, after: PlanReport, pins: Sequence[str]) -> Eff
             continue
         if name in _DRAWN and asked is None:
             continue
-        moves.append(FieldMove(
-            name, asked.profile if asked is not None else verify.ABSENT, was, now,
-            pinned=name in pinned, adjusted=adjusted,
-        ))  # fmt: skip
-    gone = sorted(n for n, old in old_names.items() if n not in after.effective and
-                  not old.startswith("_"))  # fmt: skip
+        moves.append(
+            FieldMove(
+                name,
+                asked.profile if asked is not None else verify.ABSENT,
+                was,
+                now,
+                pinned=name in pinned,
+                adjusted=adjusted,
+            )
+        )
+    gone = sorted(
+        n for n, old in old_names.items() if n not in after.effective and not old.startswith("_")
+    )
     findings = []
     for move in moves:
         if move.pinned and not verify.same(move.before.value, move.after.value):
-            findings.append(Finding(
-                ERROR, f"pin ({move.field})",
-                f"pinned field {move.field} would move: {verify.display(move.before.value)} on "
-                f"SGLang {before.sglang_version} -> {verify.display(move.after.value)} on "
-                f"{after.sglang_version} ({move.after.how})",
-                "set the value the profile needs explicitly, or unpin it once the new value "
-                "is wanted",
-            ))  # fmt: skip
+            findings.append(
+                Finding(
+                    ERROR,
+                    f"pin ({move.field})",
+                    f"pinned field {move.field} would move: {verify.display(move.before.value)} on "
+                    f"SGLang {before.sglang_version} -> {verify.display(move.after.value)} on "
+                    f"{after.sglang_version} ({move.after.how})",
+                    "set the value the profile needs explicitly, or unpin it once the new value "
+                    "is wanted",
+                )
+            )
         elif (
             move.pinned
             and move.adjusted
             and move.requested is not verify.ABSENT
             and not (verify.same(move.requested, move.after.value))
         ):
-            findings.append(Finding(
-                ERROR, f"pin ({move.field})",
-                f"SGLang {after.sglang_version} changes pinned field {move.field}: "
-                f"{verify.display(move.requested)} -> {verify.display(move.after.value)} "
-                f"({move.after.how})",
-                "ask for the value SGLang keeps, or unpin it",
-            ))  # fmt: skip
+            findings.append(
+                Finding(
+                    ERROR,
+                    f"pin ({move.field})",
+                    f"SGLang {after.sglang_version} changes pinned field {move.field}: "
+                    f"{verify.display(move.requested)} -> {verify.display(move.after.value)} "
+                    f"({move.after.how})",
+                    "ask for the value SGLang keeps, or unpin it",
+                )
+            )
     return Effective(tuple(moves), tuple(new_fields), tuple(gone), tuple(findings))
 
 
@@ -358,9 +391,16 @@ def memory_rows(before: Budget | None, after: Budget | None) -> tuple[MemoryRow,
 
 
 _MEMORY_LABELS = (
-    "GPU", "weights", "mem_fraction_static", "mamba pool", "speculative reserve", "KV cache",
-    "max running requests", "headroom", "verdict",
-)  # fmt: skip
+    "GPU",
+    "weights",
+    "mem_fraction_static",
+    "mamba pool",
+    "speculative reserve",
+    "KV cache",
+    "max running requests",
+    "headroom",
+    "verdict",
+)
 
 
 # -- the whole answer --------------------------------------------------------------------------

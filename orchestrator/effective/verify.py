@@ -425,13 +425,19 @@ def compare_lock(report: Report, locked: Mapping[str, Any], resolved: Mapping[st
         matches = same(locked[name], effective)
         rows.append(
             FieldRow(
-                field=name, requested_as=None, key_path="lock", profile=ABSENT,
-                received=ABSENT, resolved=effective, launch_command=ABSENT,
+                field=name,
+                requested_as=None,
+                key_path="lock",
+                profile=ABSENT,
+                received=ABSENT,
+                resolved=effective,
+                launch_command=ABSENT,
                 verdict=OK if matches else LOCK_DRIFT,
                 why=None if matches else "the lock predicted another value",
-                secret=name in SECRET_FIELDS, locked=locked[name],
+                secret=name in SECRET_FIELDS,
+                locked=locked[name],
             )
-        )  # fmt: skip
+        )
     kept = [
         dataclasses.replace(row, locked=locked.get(row.field, ABSENT))
         for row in report.fields

@@ -43,57 +43,69 @@ class Bound:
 # place (a call depth, a nesting depth, one brace product).
 BOUNDS: dict[str, Bound] = {
     "words": Bound(
-        50_000, "expanded words",
+        50_000,
+        "expanded words",
         "a launch script expands to a few thousand words at most: import the script that "
         "starts the server, not a generated one",
     ),
     "source-words": Bound(
-        200_000, "words in one script as written",
+        200_000,
+        "words in one script as written",
         "a launch script is a few thousand words: import the script that starts the server",
     ),
     "characters": Bound(
-        32 << 20, "characters of expanded words and values",
+        32 << 20,
+        "characters of expanded words and values",
         "a variable that doubles itself (A=$A$A) or a huge value: not a launch script",
     ),
     "iterations": Bound(
-        1_024, "loop iterations (every loop, nested loops multiplied)",
+        1_024,
+        "loop iterations (every loop, nested loops multiplied)",
         "a launch script loops over a few hosts or GPUs: import the script that starts the "
         "servers you run",
     ),
     "calls": Bound(
-        1_024, "function calls",
+        1_024,
+        "function calls",
         "functions that call functions this often are not a launch script: import the script "
         "that starts the servers you run",
     ),
     "call-depth": Bound(
-        32, "nested function calls",
+        32,
+        "nested function calls",
         "a chain of functions this deep is not a launch script: import the innermost one",
     ),
     "brace-words": Bound(
-        4_096, "words one brace expansion makes ({1..N}{1..M} multiplies)",
+        4_096,
+        "words one brace expansion makes ({1..N}{1..M} multiplies)",
         "write the values out, or import a script that starts fewer servers",
     ),
     "nesting": Bound(
-        100, "nested statements and scripts (if/for/case/functions/ssh/bash -c)",
+        100,
+        "nested statements and scripts (if/for/case/functions/ssh/bash -c)",
         "flatten the script: no launch script nests this deep",
     ),
     "script-depth": Bound(
-        16, "scripts nested in scripts (ssh, bash -c, docker run, heredocs)",
+        16,
+        "scripts nested in scripts (ssh, bash -c, docker run, heredocs)",
         "import the innermost script by itself",
     ),
     "parsed": Bound(
-        64 << 20, "bytes parsed (the script, its nested scripts and re-reads after errors)",
+        64 << 20,
+        "bytes parsed (the script, its nested scripts and re-reads after errors)",
         "nested quoting this large is not a launch script: import the innermost one",
     ),
     "launches": Bound(
-        256, "SGLang launches found",
+        256,
+        "SGLang launches found",
         "import a script that starts fewer servers, or pick one launch with --launch N",
     ),
     "profiles": Bound(
-        64, "profiles one import writes",
+        64,
+        "profiles one import writes",
         "pick one server with --launch N, or split the script",
     ),
-}  # fmt: skip
+}
 
 
 @dataclass

@@ -99,10 +99,15 @@ def check_scripts(
         table, said = _target([(item, launch) for launch in item.found.launches], sglang)
         targets.append((file, table.version, said))
         for position in item.script.errors[:1]:
-            problems.append(ScriptProblem(
-                file, position, "syntax-error", "bash cannot parse the script here",
-                "fix the syntax: what follows was read as well as it could be",
-            ))  # fmt: skip
+            problems.append(
+                ScriptProblem(
+                    file,
+                    position,
+                    "syntax-error",
+                    "bash cannot parse the script here",
+                    "fix the syntax: what follows was read as well as it could be",
+                )
+            )
         for script, _ in item.found.scripts:
             for index, command in enumerate(script.commands):
                 problems.extend(_command_problems(file, command, table))
@@ -128,15 +133,22 @@ def check_scripts(
         problems.extend(pitfalls.vllm_given_sglang_flags(item.file.display, item.found.others))
         if not item.found.launches:
             others = sorted({o.what for o in item.found.others})
-            where = min((o.position for o in item.found.others), default=Position(1, 1),
-                        key=lambda p: (p.line, p.column))  # fmt: skip
-            problems.append(ScriptProblem(
-                item.file.display, where, "no-launch",
-                "no SGLang server launch found"
-                + (f"; it starts {', '.join(others)}" if others else ""),
-                "nothing was checked: a launch in a file this script runs, sources or evals "
-                "is not followed; check that file",
-            ))  # fmt: skip
+            where = min(
+                (o.position for o in item.found.others),
+                default=Position(1, 1),
+                key=lambda p: (p.line, p.column),
+            )
+            problems.append(
+                ScriptProblem(
+                    item.file.display,
+                    where,
+                    "no-launch",
+                    "no SGLang server launch found"
+                    + (f"; it starts {', '.join(others)}" if others else ""),
+                    "nothing was checked: a launch in a file this script runs, sources or evals "
+                    "is not followed; check that file",
+                )
+            )
     # an argument hidden in a variable that the heredoc expands here is said once, as that
     expanded_here = {(p.file, p.position) for p in problems if p.code == "heredoc-expands-locally"}
     problems = [
@@ -174,14 +186,18 @@ def _rendezvous(launches: Sequence[tuple[Any, Launch]]) -> list[ScriptProblem]:
         if key not in seen:
             seen[key] = (value, f"{file}:{address.position.line}", rank_text)
         elif seen[key][0] != value and seen[key][2] != rank_text:
-            problems.append(ScriptProblem(
-                file, address.position, "rendezvous-mismatch",
-                f"--dist-init-addr {value} differs from {seen[key][0]} ({seen[key][1]}), "
-                "given to another rank of the same server: the ranks never meet and SGLang "
-                "waits until its timeout",
-                "every rank names rank 0's address; in a profile, group: renders it from "
-                "hosts.yaml for each rank",
-            ))  # fmt: skip
+            problems.append(
+                ScriptProblem(
+                    file,
+                    address.position,
+                    "rendezvous-mismatch",
+                    f"--dist-init-addr {value} differs from {seen[key][0]} ({seen[key][1]}), "
+                    "given to another rank of the same server: the ranks never meet and SGLang "
+                    "waits until its timeout",
+                    "every rank names rank 0's address; in a profile, group: renders it from "
+                    "hosts.yaml for each rank",
+                )
+            )
     return problems
 
 
@@ -260,35 +276,47 @@ def _launch_problems(file: str, launch: Launch, table: ArgTable) -> list[ScriptP
                 redirect.operator == ">&" and not target.isdigit() and target != "-"
             )
             if truncates and target not in ("/dev/null",) and redirect.heredoc is None:
-                problems.append(ScriptProblem(
-                    file, redirect.position, "log-truncated",
-                    f"{redirect.operator} {target} truncates the previous run's log: the crash "
-                    "you are debugging is gone when the next try starts",
-                    f"`>> {target}` keeps it; orch keeps a log per run and never overwrites one "
-                    "(`orch logs PROFILE`, `orch logs PROFILE --run N`)",
-                ))  # fmt: skip
+                problems.append(
+                    ScriptProblem(
+                        file,
+                        redirect.position,
+                        "log-truncated",
+                        f"{redirect.operator} {target} truncates the previous run's log: the crash "
+                        "you are debugging is gone when the next try starts",
+                        f"`>> {target}` keeps it; orch keeps a log per run and never overwrites "
+                        "one (`orch logs PROFILE`, `orch logs PROFILE --run N`)",
+                    )
+                )
     nohup = next((at for w, at in launch.wrappers if w == "nohup"), None)
     wrappers = {w for w, _ in launch.wrappers}
     if nohup is not None and not launch.command.background and "exec" not in wrappers:
         where = f"over SSH on {launch.remote.host}" if launch.remote is not None else "here"
-        problems.append(ScriptProblem(
-            file, nohup, "nohup-without-background",
-            f"nohup without a trailing &: the server runs in the foreground {where}, and the "
-            "script (or the SSH session) waits on it until it exits; nohup only ignores the "
-            "hangup",
-            "end the line with `&` if the script is to go on; `orch up PROFILE` starts the "
-            "server under orch's agent and returns when it is ready",
-        ))  # fmt: skip
+        problems.append(
+            ScriptProblem(
+                file,
+                nohup,
+                "nohup-without-background",
+                f"nohup without a trailing &: the server runs in the foreground {where}, and the "
+                "script (or the SSH session) waits on it until it exits; nohup only ignores the "
+                "hangup",
+                "end the line with `&` if the script is to go on; `orch up PROFILE` starts the "
+                "server under orch's agent and returns when it is ready",
+            )
+        )
     teed = [c for c in (launch.command, *launch.outer) if "tee" in c.piped_to]
     if nohup is not None and launch.remote is not None and teed:
-        problems.append(ScriptProblem(
-            file, teed[0].position, "nohup-tee-over-ssh",
-            f"nohup ... | tee over SSH to {launch.remote.host}: nohup keeps the server alive "
-            "when the session ends, not the tee it writes to; tee dies with the session and "
-            "the server's output (the log) goes into a closed pipe from then on",
-            "redirect to a file on the host instead (`> server.log 2>&1 &`); orch's agent "
-            "keeps the log per run (`orch logs PROFILE -f`)",
-        ))  # fmt: skip
+        problems.append(
+            ScriptProblem(
+                file,
+                teed[0].position,
+                "nohup-tee-over-ssh",
+                f"nohup ... | tee over SSH to {launch.remote.host}: nohup keeps the server alive "
+                "when the session ends, not the tee it writes to; tee dies with the session and "
+                "the server's output (the log) goes into a closed pipe from then on",
+                "redirect to a file on the host instead (`> server.log 2>&1 &`); orch's agent "
+                "keeps the log per run (`orch logs PROFILE -f`)",
+            )
+        )
     if launch.remote is not None and nohup is not None:
         redirected = any(
             r.operator in (">", ">>", "&>", "&>>") and (r.descriptor in (None, "1"))
@@ -296,13 +324,18 @@ def _launch_problems(file: str, launch: Launch, table: ArgTable) -> list[ScriptP
             for r in command.redirects
         )
         if not redirected:
-            problems.append(ScriptProblem(
-                file, launch.position, "nohup-without-redirect",
-                f"nohup over SSH without redirecting the output: the SSH session to "
-                f"{launch.remote.host} stays open (or writes nohup.out in the login directory) "
-                "and the server's output is not where you look for it",
-                "`orch up PROFILE`: orch's agent outlives the session and keeps the log per run",
-            ))  # fmt: skip
+            problems.append(
+                ScriptProblem(
+                    file,
+                    launch.position,
+                    "nohup-without-redirect",
+                    f"nohup over SSH without redirecting the output: the SSH session to "
+                    f"{launch.remote.host} stays open (or writes nohup.out in the login directory) "
+                    "and the server's output is not where you look for it",
+                    "`orch up PROFILE`: orch's agent outlives the session and keeps the log "
+                    "per run",
+                )
+            )
     return problems
 
 
@@ -322,13 +355,17 @@ def _renamed(file: str, parsed: ParsedArguments, table: ArgTable) -> list[Script
                     if rename.removed_in
                     else ""
                 )
-                out.append(ScriptProblem(
-                    file, occurrence.position, "renamed-flag",
-                    f"{occurrence.written} is a deprecated alias in SGLang {table.version}: "
-                    f"{rename.describe()}{gone}",
-                    f"write --{rename.new.replace('_', '-')}; in a profile, args.{rename.old} "
-                    "is spelled for each version by orch",
-                ))  # fmt: skip
+                out.append(
+                    ScriptProblem(
+                        file,
+                        occurrence.position,
+                        "renamed-flag",
+                        f"{occurrence.written} is a deprecated alias in SGLang {table.version}: "
+                        f"{rename.describe()}{gone}",
+                        f"write --{rename.new.replace('_', '-')}; in a profile, args.{rename.old} "
+                        "is spelled for each version by orch",
+                    )
+                )
     return out
 
 
@@ -357,15 +394,19 @@ def _command_problems(file: str, command: Command, table: ArgTable) -> list[Scri
             and int(number.group()) >= 10
             and set(command.next_commands) & _READINESS_PROGRAMS
         ):
-            problems.append(ScriptProblem(
-                file, command.position, "sleep-readiness",
-                f"sleep {seconds} then"
-                f" {', '.join(sorted(set(command.next_commands) & _READINESS_PROGRAMS))}: "
-                "readiness guessed by a fixed wait (too short while weights load, too long "
-                "when the server died in a second)",
-                "`orch up PROFILE` returns when the server is ready and names the crash class "
-                "the moment it dies",
-            ))  # fmt: skip
+            problems.append(
+                ScriptProblem(
+                    file,
+                    command.position,
+                    "sleep-readiness",
+                    f"sleep {seconds} then"
+                    f" {', '.join(sorted(set(command.next_commands) & _READINESS_PROGRAMS))}: "
+                    "readiness guessed by a fixed wait (too short while weights load, too long "
+                    "when the server died in a second)",
+                    "`orch up PROFILE` returns when the server is ready and names the crash class "
+                    "the moment it dies",
+                )
+            )
     return problems
 
 
@@ -403,18 +444,27 @@ def _heredoc(file: str, command: Command, heredoc: Heredoc, table: ArgTable) -> 
         else:
             text, position, value = expansion
             where = f"{text} expands on this machine, not on {host}: to {value!r}"
-        problems.append(ScriptProblem(
-            file, position, "heredoc-expands-locally", where,
-            "quote the delimiter (<<'EOF') so that the host expands it; or `orch import` the "
-            "script: a profile sends an argv, never shell text",
-        ))  # fmt: skip
+        problems.append(
+            ScriptProblem(
+                file,
+                position,
+                "heredoc-expands-locally",
+                where,
+                "quote the delimiter (<<'EOF') so that the host expands it; or `orch import` the "
+                "script: a profile sends an argv, never shell text",
+            )
+        )
     effects = _effects(heredoc, meant, table)
     if effects:
-        problems.append(ScriptProblem(
-            file, command.position, "heredoc-expands-locally",
-            f"ssh {host} <<{heredoc.delimiter} is unquoted: as sent, " + "; ".join(effects),
-            f"<<'{heredoc.delimiter}' sends the text as written",
-        ))  # fmt: skip
+        problems.append(
+            ScriptProblem(
+                file,
+                command.position,
+                "heredoc-expands-locally",
+                f"ssh {host} <<{heredoc.delimiter} is unquoted: as sent, " + "; ".join(effects),
+                f"<<'{heredoc.delimiter}' sends the text as written",
+            )
+        )
     return problems
 
 
@@ -478,11 +528,15 @@ def _plaintext_secrets(item: Any) -> list[ScriptProblem]:
             if placeholder_value(secret.value)
             else f"{secret.why}, written in the script in plain text"
         )
-        problems.append(ScriptProblem(
-            item.file.display, secret.position, "plaintext-secret",
-            f"{what}: whoever can read the script has it",
-            f"keep it out of the script: `export {name}` from a secret manager or your shell "
-            f"before running it, and read ${name} here; in an orch profile it is "
-            f"{{from_env: {name}}}",
-        ))  # fmt: skip
+        problems.append(
+            ScriptProblem(
+                item.file.display,
+                secret.position,
+                "plaintext-secret",
+                f"{what}: whoever can read the script has it",
+                f"keep it out of the script: `export {name}` from a secret manager or your shell "
+                f"before running it, and read ${name} here; in an orch profile it is "
+                f"{{from_env: {name}}}",
+            )
+        )
     return problems

@@ -35,10 +35,28 @@ SECRET_FLAGS = ("--api-key", "--admin-api-key", "--ssl-keyfile-password")
 # -- by name --------------------------------------------------------------------------------------
 
 # A word of a name that says credential (a name's words: split at `_`, `-`, `.` and camelCase).
-_CREDENTIAL_WORDS = frozenset({
-    "TOKEN", "SECRET", "SECRETS", "PASSWORD", "PASSWD", "PASSPHRASE", "PASS", "PWD", "KEY", "KEYS",
-    "APIKEY", "CREDENTIAL", "CREDENTIALS", "CREDS", "AUTH", "AUTHORIZATION", "AUTHTOKEN", "COOKIE",
-})  # fmt: skip
+_CREDENTIAL_WORDS = frozenset(
+    {
+        "TOKEN",
+        "SECRET",
+        "SECRETS",
+        "PASSWORD",
+        "PASSWD",
+        "PASSPHRASE",
+        "PASS",
+        "PWD",
+        "KEY",
+        "KEYS",
+        "APIKEY",
+        "CREDENTIAL",
+        "CREDENTIALS",
+        "CREDS",
+        "AUTH",
+        "AUTHORIZATION",
+        "AUTHTOKEN",
+        "COOKIE",
+    }
+)
 # Words that end in a credential word but are one (NGROK_AUTHTOKEN, SSHPASS, HFTOKEN ...).
 _GLUED_RE = re.compile(r"^[A-Z0-9]+(TOKEN|SECRET|PASSWORD|PASSWD|PASS|APIKEY|ACCESSKEY)$")
 _NOT_GLUED = frozenset({"BYPASS", "COMPASS", "SURPASS", "TRESPASS"})  # words, not credentials
@@ -60,32 +78,112 @@ _LOCATION_RE = re.compile(r"(FILE|FILES|PATH|PATHS|DIR|DIRS|FOLDER)$")
 # followed by NAME or a NAME of a Kubernetes Secret; AUTH followed by TYPE/MODE/METHOD/URL is
 # how to authenticate.
 _SETTING_BEFORE: dict[str, frozenset[str]] = {
-    "TOKEN": frozenset({
-        "PER", "FIRST", "NEXT", "NEW", "INTER", "LAST", "BOS", "EOS", "PAD", "UNK", "SEP",
-        "CLS", "MASK", "SPECIAL", "DRAFT", "HEAVY", "THINK", "STOP", "IMAGE", "VIDEO", "AUDIO",
-        "TO",
-    }),
-    "KEY": frozenset({
-        "GRAPH", "CACHE", "SORT", "HASH", "ROUTING", "PARTITION", "SHARD", "LOOKUP",
-    }),
-}  # fmt: skip
+    "TOKEN": frozenset(
+        {
+            "PER",
+            "FIRST",
+            "NEXT",
+            "NEW",
+            "INTER",
+            "LAST",
+            "BOS",
+            "EOS",
+            "PAD",
+            "UNK",
+            "SEP",
+            "CLS",
+            "MASK",
+            "SPECIAL",
+            "DRAFT",
+            "HEAVY",
+            "THINK",
+            "STOP",
+            "IMAGE",
+            "VIDEO",
+            "AUDIO",
+            "TO",
+        }
+    ),
+    "KEY": frozenset(
+        {
+            "GRAPH",
+            "CACHE",
+            "SORT",
+            "HASH",
+            "ROUTING",
+            "PARTITION",
+            "SHARD",
+            "LOOKUP",
+        }
+    ),
+}
 _SETTING_AFTER: dict[str, frozenset[str]] = {
-    "TOKEN": frozenset({
-        "RATIO", "MODE", "IDS", "ID", "USAGE", "NUM", "COUNT", "LIMIT", "BUDGET", "MAP", "SWAP",
-        "ORACLE", "ASSERT", "LATENCY", "DISTRIBUTION", "LEN", "LENGTH", "SIZE", "LEVEL",
-        "THRESHOLD", "RATE", "STEPS", "BUCKETS", "GROUP", "ACTIVATION", "INDEX", "TYPE",
-        "POOL", "POOLS", "TO",
-    }),
-    "KEY": frozenset({
-        "NAME", "FIELD", "PREFIX", "LEN", "LENGTH", "SIZE", "BITS", "TYPE", "FORMAT",
-    }),
+    "TOKEN": frozenset(
+        {
+            "RATIO",
+            "MODE",
+            "IDS",
+            "ID",
+            "USAGE",
+            "NUM",
+            "COUNT",
+            "LIMIT",
+            "BUDGET",
+            "MAP",
+            "SWAP",
+            "ORACLE",
+            "ASSERT",
+            "LATENCY",
+            "DISTRIBUTION",
+            "LEN",
+            "LENGTH",
+            "SIZE",
+            "LEVEL",
+            "THRESHOLD",
+            "RATE",
+            "STEPS",
+            "BUCKETS",
+            "GROUP",
+            "ACTIVATION",
+            "INDEX",
+            "TYPE",
+            "POOL",
+            "POOLS",
+            "TO",
+        }
+    ),
+    "KEY": frozenset(
+        {
+            "NAME",
+            "FIELD",
+            "PREFIX",
+            "LEN",
+            "LENGTH",
+            "SIZE",
+            "BITS",
+            "TYPE",
+            "FORMAT",
+        }
+    ),
     "SECRET": frozenset({"NAME", "REF"}),
     "SECRETS": frozenset({"NAME"}),
-    "AUTH": frozenset({
-        "TYPE", "MODE", "METHOD", "ENABLED", "ENABLE", "DISABLED", "URL", "HOST", "PORT",
-        "PROVIDER", "SCHEME", "BACKEND",
-    }),
-}  # fmt: skip
+    "AUTH": frozenset(
+        {
+            "TYPE",
+            "MODE",
+            "METHOD",
+            "ENABLED",
+            "ENABLE",
+            "DISABLED",
+            "URL",
+            "HOST",
+            "PORT",
+            "PROVIDER",
+            "SCHEME",
+            "BACKEND",
+        }
+    ),
+}
 # A switch about a credential, not the credential: ENABLE_AUTH, DISABLE_AUTH, USE_AUTH.
 _SWITCH_WORDS = frozenset({"ENABLE", "DISABLE", "USE", "SKIP", "NO", "REQUIRE"})
 

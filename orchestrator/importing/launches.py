@@ -156,9 +156,19 @@ class _Finder:
             )
         elif base == "sglang" and len(words) > 1 and words[1].text == "serve":
             self.launch(
-                Launch(words[0], Launcher.SERVE, tuple(words[2:]), environment, command, outer,
-                       remote, container, (*self.pods, *wrappers), env_cleared or bool(self.pods))
-            )  # fmt: skip
+                Launch(
+                    words[0],
+                    Launcher.SERVE,
+                    tuple(words[2:]),
+                    environment,
+                    command,
+                    outer,
+                    remote,
+                    container,
+                    (*self.pods, *wrappers),
+                    env_cleared or bool(self.pods),
+                )
+            )
         elif base == "vllm" and len(words) > 1 and words[1].text == "serve":
             self.others.append(OtherLaunch("vllm serve", words[0].position, tuple(words[2:])))
         elif base in ("ssh",):
@@ -191,17 +201,27 @@ class _Finder:
                 module = words[index + 1].text or ""
                 if module == SERVER_MODULE:
                     self.launch(
-                        Launch(words[0], Launcher.MODULE, tuple(words[index + 2 :]), environment,
-                               command, outer, remote, container, (*self.pods, *wrappers),
-                               env_cleared or bool(self.pods))
-                    )  # fmt: skip
+                        Launch(
+                            words[0],
+                            Launcher.MODULE,
+                            tuple(words[index + 2 :]),
+                            environment,
+                            command,
+                            outer,
+                            remote,
+                            container,
+                            (*self.pods, *wrappers),
+                            env_cleared or bool(self.pods),
+                        )
+                    )
                 elif module.startswith(("sglang", "sglang_router")):
                     self.others.append(OtherLaunch(f"python -m {module}", words[0].position))
                 elif module.startswith("vllm"):
                     self.others.append(
-                        OtherLaunch(f"python -m {module}", words[0].position,
-                                    tuple(words[index + 2 :]))
-                    )  # fmt: skip
+                        OtherLaunch(
+                            f"python -m {module}", words[0].position, tuple(words[index + 2 :])
+                        )
+                    )
                 return
             if text in ("-X", "-W"):
                 index += 2

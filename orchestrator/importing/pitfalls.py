@@ -23,13 +23,25 @@ from orchestrator.sglang.argtable import RENAMES, ArgOption, ArgTable
 
 # flags bash never passes come first: the incident's own class, the loudest
 _LOUDEST = frozenset({"broken-continuation", "crlf-line-endings"})
-_ERRORS = frozenset({
-    "broken-continuation", "crlf-line-endings", "placeholder", "heredoc-expands-locally",
-    "rendezvous-mismatch", "wrong-entry-module",
-    "unknown-flag", "removed-flag", "prefix-reads-another-flag",
-    "ambiguous-abbreviation", "bad-choice", "bad-value", "invalid-json", "missing-value",
-    "unexpected-value",
-})  # fmt: skip
+_ERRORS = frozenset(
+    {
+        "broken-continuation",
+        "crlf-line-endings",
+        "placeholder",
+        "heredoc-expands-locally",
+        "rendezvous-mismatch",
+        "wrong-entry-module",
+        "unknown-flag",
+        "removed-flag",
+        "prefix-reads-another-flag",
+        "ambiguous-abbreviation",
+        "bad-choice",
+        "bad-value",
+        "invalid-json",
+        "missing-value",
+        "unexpected-value",
+    }
+)
 
 
 @dataclass(frozen=True)
@@ -64,10 +76,15 @@ def broken_lines(
     for item in lost:
         ends_a_launch = any(launch_breaks(launch, [item]) for launch in launches)
         what = "the server" if ends_a_launch else f"`{item.command.name or 'the command'}`"
-        problems.append(ScriptProblem(
-            file, item.position, "broken-continuation", item.said(what),
-            f"{item.fix()}; a profile holds the argument list itself: no continuation lines",
-        ))  # fmt: skip
+        problems.append(
+            ScriptProblem(
+                file,
+                item.position,
+                "broken-continuation",
+                item.said(what),
+                f"{item.fix()}; a profile holds the argument list itself: no continuation lines",
+            )
+        )
     crlf = text.find("\r\n")
     if crlf >= 0 and not any(item.crlf for item in lost):
         line = text.count("\n", 0, crlf) + 1
@@ -81,12 +98,16 @@ def broken_lines(
             ),
             "",
         )
-        problems.append(ScriptProblem(
-            file, Position(line, column), "crlf-line-endings",
-            "the file has CRLF line endings: bash reads the carriage return at the end of "
-            f"each line as part of the line's last word{example}",
-            "convert the file to LF line endings (`dos2unix FILE`, or save it with LF)",
-        ))  # fmt: skip
+        problems.append(
+            ScriptProblem(
+                file,
+                Position(line, column),
+                "crlf-line-endings",
+                "the file has CRLF line endings: bash reads the carriage return at the end of "
+                f"each line as part of the line's last word{example}",
+                "convert the file to LF line endings (`dos2unix FILE`, or save it with LF)",
+            )
+        )
     return problems
 
 
@@ -118,14 +139,33 @@ _VLLM_FLAGS: dict[str, str | None] = {
 }
 # SGLang's server flags that vLLM has no option for: a vLLM server given these was written for
 # SGLang.
-_SGLANG_FLAGS = frozenset({
-    "--model-path", "--tp-size", "--dp-size", "--ep-size", "--mem-fraction-static",
-    "--context-length", "--chunked-prefill-size", "--max-running-requests", "--max-total-tokens",
-    "--disable-radix-cache", "--cuda-graph-max-bs", "--schedule-policy", "--random-seed",
-    "--speculative-algorithm", "--enable-dp-attention", "--dist-init-addr", "--tokenizer-path",
-    "--enable-torch-compile", "--disable-cuda-graph", "--disable-overlap-schedule",
-    "--grammar-backend", "--log-level-http", "--enable-mixed-chunk",
-})  # fmt: skip
+_SGLANG_FLAGS = frozenset(
+    {
+        "--model-path",
+        "--tp-size",
+        "--dp-size",
+        "--ep-size",
+        "--mem-fraction-static",
+        "--context-length",
+        "--chunked-prefill-size",
+        "--max-running-requests",
+        "--max-total-tokens",
+        "--disable-radix-cache",
+        "--cuda-graph-max-bs",
+        "--schedule-policy",
+        "--random-seed",
+        "--speculative-algorithm",
+        "--enable-dp-attention",
+        "--dist-init-addr",
+        "--tokenizer-path",
+        "--enable-torch-compile",
+        "--disable-cuda-graph",
+        "--disable-overlap-schedule",
+        "--grammar-backend",
+        "--log-level-http",
+        "--enable-mixed-chunk",
+    }
+)
 
 
 def sglang_given_vllm_flags(
@@ -135,13 +175,17 @@ def sglang_given_vllm_flags(
     if not vllm:
         return []
     spelled = [f"{flag} -> {_VLLM_FLAGS[flag]}" for flag in vllm if _VLLM_FLAGS[flag]]
-    return [ScriptProblem(
-        file, launch.position, "wrong-entry-module",
-        f"SGLang's server is given vLLM's flags ({', '.join(f for f in vllm if f)}): the "
-        "script was written for vLLM, and SGLang refuses them",
-        "run vLLM (`vllm serve`), or give SGLang its own flags"
-        + (f": {', '.join(spelled)}" if spelled else ""),
-    )]  # fmt: skip
+    return [
+        ScriptProblem(
+            file,
+            launch.position,
+            "wrong-entry-module",
+            f"SGLang's server is given vLLM's flags ({', '.join(f for f in vllm if f)}): the "
+            "script was written for vLLM, and SGLang refuses them",
+            "run vLLM (`vllm serve`), or give SGLang its own flags"
+            + (f": {', '.join(spelled)}" if spelled else ""),
+        )
+    ]
 
 
 def vllm_given_sglang_flags(file: str, others: Sequence[OtherLaunch]) -> list[ScriptProblem]:
@@ -149,19 +193,25 @@ def vllm_given_sglang_flags(file: str, others: Sequence[OtherLaunch]) -> list[Sc
     for other in others:
         if "vllm" not in other.what:
             continue
-        flags = list(dict.fromkeys(
-            (w.text or "").split("=", 1)[0]
-            for w in other.arguments
-            if (w.text or "").split("=", 1)[0] in _SGLANG_FLAGS
-        ))  # fmt: skip
+        flags = list(
+            dict.fromkeys(
+                (w.text or "").split("=", 1)[0]
+                for w in other.arguments
+                if (w.text or "").split("=", 1)[0] in _SGLANG_FLAGS
+            )
+        )
         if flags:
-            problems.append(ScriptProblem(
-                file, other.position, "wrong-entry-module",
-                f"{other.what} is vLLM's server, given SGLang's flags ({', '.join(flags)}): "
-                "vLLM refuses them",
-                "start SGLang's server: `python -m sglang.launch_server` with these flags "
-                "(or give vLLM its own)",
-            ))  # fmt: skip
+            problems.append(
+                ScriptProblem(
+                    file,
+                    other.position,
+                    "wrong-entry-module",
+                    f"{other.what} is vLLM's server, given SGLang's flags ({', '.join(flags)}): "
+                    "vLLM refuses them",
+                    "start SGLang's server: `python -m sglang.launch_server` with these flags "
+                    "(or give vLLM its own)",
+                )
+            )
     return problems
 
 
@@ -183,15 +233,19 @@ def placeholders(file: str, text: str, launches: Sequence[Launch]) -> list[Scrip
             before = line[: match.start()]
             if before.lstrip().startswith("#") or _quoted_at(before):
                 continue
-            problems.append(ScriptProblem(
-                file, Position(number, match.start() + 1), "placeholder",
-                f"{match.group()} is a placeholder left in: bash reads its < and > as "
-                "redirections (from a file, into a file), not as an argument, and the command "
-                "fails or writes a file named after the next word",
-                "put the real value in its place; a profile keeps an unknown value as a "
-                "placeholder that `orch validate` refuses until `orch import --set` gives it",
-                (Position(number, match.start() + 1), len(match.group())),
-            ))  # fmt: skip
+            problems.append(
+                ScriptProblem(
+                    file,
+                    Position(number, match.start() + 1),
+                    "placeholder",
+                    f"{match.group()} is a placeholder left in: bash reads its < and > as "
+                    "redirections (from a file, into a file), not as an argument, and the command "
+                    "fails or writes a file named after the next word",
+                    "put the real value in its place; a profile keeps an unknown value as a "
+                    "placeholder that `orch validate` refuses until `orch import --set` gives it",
+                    (Position(number, match.start() + 1), len(match.group())),
+                )
+            )
     spans = [p.span for p in problems if p.span is not None]
     seen: set[tuple[Position, str]] = set()
     for launch in launches:
@@ -203,12 +257,17 @@ def placeholders(file: str, text: str, launches: Sequence[Launch]) -> list[Scrip
                     continue
                 seen.add((position, match.group()))
                 gets = f"{label} gets a value" if secret else f"{label} gets {shown!r}"
-                problems.append(ScriptProblem(
-                    file, position, "placeholder",
-                    f"{gets}: {match.group()} is a placeholder left in{where}",
-                    "put the real value in its place; a profile keeps an unknown value as a "
-                    "placeholder that `orch validate` refuses until `orch import --set` gives it",
-                ))  # fmt: skip
+                problems.append(
+                    ScriptProblem(
+                        file,
+                        position,
+                        "placeholder",
+                        f"{gets}: {match.group()} is a placeholder left in{where}",
+                        "put the real value in its place; a profile keeps an unknown value as "
+                        "a placeholder that `orch validate` refuses until `orch import --set` "
+                        "gives it",
+                    )
+                )
     return problems
 
 
@@ -295,19 +354,23 @@ def abbreviation(file: str, occurrence: Occurrence, table: ArgTable) -> ScriptPr
         version, flag, exact = other
         was = f"its own flag {flag}" if exact else f"read as {flag}"
         return ScriptProblem(
-            file, occurrence.position, "prefix-reads-another-flag",
+            file,
+            occurrence.position,
+            "prefix-reads-another-flag",
             f"{written} is read by SGLang {table.version} as {full} (argparse takes a unique "
             f"prefix), a different option from the one it names in SGLang {version} ({was})",
             f"write the flag you mean in full ({full}, if that is it); a profile names each "
             f"field in full (args.{option.dest}) and orch spells it for the release",
-        )  # fmt: skip
+        )
     also = f" (it already is in SGLang {_releases(ambiguous)})" if ambiguous else ""
     return ScriptProblem(
-        file, occurrence.position, "abbreviation",
+        file,
+        occurrence.position,
+        "abbreviation",
         f"{written} is argparse's abbreviation of {full}: a release that adds another flag "
         f"starting with {written} makes it ambiguous, an error{also}",
         f"write {full}; a profile names the field in full (args.{option.dest})",
-    )  # fmt: skip
+    )
 
 
 def _field(dest: str) -> str:
@@ -365,12 +428,16 @@ def kill(file: str, command: Command, before: Sequence[Command]) -> list[ScriptP
             shown = " | ".join([" ".join(w.shown() for w in c.words) for c in feeding] + [shown])
     if not broad:
         return []
-    return [ScriptProblem(
-        file, command.position, "pkill-broad",
-        f"{shown} kills every matching process on the box: other users' servers, and the "
-        "other ranks of a group, too",
-        "`orch down PROFILE` stops only this profile's server, checked by pid and start time",
-    )]  # fmt: skip
+    return [
+        ScriptProblem(
+            file,
+            command.position,
+            "pkill-broad",
+            f"{shown} kills every matching process on the box: other users' servers, and the "
+            "other ranks of a group, too",
+            "`orch down PROFILE` stops only this profile's server, checked by pid and start time",
+        )
+    ]
 
 
 def _picks_by_name(text: str) -> bool:

@@ -144,15 +144,17 @@ def _choose_version(
     version, _ = first_version_accepting(words, available)
     if version == available[-1]:
         return _Version(
-            version, None,
+            version,
+            None,
             f"not pinned: the script names no SGLang version; its flags are valid for {version} "
             "(the newest orch knows), and the host's version is detected at launch",
-        )  # fmt: skip
+        )
     return _Version(
-        version, version,
+        version,
+        version,
         f"pinned to {version}: the newest SGLang whose flags accept this script; set the "
         "host's real version with --sglang",
-    )  # fmt: skip
+    )
 
 
 # -- the profile --------------------------------------------------------------------------------

@@ -134,10 +134,12 @@ def _command(command: Command) -> Iterator[Candidate]:
                 )
         before = words[index - 1].text if index else None
         holder = (
-            _field(flag) if flag.startswith("--") and equals
-            else _field(before) if before is not None and before.startswith("--")
+            _field(flag)
+            if flag.startswith("--") and equals
+            else _field(before)
+            if before is not None and before.startswith("--")
             else "secret"
-        )  # fmt: skip
+        )
         for hit in credentials.secrets_in(text):
             yield (holder, hit.value, hit.what, word.position)
     for redirect in command.redirects:

@@ -115,13 +115,15 @@ def parse_arguments(
             if isinstance(head, str) and head.startswith("-"):
                 text = word.shown()  # --port=$PORT: the option is known, its value is not
             else:
-                problems.append(ArgProblem(
-                    "unresolved-arguments",
-                    f"{word.shown()} is not known here and may hold any arguments",
-                    word.position,
-                    "give its value with --set NAME=VALUE",
-                    unresolved=tuple(part.name for part in word.unresolved),
-                ))  # fmt: skip
+                problems.append(
+                    ArgProblem(
+                        "unresolved-arguments",
+                        f"{word.shown()} is not known here and may hold any arguments",
+                        word.position,
+                        "give its value with --set NAME=VALUE",
+                        unresolved=tuple(part.name for part in word.unresolved),
+                    )
+                )
                 index += 1
                 continue
         if text == "--":
@@ -134,11 +136,14 @@ def parse_arguments(
             )
             break
         if not _looks_like_option(text, longs):
-            problems.append(ArgProblem(
-                "unexpected-value",
-                f"{text!r} is not an option and follows no option that takes it",
-                word.position, "a value missing its flag, or a flag that takes no value before it",
-            ))  # fmt: skip
+            problems.append(
+                ArgProblem(
+                    "unexpected-value",
+                    f"{text!r} is not an option and follows no option that takes it",
+                    word.position,
+                    "a value missing its flag, or a flag that takes no value before it",
+                )
+            )
             index += 1
             continue
         written, has_equals, _ = text.partition("=")
@@ -173,13 +178,16 @@ def parse_arguments(
             options = [renamed.option]  # the intent is known: read it as the new name
         if len(options) > 1:
             flags = sorted({f for f in table.by_flag if f.startswith(written)})
-            problems.append(ArgProblem(
-                "ambiguous-abbreviation",
-                f"{written} is ambiguous for SGLang {table.version}:"
-                f" it could be {', '.join(flags[:6])}"
-                + (" ..." if len(flags) > 6 else ""),
-                word.position, "write the whole flag", written,
-            ))  # fmt: skip
+            problems.append(
+                ArgProblem(
+                    "ambiguous-abbreviation",
+                    f"{written} is ambiguous for SGLang {table.version}:"
+                    f" it could be {', '.join(flags[:6])}" + (" ..." if len(flags) > 6 else ""),
+                    word.position,
+                    "write the whole flag",
+                    written,
+                )
+            )
             index += 1
             continue
         option = options[0]
@@ -189,10 +197,15 @@ def parse_arguments(
         arity = _arity(option)
         if explicit is not None:
             if arity == (0, 0):
-                problems.append(ArgProblem(
-                    "unexpected-value", f"{written} takes no value, got {explicit.shown()!r}",
-                    word.position, f"write {written} alone", option.flags[0],
-                ))  # fmt: skip
+                problems.append(
+                    ArgProblem(
+                        "unexpected-value",
+                        f"{written} takes no value, got {explicit.shown()!r}",
+                        word.position,
+                        f"write {written} alone",
+                        option.flags[0],
+                    )
+                )
             values = [explicit]
         else:
             low, high = arity
@@ -206,10 +219,15 @@ def parse_arguments(
                 values.append(words[index])
                 index += 1
             if len(values) < low:
-                problems.append(ArgProblem(
-                    "missing-value", f"{written} expects a value and got none",
-                    word.position, "argparse would stop here: give the value", option.flags[0],
-                ))  # fmt: skip
+                problems.append(
+                    ArgProblem(
+                        "missing-value",
+                        f"{written} expects a value and got none",
+                        word.position,
+                        "argparse would stop here: give the value",
+                        option.flags[0],
+                    )
+                )
                 continue
         occurrence = Occurrence(
             option, written, tuple(values), word.position, explicit is not None, abbreviated
@@ -231,11 +249,15 @@ def parse_arguments(
                     f"argparse keeps the last, so SGLang gets {_shown_values(occurrence)}, "
                     f"not {_shown_values(before)} (line {before.position.line})"
                 )
-            problems.append(ArgProblem(
-                "duplicate-flag",
-                f"{option.flag} is given twice: {said}",
-                word.position, "remove one of them", option.flags[0],
-            ))  # fmt: skip
+            problems.append(
+                ArgProblem(
+                    "duplicate-flag",
+                    f"{option.flag} is given twice: {said}",
+                    word.position,
+                    "remove one of them",
+                    option.flags[0],
+                )
+            )
         occurrences.append(occurrence)
     return ParsedArguments(tuple(occurrences), tuple(problems), table)
 
@@ -274,18 +296,24 @@ def _unknown(table: ArgTable, written: str, position: Position, suggest: bool) -
         return ArgProblem(
             "removed-flag",
             f"{written} was {rename.describe()}: SGLang {table.version} rejects it",
-            position, f"write {spelling.flag} (in a profile: args.{rename.new})", written,
-        )  # fmt: skip
+            position,
+            f"write {spelling.flag} (in a profile: args.{rename.new})",
+            written,
+        )
     import difflib
 
     close = (
         difflib.get_close_matches(written, list(table.by_flag), n=1, cutoff=0.75) if suggest else []
     )
     return ArgProblem(
-        "unknown-flag", f"{written} is not an option of SGLang {table.version}", position,
-        f"did you mean {close[0]}?" if close else "check `python -m sglang.launch_server --help` "
-        "for that version", written,
-    )  # fmt: skip
+        "unknown-flag",
+        f"{written} is not an option of SGLang {table.version}",
+        position,
+        f"did you mean {close[0]}?"
+        if close
+        else "check `python -m sglang.launch_server --help` for that version",
+        written,
+    )
 
 
 def _check_values(table: ArgTable, occurrence: Occurrence) -> list[ArgProblem]:
@@ -318,24 +346,30 @@ def _check_values(table: ArgTable, occurrence: Occurrence) -> list[ArgProblem]:
                 )
         if option.choices is not None and text not in {str(c) for c in option.choices}:
             choices = ", ".join(str(c) for c in option.choices)
-            problems.append(ArgProblem(
-                "bad-choice",
-                f"{occurrence.written} {text!r} is not one of SGLang {table.version}'s"
-                f" choices: {choices}",
-                value.position, None, option.flags[0],
-            ))  # fmt: skip
+            problems.append(
+                ArgProblem(
+                    "bad-choice",
+                    f"{occurrence.written} {text!r} is not one of SGLang {table.version}'s"
+                    f" choices: {choices}",
+                    value.position,
+                    None,
+                    option.flags[0],
+                )
+            )
         if is_json_option(option):
             try:
                 json.loads(text)
             except ValueError as exc:
-                problems.append(ArgProblem(
-                    "invalid-json",
-                    f"{occurrence.written} receives {text!r}, which is not valid JSON after"
-                    f" the shell's quoting ({getattr(exc, 'msg', exc)})",
-                    value.position,
-                    "quote the whole JSON in single quotes: '--flag' '{\"key\": 1}'",
-                    option.flags[0],
-                ))  # fmt: skip
+                problems.append(
+                    ArgProblem(
+                        "invalid-json",
+                        f"{occurrence.written} receives {text!r}, which is not valid JSON after"
+                        f" the shell's quoting ({getattr(exc, 'msg', exc)})",
+                        value.position,
+                        "quote the whole JSON in single quotes: '--flag' '{\"key\": 1}'",
+                        option.flags[0],
+                    )
+                )
     return problems
 
 

@@ -22,9 +22,17 @@ _PIECE_RE = re.compile(
 )
 _ASSIGNMENTS = frozenset({"=", "+=", "-=", "*=", "/=", "%=", "<<=", ">>=", "&=", "^=", "|="})
 _BINARY: list[tuple[str, ...]] = [  # lowest precedence first (after ?: and the assignments)
-    ("||",), ("&&",), ("|",), ("^",), ("&",), ("==", "!="), ("<", ">", "<=", ">="),
-    ("<<", ">>"), ("+", "-"), ("*", "/", "%"),
-]  # fmt: skip
+    ("||",),
+    ("&&",),
+    ("|",),
+    ("^",),
+    ("&",),
+    ("==", "!="),
+    ("<", ">", "<=", ">="),
+    ("<<", ">>"),
+    ("+", "-"),
+    ("*", "/", "%"),
+]
 
 
 class NotKnown(Exception):
@@ -96,8 +104,12 @@ def _lex(expression: str) -> list[str]:
         match = _PIECE_RE.match(text, position)
         if match is None or match.end() == position:
             raise NotKnown(expression)
-        pieces.append(match.group("number") or match.group("braced") or match.group("name")
-                      or match.group("op"))  # fmt: skip
+        pieces.append(
+            match.group("number")
+            or match.group("braced")
+            or match.group("name")
+            or match.group("op")
+        )
         position = match.end()
     return pieces
 
@@ -132,14 +144,23 @@ def _apply(operator: str, left: int, right: int) -> int:
     if operator in ("<<", ">>") and not 0 <= right < 64:
         raise NotKnown("shift out of range")
     operations: dict[str, Callable[[int, int], int]] = {
-        "+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b,
-        "<<": lambda a, b: a << b, ">>": lambda a, b: a >> b, "&": lambda a, b: a & b,
-        "|": lambda a, b: a | b, "^": lambda a, b: a ^ b, "<": lambda a, b: int(a < b),
-        ">": lambda a, b: int(a > b), "<=": lambda a, b: int(a <= b),
-        ">=": lambda a, b: int(a >= b), "==": lambda a, b: int(a == b),
-        "!=": lambda a, b: int(a != b), "&&": lambda a, b: int(bool(a and b)),
+        "+": lambda a, b: a + b,
+        "-": lambda a, b: a - b,
+        "*": lambda a, b: a * b,
+        "<<": lambda a, b: a << b,
+        ">>": lambda a, b: a >> b,
+        "&": lambda a, b: a & b,
+        "|": lambda a, b: a | b,
+        "^": lambda a, b: a ^ b,
+        "<": lambda a, b: int(a < b),
+        ">": lambda a, b: int(a > b),
+        "<=": lambda a, b: int(a <= b),
+        ">=": lambda a, b: int(a >= b),
+        "==": lambda a, b: int(a == b),
+        "!=": lambda a, b: int(a != b),
+        "&&": lambda a, b: int(bool(a and b)),
         "||": lambda a, b: int(bool(a or b)),
-    }  # fmt: skip
+    }
     result = operations[operator](left, right)
     if abs(result) >= 1 << 63:  # bash wraps at 64 bits; a launch script never gets here
         raise NotKnown("out of range")

@@ -44,8 +44,7 @@ def settle(
         assigned = [v for v in values if v is not None]
         prefix = _common_elements(values)
         if prefix:  # an array the arms extend differently: the elements all arms share
-            unknown = Word((Unresolved("variable", f"{name}[@]", where),), where,
-                           f"${{{name}[@]}}")  # fmt: skip
+            unknown = Word((Unresolved("variable", f"{name}[@]", where),), where, f"${{{name}[@]}}")
             settled[name] = Variable(
                 prefix[0], any(v.exported for v in assigned), where, (*prefix, unknown)
             )

@@ -145,9 +145,8 @@ class Expander(ABC):
             words: list[Word] = []
             for value in values:
                 variant = (
-                    self.source[node.start_byte : start] + value.encode() +
-                    self.source[end : finish]
-                ).decode("utf-8", "surrogateescape")  # fmt: skip
+                    self.source[node.start_byte : start] + value.encode() + self.source[end:finish]
+                ).decode("utf-8", "surrogateescape")
                 if _PLAIN_WORD_RE.fullmatch(variant):  # nothing left to expand
                     self.charge(1, [variant], at)
                     words.append(literal(variant, at))

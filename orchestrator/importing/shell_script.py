@@ -234,8 +234,15 @@ class Walker(CommandReader):
             self.and_or(node, background, following)
         elif kind == "pipeline":
             self.pipeline(node, background)
-        elif kind in ("subshell", "compound_statement", "program", "do_group",
-                      "while_statement", "negated_command", "ERROR"):  # fmt: skip
+        elif kind in (
+            "subshell",
+            "compound_statement",
+            "program",
+            "do_group",
+            "while_statement",
+            "negated_command",
+            "ERROR",
+        ):
             # (an ERROR node holds what tree-sitter-bash could read of a broken statement)
             self.walk_children(node)
         # test_command, arithmetic: nothing launches there

@@ -235,11 +235,22 @@ def as_bash_reads(source: bytes) -> bytes:
 
 
 # the node types that are (pieces of) a word
-WORD_PIECES = frozenset({
-    "word", "concatenation", "string", "raw_string", "ansi_c_string", "translated_string",
-    "simple_expansion", "expansion", "command_substitution", "arithmetic_expansion", "number",
-    "brace_expression",
-})  # fmt: skip
+WORD_PIECES = frozenset(
+    {
+        "word",
+        "concatenation",
+        "string",
+        "raw_string",
+        "ansi_c_string",
+        "translated_string",
+        "simple_expansion",
+        "expansion",
+        "command_substitution",
+        "arithmetic_expansion",
+        "number",
+        "brace_expression",
+    }
+)
 
 
 def unglue(children: list[Any]) -> tuple[list[Any], dict[int, tuple[Any, ...]]]:

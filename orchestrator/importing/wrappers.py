@@ -38,17 +38,56 @@ _WRAPPER_OPTIONS_WITH_VALUE = {
 }
 _SSH_OPTIONS_WITH_VALUE = frozenset("BbcDEeFIiJLlmOoPpQRSWw")
 # kubectl's options that take a value (global ones and `exec`'s), as kubectl(1) lists them
-_KUBECTL_OPTIONS_WITH_VALUE = frozenset({
-    "-n", "--namespace", "-c", "--container", "-f", "--filename", "--context", "--cluster",
-    "--kubeconfig", "--user", "-s", "--server", "--token", "--as", "--as-group",
-    "--pod-running-timeout", "--request-timeout", "--cache-dir", "--certificate-authority",
-    "--client-certificate", "--client-key", "--tls-server-name", "-v", "--v",
-})  # fmt: skip
-_DOCKER_FLAGS = frozenset({
-    "-d", "--detach", "-i", "--interactive", "-t", "--tty", "--rm", "--privileged", "--init",
-    "--read-only", "-P", "--publish-all", "--no-healthcheck", "--oom-kill-disable", "-q", "--quiet",
-    "--sig-proxy", "--help",
-})  # fmt: skip
+_KUBECTL_OPTIONS_WITH_VALUE = frozenset(
+    {
+        "-n",
+        "--namespace",
+        "-c",
+        "--container",
+        "-f",
+        "--filename",
+        "--context",
+        "--cluster",
+        "--kubeconfig",
+        "--user",
+        "-s",
+        "--server",
+        "--token",
+        "--as",
+        "--as-group",
+        "--pod-running-timeout",
+        "--request-timeout",
+        "--cache-dir",
+        "--certificate-authority",
+        "--client-certificate",
+        "--client-key",
+        "--tls-server-name",
+        "-v",
+        "--v",
+    }
+)
+_DOCKER_FLAGS = frozenset(
+    {
+        "-d",
+        "--detach",
+        "-i",
+        "--interactive",
+        "-t",
+        "--tty",
+        "--rm",
+        "--privileged",
+        "--init",
+        "--read-only",
+        "-P",
+        "--publish-all",
+        "--no-healthcheck",
+        "--oom-kill-disable",
+        "-q",
+        "--quiet",
+        "--sig-proxy",
+        "--help",
+    }
+)
 
 
 @dataclass(frozen=True)

@@ -48,10 +48,26 @@ _FIELD_NAME_RE = re.compile(r"^[a-z][a-z0-9_]*$")
 _DEVICE_UUID_RE = re.compile(r"^(GPU|MIG)-[0-9A-Za-z-]+$")
 
 _TOP_KEYS = (
-    "extends", "abstract", "description", "sglang", "host", "launcher", "model", "gpu",
-    "spec_decode", "port", "bind", "env", "args", "restart", "health", "stop_timeout_s", "pin",
-    "group", "export",
-)  # fmt: skip
+    "extends",
+    "abstract",
+    "description",
+    "sglang",
+    "host",
+    "launcher",
+    "model",
+    "gpu",
+    "spec_decode",
+    "port",
+    "bind",
+    "env",
+    "args",
+    "restart",
+    "health",
+    "stop_timeout_s",
+    "pin",
+    "group",
+    "export",
+)
 _SECTION_KEYS: dict[str, tuple[str, ...]] = {
     "model": ("path", "served_model_name"),
     "gpu": ("type", "devices"),
@@ -107,18 +123,20 @@ class ProfileChecker(DocChecker):
             )
         elif version is None and not is_abstract:
             self.note(
-                Severity.NOTICE, (),
+                Severity.NOTICE,
+                (),
                 f"no `sglang:` version; arguments checked against SGLang {table.version}",
                 "the host's version is detected at launch; pin one for reproducible renders",
-            )  # fmt: skip
+            )
 
         has_group = self.get(("group",)) is not MISSING
         host = self._host(inventory, required=not is_abstract and not has_group)
         if has_group and self.get(("host",)) is not MISSING:
             self.error(
-                ("host",), "a group names its hosts in `group.nodes` (rank 0 first)",
+                ("host",),
+                "a group names its hosts in `group.nodes` (rank 0 first)",
                 "remove `host:`; rank 0's host is group.nodes[0].host",
-            )  # fmt: skip
+            )
         if isinstance(self.get(("model", "path")), dict):
             model_path = from_orch(self, ("model", "path"), host)
         else:
@@ -203,16 +221,18 @@ class ProfileChecker(DocChecker):
             return None
         if isinstance(value, int | float) and not isinstance(value, bool):
             self.error(
-                ("sglang",), f"expected a version string, got the number {value!r}",
+                ("sglang",),
+                f"expected a version string, got the number {value!r}",
                 'quote it: sglang: "0.5.11"',
-            )  # fmt: skip
+            )
             return None
         text = self.text(("sglang",))
         if text is not None and argtable.parse_version(text) is None:
             self.error(
-                ("sglang",), f"expected a version like 0.5.11, got {text!r}",
+                ("sglang",),
+                f"expected a version like 0.5.11, got {text!r}",
                 "the `sglang.__version__` of the target venv",
-            )  # fmt: skip
+            )
             return None
         return text
 
@@ -221,18 +241,20 @@ class ProfileChecker(DocChecker):
         if name is None:
             if required and self.get(("host",)) is MISSING:
                 self.error(
-                    (), "missing `host`",
+                    (),
+                    "missing `host`",
                     f"name a host from {INVENTORY_FILE}, or `local` for this machine",
-                )  # fmt: skip
+                )
             return None
         if name not in inventory:
             close = difflib.get_close_matches(name, list(inventory), n=1)
             known = ", ".join(sorted(inventory))
             self.error(
-                ("host",), f"unknown host {name!r}",
+                ("host",),
+                f"unknown host {name!r}",
                 (f"did you mean {close[0]}? " if close else "")
                 + f"hosts in {INVENTORY_FILE}: {known}",
-            )  # fmt: skip
+            )
             return None
         return inventory[name]
 
@@ -244,9 +266,10 @@ class ProfileChecker(DocChecker):
             return Launcher(text)
         except ValueError:
             self.error(
-                ("launcher",), f"expected module or serve, got {text!r}",
+                ("launcher",),
+                f"expected module or serve, got {text!r}",
                 "module: python -m sglang.launch_server; serve: sglang serve",
-            )  # fmt: skip
+            )
             return Launcher.MODULE
 
     def _gpu(self) -> GpuSpec:
@@ -259,10 +282,11 @@ class ProfileChecker(DocChecker):
             if gpu_type is None:
                 close = difflib.get_close_matches(type_name, gpus.known_gpu_names(), n=1)
                 self.error(
-                    ("gpu", "type"), f"unknown GPU type {type_name!r}",
+                    ("gpu", "type"),
+                    f"unknown GPU type {type_name!r}",
                     (f"did you mean {close[0]}? " if close else "")
                     + f"known: {', '.join(gpus.known_gpu_names())}",
-                )  # fmt: skip
+                )
         devices: list[str] = []
         raw = self.get(("gpu", "devices"))
         if raw is not MISSING:
@@ -290,9 +314,10 @@ class ProfileChecker(DocChecker):
         if algorithm is None:
             if self.get(("spec_decode", "algorithm")) is MISSING:
                 self.error(
-                    ("spec_decode",), "missing `algorithm`",
+                    ("spec_decode",),
+                    "missing `algorithm`",
                     "e.g. EAGLE (MTP heads of Qwen3.6 load through EAGLE), EAGLE3, NGRAM",
-                )  # fmt: skip
+                )
             return None
         return SpecDecode(
             algorithm=algorithm,
@@ -310,15 +335,17 @@ class ProfileChecker(DocChecker):
             name = key.replace("-", "_")
             if not _FIELD_NAME_RE.match(name):
                 self.error(
-                    path, f"bad SGLang argument name {key!r}",
+                    path,
+                    f"bad SGLang argument name {key!r}",
                     "write the ServerArgs field name, e.g. mem_fraction_static",
-                )  # fmt: skip
+                )
                 continue
             if name in STRUCTURED_FIELDS:
                 self.error(
-                    path, f"{name} is set by `{format_path(STRUCTURED_FIELDS[name])}`",
+                    path,
+                    f"{name} is set by `{format_path(STRUCTURED_FIELDS[name])}`",
                     f"move it to `{format_path(STRUCTURED_FIELDS[name])}`",
-                )  # fmt: skip
+                )
                 continue
             if name in args:
                 self.error(path, f"{name} is given twice (as {key!r} and its other spelling)")

@@ -54,9 +54,13 @@ class DocChecker:
         pos = self._position(path)
         if pos is not None:
             located = ProfileError(
-                message, None, source=pos.source, key_path=located.key_path,
-                line=pos.line, column=pos.column,
-            )  # fmt: skip
+                message,
+                None,
+                source=pos.source,
+                key_path=located.key_path,
+                line=pos.line,
+                column=pos.column,
+            )
         self.findings.append(Finding(severity, located.message, hint))
 
     # -- typed access --

@@ -84,9 +84,10 @@ def check_fields(checker: DocChecker, profile: Profile, table: ArgTable) -> None
             names = argtable.known_names(table)
             close = difflib.get_close_matches(field.name, names, n=1, cutoff=0.7)
             elsewhere = [
-                v for v in argtable.available_versions()
+                v
+                for v in argtable.available_versions()
                 if v != version and argtable.spell(argtable.load_table(v), field.name)
-            ]  # fmt: skip
+            ]
             hint = f"did you mean {close[0]}?" if close else None
             prefixed = [name for name in names if name.startswith(field.name + "_")]
             if prefixed:  # argparse reads --pp as an abbreviation: ambiguous, or a guess
@@ -107,24 +108,26 @@ def check_fields(checker: DocChecker, profile: Profile, table: ArgTable) -> None
             continue
         if spelling.rename is not None and field.name == spelling.rename.old:
             checker.note(
-                Severity.WARNING, path,
+                Severity.WARNING,
+                path,
                 f"SGLang {version} calls this {spelling.rename.new} "
                 f"({spelling.rename.describe()}); rendered as {spelling.flag}",
                 f"write {spelling.rename.new}",
-            )  # fmt: skip
+            )
         elif spelling.rename is not None:
             checker.note(
-                Severity.NOTICE, path,
-                f"SGLang {version} spells this {spelling.flag} "
-                f"({spelling.rename.describe()})",
+                Severity.NOTICE,
+                path,
+                f"SGLang {version} spells this {spelling.flag} ({spelling.rename.describe()})",
                 None,
-            )  # fmt: skip
+            )
         elif spelling.option.deprecated:
             checker.note(
-                Severity.WARNING, path,
+                Severity.WARNING,
+                path,
                 f"{spelling.flag} is deprecated in SGLang {version}",
                 spelling.option.help or None,
-            )  # fmt: skip
+            )
         try:
             argtable.arg_tokens(spelling.option, field.value, spelling.flag)
         except BadValue as exc:
@@ -132,17 +135,19 @@ def check_fields(checker: DocChecker, profile: Profile, table: ArgTable) -> None
             continue
         if spelling.option.type == "float" and not _finite(field.value):
             checker.error(
-                path, f"expected a finite number, got {field.value!r}",
+                path,
+                f"expected a finite number, got {field.value!r}",
                 "NaN and infinities are not accepted",
-            )  # fmt: skip
+            )
         if isinstance(field.value, SecretRef):
             checker.note(
-                Severity.WARNING, path,
+                Severity.WARNING,
+                path,
                 f"{{from_env: {field.value.env_var}}} goes on the server's command line as "
                 f"{spelling.flag}: every user on {profile.host.name} can read it in the "
                 "process list (ps, /proc/PID/cmdline)",
                 _secret_hint(spelling.flag, version),
-            )  # fmt: skip
+            )
     _check_pins(checker, profile, table)
 
 
@@ -181,6 +186,7 @@ def _check_pins(checker: DocChecker, profile: Profile, table: ArgTable) -> None:
         if name in dests or (spelling is not None and spelling.dest in dests):
             continue
         checker.error(
-            ("pin", index), f"pins {name}, which this profile does not set",
+            ("pin", index),
+            f"pins {name}, which this profile does not set",
             "a pin asserts the profile's own value survives; set the field or drop the pin",
-        )  # fmt: skip
+        )

@@ -15,8 +15,15 @@ LOCAL_HOST = "local"
 # A profile's or a host's name: letters, digits, '.', '_', '-', a letter or digit first.
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 _HOST_KEYS = (
-    "address", "port", "user", "identity_file", "known_hosts", "python", "workdir", "persist_s",
-)  # fmt: skip
+    "address",
+    "port",
+    "user",
+    "identity_file",
+    "known_hosts",
+    "python",
+    "workdir",
+    "persist_s",
+)
 
 
 def read_inventory(doc: YamlDoc | None, local_python: str | None) -> dict[str, Host]:
@@ -81,9 +88,10 @@ def _workdir(checker: DocChecker, path: KeyPath) -> str:
     whatever directory the agent runs in (it runs in ``/``), splitting a deployment's state."""
     if checker.get(path) is None:  # YAML reads a bare ~ as null
         checker.error(
-            path, "expected a path, got null (YAML reads a bare ~ as null)",
-            "quote it for the SSH user's home: workdir: \"~\"; or leave the key out",
-        )  # fmt: skip
+            path,
+            "expected a path, got null (YAML reads a bare ~ as null)",
+            'quote it for the SSH user\'s home: workdir: "~"; or leave the key out',
+        )
         return Host.workdir
     workdir = checker.text(path)
     if workdir is None:
@@ -92,15 +100,18 @@ def _workdir(checker: DocChecker, path: KeyPath) -> str:
         return workdir
     if workdir.startswith("~"):
         checker.error(
-            path, f"expected an absolute path or ~/..., got {workdir!r}: ~user is not expanded",
+            path,
+            f"expected an absolute path or ~/..., got {workdir!r}: ~user is not expanded",
             f"~ is the SSH user's home: write ~/{workdir.partition('/')[2] or 'orch'}, "
             "or the absolute path",
-        )  # fmt: skip
+        )
     else:
         checker.error(
-            path, f"expected an absolute path or ~/..., got {workdir!r}",
+            path,
+            f"expected an absolute path or ~/..., got {workdir!r}",
             f"a relative workdir would depend on where the agent runs; write ~/{workdir} "
             "(under the SSH user's home) or an absolute path such as /data/orch"
-            if workdir else "write an absolute path such as /data/orch, or leave the key out",
-        )  # fmt: skip
+            if workdir
+            else "write an absolute path such as /data/orch, or leave the key out",
+        )
     return Host.workdir

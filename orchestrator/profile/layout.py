@@ -39,9 +39,10 @@ def group_section(checker: DocChecker, inventory: Mapping[str, Host], port: int)
     if not isinstance(raw, list) or len(raw) < 2:
         got = f"{len(raw)} node" if isinstance(raw, list) else kind(raw)
         checker.error(
-            ("group", "nodes"), f"expected a list of at least 2 nodes, got {got}",
+            ("group", "nodes"),
+            f"expected a list of at least 2 nodes, got {got}",
             "a single node needs no group: use `host:`",
-        )  # fmt: skip
+        )
         return None
     nodes: list[GroupNode] = []
     where: dict[tuple[str | None, int | None, str], int] = {}
@@ -65,10 +66,11 @@ def group_section(checker: DocChecker, inventory: Mapping[str, Host], port: int)
             continue
         if any(node.host.name == host.name for node in nodes):
             checker.error(
-                (*path, "host"), f"host {host.name} is in the group twice",
+                (*path, "host"),
+                f"host {host.name} is in the group twice",
                 "each node is its own host entry in hosts.yaml (two entries may share a "
                 "machine with different workdirs and ports)",
-            )  # fmt: skip
+            )
             continue
         machine = (host.address, host.port, host.workdir)
         if machine in where:
@@ -94,9 +96,13 @@ def group_section(checker: DocChecker, inventory: Mapping[str, Host], port: int)
     if len(nodes) != len(raw):
         return None
     group = Group(
-        tuple(nodes), rendezvous, control, join if join is not None else Group.join_timeout_s,
-        gated_launch=gated is not False, gate_port=gate_port,
-    )  # fmt: skip
+        tuple(nodes),
+        rendezvous,
+        control,
+        join if join is not None else Group.join_timeout_s,
+        gated_launch=gated is not False,
+        gate_port=gate_port,
+    )
     _group_ports(checker, group, port)
     return group
 
@@ -113,10 +119,11 @@ def _node_host(
     if name not in inventory:
         close = difflib.get_close_matches(name, list(inventory), n=1)
         checker.error(
-            (*path, "host"), f"unknown host {name!r}",
+            (*path, "host"),
+            f"unknown host {name!r}",
             (f"did you mean {close[0]}? " if close else "")
             + f"hosts in {INVENTORY_FILE}: {', '.join(sorted(inventory))}",
-        )  # fmt: skip
+        )
         return None
     return inventory[name]
 
@@ -135,18 +142,20 @@ def _group_ports(checker: DocChecker, group: Group, port: int) -> None:
         ):
             which = "rendezvous" if node_port == group.rendezvous_port else "control"
             checker.error(
-                path, f"rank {rank}'s --port {node_port} is the group's {which} port "
+                path,
+                f"rank {rank}'s --port {node_port} is the group's {which} port "
                 f"on {group.leader.host.name}",
                 "SGLang needs --port and the --dist-init-addr port to differ; pick "
                 "another port or group.rendezvous_port",
-            )  # fmt: skip
+            )
         key = (node.host.address, node_port)
         if key in taken:
             checker.error(
-                path, f"rank {rank} on {node.host.name} and {taken[key]} share a machine "
+                path,
+                f"rank {rank} on {node.host.name} and {taken[key]} share a machine "
                 f"and --port {node_port}",
                 f"give this node its own port: group.nodes[{rank}].port",
-            )  # fmt: skip
+            )
         taken.setdefault(key, f"rank {rank}")
     gate = group.wanted_gate_port
     if gate is not None and gate in (group.rendezvous_port, group.control_port):
@@ -179,10 +188,11 @@ def check_parallelism(checker: DocChecker, profile: Profile) -> None:
     for name in GROUP_FIELDS:
         if name in profile.args:
             checker.error(
-                ("args", name), f"orch sets {name} from `group:`",
+                ("args", name),
+                f"orch sets {name} from `group:`",
                 "declare the nodes under group.nodes (rank 0 first); orch renders "
                 "--dist-init-addr, --nnodes and --node-rank for each",
-            )  # fmt: skip
+            )
     tp, pp = profile.parallel_sizes
     needed = tp * pp
     group = profile.group

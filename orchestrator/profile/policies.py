@@ -82,9 +82,10 @@ def export_section(checker: DocChecker) -> ExportSettings:
     secret = checker.text(("export", "secret"))
     if secret is not None and not _K8S_NAME_RE.match(secret):
         checker.error(
-            ("export", "secret"), f"expected a Kubernetes Secret name, got {secret!r}",
+            ("export", "secret"),
+            f"expected a Kubernetes Secret name, got {secret!r}",
             "lower-case letters, digits, '-' and '.' (DNS-1123)",
-        )  # fmt: skip
+        )
     keys: dict[str, str] = {}
     for name, key in (checker.mapping(("export", "secret_keys")) or {}).items():
         path: KeyPath = ("export", "secret_keys", name)

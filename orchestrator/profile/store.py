@@ -118,12 +118,13 @@ class ProfileStore:
         checker = ProfileChecker(merged, self.display(self.path_of(name)))
         for path, placeholder in _placeholders(merged.value, ()):
             checker.error(
-                path, f"{placeholder} is a placeholder `orch import` left: the script did not "
+                path,
+                f"{placeholder} is a placeholder `orch import` left: the script did not "
                 "determine this value",
                 "write the host's name (hosts.yaml) here, or import again with --host H0,H1,..."
                 if "host of rank" in placeholder
                 else "write the value here, or import again with --set NAME=VALUE",
-            )  # fmt: skip
+            )
         profile, table = checker.profile(name, chain, self.inventory())
         if profile is not None:
             check_fields(checker, profile, table)
@@ -164,9 +165,10 @@ class ProfileStore:
             text = path.read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as exc:
             raise ProfileError(
-                f"cannot read the host inventory: {exc}", f"{INVENTORY_FILE} is a UTF-8 YAML file",
+                f"cannot read the host inventory: {exc}",
+                f"{INVENTORY_FILE} is a UTF-8 YAML file",
                 source=source,
-            ) from exc  # fmt: skip
+            ) from exc
         return parse_yaml(text, source)
 
     # -- inheritance -------------------------------------------------------------------------
@@ -181,9 +183,10 @@ class ProfileStore:
             text = path.read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as exc:
             raise ProfileError(
-                f"cannot read profile: {exc}", "profiles are UTF-8 YAML files",
+                f"cannot read profile: {exc}",
+                "profiles are UTF-8 YAML files",
                 source=self.display(path),
-            ) from exc  # fmt: skip
+            ) from exc
         doc = parse_yaml(text, self.display(path))
         if not isinstance(doc.value, dict):
             raise ProfileError(

@@ -46,9 +46,10 @@ def env_section(
             env[name] = secret
         elif isinstance(value, bool):
             checker.error(
-                path, f"expected a string, got {str(value).lower()}",
+                path,
+                f"expected a string, got {str(value).lower()}",
                 'quote it: "1", "0", "true" — the server reads text',
-            )  # fmt: skip
+            )
         elif isinstance(value, str | int | float):
             text = str(value)
             if "\0" in text:
@@ -69,16 +70,18 @@ def from_orch(checker: DocChecker, path: KeyPath, host: Host | None) -> str | No
     name = value.get("from_orch")
     if set(value) != {"from_orch"} or name not in BUNDLED:
         checker.error(
-            path, f"expected {{from_orch: NAME}} with NAME one of {', '.join(BUNDLED)}",
+            path,
+            f"expected {{from_orch: NAME}} with NAME one of {', '.join(BUNDLED)}",
             "standin: the directory of orch's SGLang stand-in (for PYTHONPATH); "
             "standin-model: its model directory",
-        )  # fmt: skip
+        )
         return None
     if host is None or host.name != LOCAL_HOST:
         checker.error(
-            path, f"{{from_orch: {name}}} is a path on this machine: only for host: local",
+            path,
+            f"{{from_orch: {name}}} is a path on this machine: only for host: local",
             "give the path on the host instead",
-        )  # fmt: skip
+        )
         return None
     return bundled_path(str(name))
 
@@ -89,9 +92,10 @@ def secret_ref(checker: DocChecker, path: KeyPath, value: Any) -> SecretRef | No
         return None
     if set(value) != {"from_env"} or not isinstance(value["from_env"], str):
         checker.error(
-            path, "expected {from_env: NAME}",
+            path,
+            "expected {from_env: NAME}",
             "secrets come from your local environment and are never written in a profile",
-        )  # fmt: skip
+        )
         return None
     source_name = value["from_env"]
     if not ENV_NAME_RE.match(source_name):

@@ -139,10 +139,12 @@ def _check_expansion(text: str, source: str) -> None:
             name = event.anchor
             if any(open_.anchor == name for open_ in stack):
                 raise _located(
-                    event, path, source,
+                    event,
+                    path,
+                    source,
                     f"alias *{name} is inside the value &{name} names: it would never end",
                     "an alias can only repeat a value that is complete before it",
-                )  # fmt: skip
+                )
             if name not in anchors:
                 continue  # the composer reports an undefined alias with its position
             count, height, chars = anchors[name]
@@ -153,27 +155,36 @@ def _check_expansion(text: str, source: str) -> None:
         expanded += chars
         if values > MAX_VALUES:
             raise _located(
-                event, path, source,
+                event,
+                path,
+                source,
                 f"the document expands to more than {MAX_VALUES} values"
                 + (f" (alias *{event.anchor} repeats {count})" if count > 1 else ""),
                 "a profile holds a few hundred values: write them out, or nest fewer "
                 "aliases (*name) inside anchored (&name) values",
-            )  # fmt: skip
+            )
         if expanded > MAX_TEXT:
             raise _located(
-                event, path, source,
+                event,
+                path,
+                source,
                 f"the document expands to more than {MAX_TEXT >> 20} MiB of text"
-                + (f" (alias *{event.anchor} repeats {chars} characters)"
-                   if isinstance(event, yaml.AliasEvent) else ""),
+                + (
+                    f" (alias *{event.anchor} repeats {chars} characters)"
+                    if isinstance(event, yaml.AliasEvent)
+                    else ""
+                ),
                 "a profile holds some KB of text: write it out once, or repeat fewer aliases "
                 "(*name) of long anchored (&name) text",
-            )  # fmt: skip
+            )
         if len(stack) + height > MAX_DEPTH:
             raise _located(
-                event, path, source,
+                event,
+                path,
+                source,
                 f"nested more than {MAX_DEPTH} levels deep",
                 "a profile nests a few levels: flatten this value",
-            )  # fmt: skip
+            )
         if stack:
             stack[-1].height = max(stack[-1].height, height + 1)
         if isinstance(event, yaml.CollectionStartEvent):
@@ -203,9 +214,13 @@ def _located(
 ) -> ProfileError:
     mark = event.start_mark
     return ProfileError(
-        message, hint, source=source, key_path=format_path(path) or None,
-        line=mark.line + 1 if mark else None, column=mark.column + 1 if mark else None,
-    )  # fmt: skip
+        message,
+        hint,
+        source=source,
+        key_path=format_path(path) or None,
+        line=mark.line + 1 if mark else None,
+        column=mark.column + 1 if mark else None,
+    )
 
 
 # -- building values with positions -----------------------------------------------------------
@@ -282,14 +297,18 @@ class _Builder:
             raise self._error(node, path, f"unreadable value: {exc.problem}", None) from exc
         except (ValueError, OverflowError) as exc:  # int('9' * 5000), a date of month 13
             raise self._error(
-                node, path, f"unreadable value {_show(node)}: {exc}",
+                node,
+                path,
+                f"unreadable value {_show(node)}: {exc}",
                 "quote it if you mean the text",
-            ) from exc  # fmt: skip
+            ) from exc
         if isinstance(value, float) and not math.isfinite(value):
             raise self._error(
-                node, path, f"expected a finite number, got {_show(node)}",
+                node,
+                path,
+                f"expected a finite number, got {_show(node)}",
                 "NaN and infinities are not accepted; write a number, or quote it for text",
-            )  # fmt: skip
+            )
         return value
 
     def _error(
@@ -297,9 +316,13 @@ class _Builder:
     ) -> ProfileError:
         mark = node.start_mark
         return ProfileError(
-            message, hint, source=self.source, key_path=format_path(path) or None,
-            line=mark.line + 1, column=mark.column + 1,
-        )  # fmt: skip
+            message,
+            hint,
+            source=self.source,
+            key_path=format_path(path) or None,
+            line=mark.line + 1,
+            column=mark.column + 1,
+        )
 
 
 def _show(node: yaml.Node) -> str:

@@ -66,10 +66,18 @@ RENAMES: tuple[Rename, ...] = (
     Rename("kt_amx_method", "kt_method", (0, 5, 5, 1), (0, 5, 5, 1)),
     Rename("kt_amx_weight_path", "kt_weight_path", (0, 5, 5, 1), (0, 5, 5, 1)),
     Rename("stream_output", "incremental_streaming_output", (0, 5, 10), (0, 5, 20)),
-    Rename("speculative_dflash_draft_window_size", "speculative_draft_window_size",
-           (0, 5, 12), (0, 5, 20)),
-    Rename("enable_nsa_prefill_context_parallel", "enable_dsa_prefill_context_parallel",
-           (0, 5, 13), (0, 5, 20)),
+    Rename(
+        "speculative_dflash_draft_window_size",
+        "speculative_draft_window_size",
+        (0, 5, 12),
+        (0, 5, 20),
+    ),
+    Rename(
+        "enable_nsa_prefill_context_parallel",
+        "enable_dsa_prefill_context_parallel",
+        (0, 5, 13),
+        (0, 5, 20),
+    ),
     Rename("nsa_decode_backend", "dsa_decode_backend", (0, 5, 13), (0, 5, 20)),
     Rename("nsa_prefill_backend", "dsa_prefill_backend", (0, 5, 13), (0, 5, 20)),
     Rename("nsa_prefill_cp_mode", "dsa_prefill_cp_mode", (0, 5, 13), (0, 5, 20)),
@@ -77,12 +85,11 @@ RENAMES: tuple[Rename, ...] = (
     Rename("cuda_graph_max_bs", "cuda_graph_max_bs_decode", (0, 5, 14), (0, 5, 20)),
     Rename("cuda_graph_bs", "cuda_graph_bs_decode", (0, 5, 14), (0, 5, 20)),
     Rename("piecewise_cuda_graph_compiler", "cuda_graph_tc_compiler", (0, 5, 14), (0, 5, 20)),
-    Rename("piecewise_cuda_graph_max_tokens", "cuda_graph_max_bs_prefill", (0, 5, 14),
-           (0, 5, 20)),
+    Rename("piecewise_cuda_graph_max_tokens", "cuda_graph_max_bs_prefill", (0, 5, 14), (0, 5, 20)),
     Rename("piecewise_cuda_graph_tokens", "cuda_graph_bs_prefill", (0, 5, 14), (0, 5, 20)),
     Rename("grpc_http_sidecar_port", "smg_http_sidecar_port", (0, 5, 16), None),
     Rename("enable_gdn_replayssm_spec", "enable_linear_replayssm_spec", (0, 5, 17), (0, 5, 20)),
-)  # fmt: skip
+)
 
 
 @dataclass(frozen=True)

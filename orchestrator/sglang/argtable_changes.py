@@ -144,25 +144,29 @@ def seen_renames(old: ArgTable, new: ArgTable) -> list[SeenRename]:
                 source, target, new.version, f"{flag} stores into {target} in {new.version}"
             )
     gone = [
-        f for f in old_fields
+        f
+        for f in old_fields
         if f not in new_fields and f not in new.fields and f not in found and f not in replaced
-    ]  # fmt: skip
+    ]
     born = [f for f in new_fields if f not in old_fields and f not in old.fields]
     for source in gone:
         before = _main_option(old_fields[source])
         if not before.help:
             continue
         matches = [
-            target for target in born
+            target
+            for target in born
             if _help_key(_main_option(new_fields[target]).help) == _help_key(before.help)
             and _type_of(_main_option(new_fields[target])) == _type_of(before)
-        ]  # fmt: skip
+        ]
         if len(matches) == 1:
             found[source] = SeenRename(
-                source, matches[0], new.version,
+                source,
+                matches[0],
+                new.version,
                 f"{natural_flag(source)} removed and {natural_flag(matches[0])} added with the "
                 "same help text and type",
-            )  # fmt: skip
+            )
     return sorted(found.values(), key=lambda r: r.old)
 
 
@@ -174,19 +178,28 @@ def changes(old: ArgTable, new: ArgTable) -> list[Change]:
     old_fields, new_fields = _options_by_field(old), _options_by_field(new)
     out: list[Change] = []
     for replacement in replaced.values():
-        out.append(Change(
-            "replaced", replacement.old,
-            f"{natural_flag(replacement.old)} is now "
-            f"{_main_option(new_fields[replacement.new]).flag}={replacement.value} "
-            "(the old switch kept as a deprecated shorthand)",
-        ))  # fmt: skip
+        out.append(
+            Change(
+                "replaced",
+                replacement.old,
+                f"{natural_flag(replacement.old)} is now "
+                f"{_main_option(new_fields[replacement.new]).flag}={replacement.value} "
+                "(the old switch kept as a deprecated shorthand)",
+            )
+        )
     for rename in renamed.values():
-        out.append(Change(
-            "renamed", rename.old,
-            f"{natural_flag(rename.old)} -> {_main_option(new_fields[rename.new]).flag}"
-            + (" (the old flag kept as a deprecated alias)"
-               if natural_flag(rename.old) in new.by_flag else ""),
-        ))  # fmt: skip
+        out.append(
+            Change(
+                "renamed",
+                rename.old,
+                f"{natural_flag(rename.old)} -> {_main_option(new_fields[rename.new]).flag}"
+                + (
+                    " (the old flag kept as a deprecated alias)"
+                    if natural_flag(rename.old) in new.by_flag
+                    else ""
+                ),
+            )
+        )
     for name in sorted(set(old_fields) | set(new_fields)):
         if name in renamed or name in replaced:
             continue
@@ -362,12 +375,26 @@ def release_report(versions: Sequence[str]) -> tuple[str, list[str]]:
 
 
 _ORDER = (
-    "renamed", "replaced", "removed", "alias-removed", "added", "alias-added", "deprecated", "type",
-    "choices", "default",
-)  # fmt: skip
+    "renamed",
+    "replaced",
+    "removed",
+    "alias-removed",
+    "added",
+    "alias-added",
+    "deprecated",
+    "type",
+    "choices",
+    "default",
+)
 _TITLES = {
-    "renamed": "renamed", "replaced": "replaced", "removed": "removed",
+    "renamed": "renamed",
+    "replaced": "replaced",
+    "removed": "removed",
     "alias-removed": "spelling removed",
-    "added": "added", "alias-added": "spelling added", "deprecated": "deprecated",
-    "type": "type", "choices": "choices", "default": "default",
-}  # fmt: skip
+    "added": "added",
+    "alias-added": "spelling added",
+    "deprecated": "deprecated",
+    "type": "type",
+    "choices": "choices",
+    "default": "default",
+}

@@ -68,8 +68,10 @@ def small_fs(tmp_path: Path) -> Iterator[Path]:
     mount.mkdir()
     done = subprocess.run(
         ["mount", "-t", "tmpfs", "-o", f"size={FS_SIZE},mode=0700", "tmpfs", str(mount)],
-        capture_output=True, text=True, check=False,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     if done.returncode != 0:
         pytest.skip(f"mount -t tmpfs refused here: {done.stderr.strip() or done.returncode}")
     try:
@@ -182,10 +184,12 @@ def test_a_full_disk_drops_output_with_a_marker_and_the_supervisor_serves_on(
         log = Path(status["log"])
         wait_until("the marker in the current run's log", lambda: b"[orch: " in log.read_bytes())
         text = log.read_text(errors="replace")
-        marker = re.search(r"\[orch: (\d+) bytes of output dropped: no space left on device\]\n", text)
+        marker = re.search(
+            r"\[orch: (\d+) bytes of output dropped: no space left on device\]\n", text
+        )
         assert marker is not None, text[-2000:]
         assert int(marker.group(1)) > 0
-        wait_until("output after the marker", lambda: "line" in log.read_text()[marker.end():])
+        wait_until("output after the marker", lambda: "line" in log.read_text()[marker.end() :])
     finally:
         deployment.stop()
 

@@ -122,11 +122,22 @@ def test_a_state_of_the_previous_agent_naming_a_stranger_is_not_trusted(
     stranger = _unrelated()
     try:
         legacy = {
-            "protocol": 1, "deployment": "t", "agent_pid": stranger.pid, "state": "READY",
-            "pid": stranger.pid, "pgid": stranger.pid, "run_id": "0001-x", "log": None,
-            "port": 1, "starts": 1, "restarts": 0, "ready": True, "message": "",
-            "last_exit": None, "meta": {},
-        }  # fmt: skip
+            "protocol": 1,
+            "deployment": "t",
+            "agent_pid": stranger.pid,
+            "state": "READY",
+            "pid": stranger.pid,
+            "pgid": stranger.pid,
+            "run_id": "0001-x",
+            "log": None,
+            "port": 1,
+            "starts": 1,
+            "restarts": 0,
+            "ready": True,
+            "message": "",
+            "last_exit": None,
+            "meta": {},
+        }
         (deployment.dir / "state.json").write_text(json.dumps(legacy))
         status = deployment.status()
         assert (status["agent_alive"], status["server_alive"]) == (False, False)
@@ -227,8 +238,10 @@ def test_a_corrupt_state_without_a_supervisor_still_finds_and_stops_the_server(
 def test_adopt_takes_over_the_running_server_without_restarting_it(
     deployment: Deployment,
 ) -> None:
-    deployment.start(SERVES, health={"endpoint": "/health", "interval_s": 0.3, "failures": 3,
-                                     "startup_timeout_s": 30})  # fmt: skip
+    deployment.start(
+        SERVES,
+        health={"endpoint": "/health", "interval_s": 0.3, "failures": 3, "startup_timeout_s": 30},
+    )
     ready = deployment.wait_for("READY")
     _kill_agent(ready)
     assert deployment.status()["state"] == "UNSUPERVISED"
@@ -277,9 +290,16 @@ def test_a_stopped_server_is_unhealthy_within_interval_times_failures(
     deployment: Deployment,
 ) -> None:
     interval, failures = 0.5, 3
-    deployment.start(SERVES, health={"endpoint": "/health", "interval_s": interval,
-                                     "failures": failures, "startup_timeout_s": 30},
-                     restart={"mode": "no"})  # fmt: skip
+    deployment.start(
+        SERVES,
+        health={
+            "endpoint": "/health",
+            "interval_s": interval,
+            "failures": failures,
+            "startup_timeout_s": 30,
+        },
+        restart={"mode": "no"},
+    )
     ready = deployment.wait_for("READY")
     os.kill(ready["pid"], signal.SIGSTOP)
     began = time.monotonic()
@@ -297,9 +317,11 @@ def test_a_stopped_server_is_unhealthy_within_interval_times_failures(
 
 
 def test_the_agent_ends_a_startup_that_outlasts_its_timeout(deployment: Deployment) -> None:
-    deployment.start(CONFIG_LINE + "time.sleep(120)\n",
-                     health={"endpoint": "/health", "interval_s": 0.2, "startup_timeout_s": 1.0},
-                     restart={"mode": "no"})  # fmt: skip
+    deployment.start(
+        CONFIG_LINE + "time.sleep(120)\n",
+        health={"endpoint": "/health", "interval_s": 0.2, "startup_timeout_s": 1.0},
+        restart={"mode": "no"},
+    )
     began = time.monotonic()
     final = deployment.wait_for("EXITED", timeout=10)
     print(f"\nstartup timeout 1 s: ended by the agent after {time.monotonic() - began:.2f} s")  # noqa: T201 - measured, for docs/faults.md (-s)
@@ -404,10 +426,15 @@ def test_files_and_directories_are_private(deployment: Deployment) -> None:
     for path in (deployment.dir, deployment.dir / "runs", run_dir):
         assert oct(path.stat().st_mode & 0o777) == "0o700", path
     for path in (
-        deployment.dir / "state.json", deployment.dir / "events.jsonl",
-        deployment.dir / "agent.log", deployment.dir / "spec.json", run_dir / "server.log",
-        run_dir / "spec.json", run_dir / "received.json", run_dir / "server_args.json",
-    ):  # fmt: skip
+        deployment.dir / "state.json",
+        deployment.dir / "events.jsonl",
+        deployment.dir / "agent.log",
+        deployment.dir / "spec.json",
+        run_dir / "server.log",
+        run_dir / "spec.json",
+        run_dir / "received.json",
+        run_dir / "server_args.json",
+    ):
         assert oct(path.stat().st_mode & 0o777) == "0o600", path
 
 
@@ -506,9 +533,11 @@ def test_the_probe_env_file_never_outlives_a_failed_parse(deployment: Deployment
     env_file.write_text(json.dumps({"HF_TOKEN": "hf_secret"}))
     env_file.chmod(0o600)
     done = subprocess.run(
-        [*AGENT, "probe", "--port", "1", "--env-file", str(env_file),
-         "--model", "--help"],
-        capture_output=True, text=True, timeout=60, check=False,
-    )  # fmt: skip
+        [*AGENT, "probe", "--port", "1", "--env-file", str(env_file), "--model", "--help"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert done.returncode == 2  # argparse: --model expected one argument
     assert not env_file.exists()

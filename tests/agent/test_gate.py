@@ -43,9 +43,14 @@ WORLD = [[0, 1], [2, 3]]  # the global ranks of node-a and node-b: tp 2 x pp 2 o
 def gate_spec(port: int, **changes: Any) -> dict[str, Any]:
     """The spec's ``group.gate`` as orch writes it, with short request timeouts."""
     gate = {
-        "port": port, "host": "127.0.0.1", "world_size": 4, "node_ranks": WORLD,
-        "timeout_s": 10.0, "request_timeout_s": 0.3, "attempts": 2,
-    }  # fmt: skip
+        "port": port,
+        "host": "127.0.0.1",
+        "world_size": 4,
+        "node_ranks": WORLD,
+        "timeout_s": 10.0,
+        "request_timeout_s": 0.3,
+        "attempts": 2,
+    }
     gate.update(changes)
     return gate
 
@@ -109,18 +114,31 @@ def coordinator_program(port: int) -> str:
     then, activated, READY."""
     still = logged("Gated launch still waiting for activation. rank=0 elapsed=10 s")
     return (
-        CONFIG_LINE + gate_server(port) + waiting(0, 1) + still + waiting(0)
-        + "activated.wait()\n" + ACTIVATED + READY + "time.sleep(60)\n"
-    )  # fmt: skip
+        CONFIG_LINE
+        + gate_server(port)
+        + waiting(0, 1)
+        + still
+        + waiting(0)
+        + "activated.wait()\n"
+        + ACTIVATED
+        + READY
+        + "time.sleep(60)\n"
+    )
 
 
 def member_program(port: int, pause: float = 0.0) -> str:
     """Rank 1: its ranks at the gate (the second ``pause`` s after the first), then, activated,
     its worker line."""
     return (
-        CONFIG_LINE + waiting(2) + f"time.sleep({pause})\n" + waiting(3)
-        + await_activation(port) + ACTIVATED + WORKER_READY + "time.sleep(60)\n"
-    )  # fmt: skip
+        CONFIG_LINE
+        + waiting(2)
+        + f"time.sleep({pause})\n"
+        + waiting(3)
+        + await_activation(port)
+        + ACTIVATED
+        + WORKER_READY
+        + "time.sleep(60)\n"
+    )
 
 
 STUCK = CONFIG_LINE + "time.sleep(60)\n"  # a node that never reaches the gate (the rendezvous)
@@ -168,8 +186,10 @@ def test_the_gate_spec_reads_orchs_keys_and_refuses_ranks_that_do_not_add_up() -
     gate = spec.group.gate
     assert gate is not None
     assert (gate.url, gate.world_size, gate.node_ranks) == (
-        "http://127.0.0.1:20050/gate/activate", 4, ((0, 1), (2, 3)),
-    )  # fmt: skip
+        "http://127.0.0.1:20050/gate/activate",
+        4,
+        ((0, 1), (2, 3)),
+    )
     ipv6 = GateSpec.from_json(gate_spec(20050, host="::"), 2)
     assert ipv6.url == "http://[::1]:20050/gate/activate"
     ungated = Spec.from_json(plan.spec(1, "")).group
@@ -241,8 +261,11 @@ def test_the_coordinator_counts_only_this_generations_gate_reports() -> None:
         view = coordinator.gate_view()
         assert view is not None
         assert (view["generation"], view["status"], view["by_node"], view["missing"]) == (
-            2, "waiting", {"0": [], "1": [3]}, [0, 1, 2],
-        )  # fmt: skip
+            2,
+            "waiting",
+            {"0": [], "1": [3]},
+            [0, 1, 2],
+        )
     finally:
         link.close()
         coordinator.close()
@@ -261,8 +284,11 @@ def test_the_gate_opens_once_when_every_rank_of_every_node_waits_then_both_are_r
     rank0, rank1 = coordinator.state, member.state
     gate = rank0["group"]["gate"]
     assert (gate["generation"], gate["status"], gate["waiting"], gate["missing"]) == (
-        1, "activated", [0, 1, 2, 3], [],
-    )  # fmt: skip
+        1,
+        "activated",
+        [0, 1, 2, 3],
+        [],
+    )
     assert gate["by_node"] == {"0": [0, 1], "1": [2, 3]}
     assert gate["activated_at"] is not None
     assert gate["activated_after_s"] >= 0.5  # not before rank 3 arrived
@@ -274,8 +300,11 @@ def test_the_gate_opens_once_when_every_rank_of_every_node_waits_then_both_are_r
     assert Path(rank0["log"]).read_text().count("fake gate: activation received") == 1
     wait_until("rank 1 shows its gate", lambda: member.state["group"]["gate"]["activated"])
     assert member.state["group"]["gate"] == {
-        "generation": 1, "ranks": [2, 3], "waiting": [2, 3], "activated": True,
-    }  # fmt: skip
+        "generation": 1,
+        "ranks": [2, 3],
+        "waiting": [2, 3],
+        "activated": True,
+    }
     assert rank1["group"]["failure"] is None
     status = cmd_status(coordinator.supervisor.paths.root)  # what `agent.py status` shows
     assert status["group"]["gate"]["status"] == "activated"
@@ -296,8 +325,11 @@ def test_a_node_never_at_the_gate_is_a_rendezvous_timeout_naming_it(
     )
     failure = failures(coordinator)[0]
     assert (failure["rank"], failure["node"], failure["cls"], failure["generation"]) == (
-        1, "node-b", GROUP_RENDEZVOUS_TIMEOUT, 1,
-    )  # fmt: skip
+        1,
+        "node-b",
+        GROUP_RENDEZVOUS_TIMEOUT,
+        1,
+    )
     assert failure["message"] == why
     first = coordinator.first_start()
     if start_limit == 1:
@@ -316,7 +348,10 @@ def test_a_node_never_at_the_gate_is_a_rendezvous_timeout_naming_it(
         rank0 = coordinator.state
         assert rank0["restarts"] == 1
         assert rank0["group"]["failure"]["cls"] == GROUP_RENDEZVOUS_TIMEOUT
-        wait_until("rank 0 at generation 2's gate", lambda: coordinator.state["group"]["gate"]["waiting"] == [0, 1])  # fmt: skip
+        wait_until(
+            "rank 0 at generation 2's gate",
+            lambda: coordinator.state["group"]["gate"]["waiting"] == [0, 1],
+        )
         assert coordinator.state["group"]["gate"]["generation"] == 2
         wait_until("rank 1 at generation 2", lambda: member.state["group"]["generation"] == 2)
     assert gone(first)

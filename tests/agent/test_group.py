@@ -116,17 +116,32 @@ class GroupPlan:
             "env": {"TEST_PORT": str(port)},
             "port": port,
             "health": {"endpoint": "/health", "interval_s": 60, "startup_timeout_s": 30},
-            "restart": {"mode": "on-failure", "delay_s": 0.1, "multiplier": 2,
-                        "max_delay_s": 0.2, "start_limit": 5, "start_limit_interval_s": 60},
+            "restart": {
+                "mode": "on-failure",
+                "delay_s": 0.1,
+                "multiplier": 2,
+                "max_delay_s": 0.2,
+                "start_limit": 5,
+                "start_limit_interval_s": 60,
+            },
             "stop_timeout_s": 2,
             "meta": {"launch_digest": "digest"},
             "group": {
-                "id": "digest", "rank": rank, "nnodes": len(NODES), "nodes": NODES,
-                "control_host": "127.0.0.1", "control_bind": "127.0.0.1",
-                "control_port": self.control_port, "key": self.key, "join_timeout_s": 10,
-                "member_stop_grace_s": 1, "heartbeat_s": 0.1, "lost_after_s": 1.0, **group,
+                "id": "digest",
+                "rank": rank,
+                "nnodes": len(NODES),
+                "nodes": NODES,
+                "control_host": "127.0.0.1",
+                "control_bind": "127.0.0.1",
+                "control_port": self.control_port,
+                "key": self.key,
+                "join_timeout_s": 10,
+                "member_stop_grace_s": 1,
+                "heartbeat_s": 0.1,
+                "lost_after_s": 1.0,
+                **group,
             },
-        }  # fmt: skip
+        }
 
     @property
     def group(self) -> GroupSpec:
@@ -233,8 +248,11 @@ def test_spec_reads_the_group_and_keeps_the_key_out_of_its_repr() -> None:
     group = spec.group
     assert group is not None
     assert (group.rank, group.nnodes, group.nodes, group.control_address) == (
-        1, 2, ("node-a", "node-b"), "127.0.0.1:20100",
-    )  # fmt: skip
+        1,
+        2,
+        ("node-a", "node-b"),
+        "127.0.0.1:20100",
+    )
     assert group.key == bytes.fromhex("ab" * 32)
     assert "abab" not in repr(spec)
     assert group.name(1) == "rank 1 (node-b)"
@@ -252,13 +270,12 @@ def test_a_control_message_verifies_only_with_its_key_and_unchanged() -> None:
     key = bytes.fromhex("11" * 32)
     line = sign_control_message(key, {"type": "stop", "generation": 3, "reason": "é"})
     assert verify_control_message(key, line) == {
-        "type": "stop", "generation": 3, "reason": "é",
-    }  # fmt: skip
+        "type": "stop",
+        "generation": 3,
+        "reason": "é",
+    }
     assert verify_control_message(bytes.fromhex("22" * 32), line) is None
-    assert (
-        verify_control_message(key, line.replace(b'"generation":3', b'"generation":4'))
-        is None
-    )
+    assert verify_control_message(key, line.replace(b'"generation":3', b'"generation":4')) is None
     assert verify_control_message(key, b"[" * 100_000 + b"]" * 100_000) is None
     assert verify_control_message(key, b'{"type": "stop", "mac": 7}') is None
     assert verify_control_message(key, b"\xff\xfe not json") is None
@@ -289,15 +306,21 @@ def test_group_starts_together_reports_members_and_a_stop_of_rank0_stops_every_r
     rank0, rank1 = coordinator.state, member.state
     view = rank0["group"]
     assert (view["role"], view["rank"], view["nnodes"], view["generation"]) == (
-        "coordinator", 0, 2, 1,
-    )  # fmt: skip
+        "coordinator",
+        0,
+        2,
+        1,
+    )
     assert view["failure"] is None
     wait_until("rank 1 reported READY", lambda: coordinator.state["group"]["members"]["1"]["ready"])
     seen = coordinator.state["group"]["members"]["1"]
     assert seen["connected"] is True
     assert (seen["node"], seen["state"], seen["run_id"], seen["pid"]) == (
-        "node-b", agent_states.READY, rank1["run_id"], rank1["pid"],
-    )  # fmt: skip
+        "node-b",
+        agent_states.READY,
+        rank1["run_id"],
+        rank1["pid"],
+    )
     assert rank1["group"]["role"] == "member"
     assert rank1["group"]["coordinator"] == {"rank": 0, "node": "node-a", "connected": True}
     assert rank1["ready_by"] == "health"
@@ -497,9 +520,17 @@ def test_unauthenticated_or_foreign_messages_are_dropped_and_their_connection_cl
         # signed with the key, but for another group
         (key, {"group": "another", "rank": 1, "seq": 1, "type": "hello"}),
         # a hello recorded on another connection (its session names another nonce)
-        (key, {"group": "digest", "rank": 1, "seq": 1, "type": "hello",
-               "session": f"{'0' * 32}.{'1' * 32}"}),
-    ]  # fmt: skip
+        (
+            key,
+            {
+                "group": "digest",
+                "rank": 1,
+                "seq": 1,
+                "type": "hello",
+                "session": f"{'0' * 32}.{'1' * 32}",
+            },
+        ),
+    ]
     for signing_key, body in attempts:
         with _connect(ranks.plan.control_port) as stranger:
             challenge = verify_control_message(key, stranger.recv(1 << 16).split(b"\n")[0])
@@ -562,8 +593,9 @@ while time.monotonic() < end:
 def _hold_connections(port: int, source: str, count: int) -> subprocess.Popen[str]:
     holder = subprocess.Popen(
         [sys.executable, "-c", HOLDER, "127.0.0.1", str(port), source, str(count), "60"],
-        stdout=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     assert holder.stdout is not None
     assert holder.stdout.readline() == "holding\n"
     return holder
@@ -591,15 +623,21 @@ def test_idle_connections_held_open_during_the_join_never_keep_the_group_from_fo
     finally:
         holder.kill()
         holder.communicate()
-    print(f"\n{count} idle connections from {source}: both READY {took:.2f} s after the member started")  # noqa: T201 - measured, for docs/faults.md (-s)
+    took_text = f"both READY {took:.2f} s after the member started"
+    print(f"\n{count} idle connections from {source}: {took_text}")  # noqa: T201 - for docs/faults.md (-s)
     joined = [e for e in coordinator.events() if e["event"] == "group-join"]
     assert [e["rank"] for e in joined] == [1]
     assert coordinator.state["group"]["members"]["1"]["connected"] is True
 
 
 def test_the_coordinator_evicts_the_oldest_of_the_most_crowded_source() -> None:
-    pending = [("10.0.0.9", 1.0), ("10.0.0.5", 2.0), ("10.0.0.9", 3.0), ("10.0.0.5", 4.0),
-               ("10.0.0.5", 5.0)]  # fmt: skip
+    pending = [
+        ("10.0.0.9", 1.0),
+        ("10.0.0.5", 2.0),
+        ("10.0.0.9", 3.0),
+        ("10.0.0.5", 4.0),
+        ("10.0.0.5", 5.0),
+    ]
     # a source over its own cap loses its oldest, whoever else waits
     assert evicted_pending(pending, "10.0.0.9", per_source=1, total=10) == 0
     # within every source's cap but over the total: the most crowded source's oldest
@@ -638,11 +676,15 @@ class FakeCoordinator:
     def __init__(self, group: GroupSpec, port: int) -> None:
         coordinator = GroupSpec.from_json(
             {
-                "id": group.group_id, "rank": 0, "nnodes": group.nnodes,
-                "nodes": list(group.nodes), "control_host": "127.0.0.1", "control_port": port,
+                "id": group.group_id,
+                "rank": 0,
+                "nnodes": group.nnodes,
+                "nodes": list(group.nodes),
+                "control_host": "127.0.0.1",
+                "control_port": port,
                 "key": group.key.hex(),
             }
-        )  # fmt: skip
+        )
         self.group = coordinator
         self.listener = socket.create_server(("127.0.0.1", port))
         self.link: ControlLink | None = None

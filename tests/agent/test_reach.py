@@ -16,27 +16,41 @@ from tests.agent.test_supervisor import AGENT, _free_port
 
 
 def _run(*args: str) -> tuple[int, dict[str, Any]]:
-    done = subprocess.run(
-        [*AGENT, *args], capture_output=True, text=True, timeout=30, check=False
-    )
+    done = subprocess.run([*AGENT, *args], capture_output=True, text=True, timeout=30, check=False)
     answer: dict[str, Any] = json.loads(done.stdout)
     return done.returncode, answer
 
 
 def _listen(port: int, token: str, seconds: float, expect: int = 0) -> dict[str, Any]:
     code, answer = _run(
-        "listen", "--bind", "127.0.0.1", "--port", str(port), "--token", token,
-        "--seconds", str(seconds), "--expect", str(expect),
-    )  # fmt: skip
+        "listen",
+        "--bind",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--token",
+        token,
+        "--seconds",
+        str(seconds),
+        "--expect",
+        str(expect),
+    )
     assert code == 0, answer
     return answer
 
 
 def _reach(port: int, token: str, timeout: float = 2.0) -> dict[str, Any]:
     code, answer = _run(
-        "reach", "--host", "127.0.0.1", "--port", str(port), "--token", token,
-        "--timeout", str(timeout),
-    )  # fmt: skip
+        "reach",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--token",
+        token,
+        "--timeout",
+        str(timeout),
+    )
     assert code == 0  # always: the caller decides
     return answer
 

@@ -61,19 +61,23 @@ def _spec(argv: list[str], **overrides: Any) -> dict[str, Any]:
         "env": {"FROM_SPEC": "yes", "TEST_PORT": str(port)},
         "port": port,
         "health": {"endpoint": "/health", "interval_s": 60, "startup_timeout_s": 30},
-        "restart": {"mode": "on-failure", "delay_s": 0.05, "multiplier": 2, "max_delay_s": 0.2,
-                    "start_limit": 3, "start_limit_interval_s": 60},
+        "restart": {
+            "mode": "on-failure",
+            "delay_s": 0.05,
+            "multiplier": 2,
+            "max_delay_s": 0.2,
+            "start_limit": 3,
+            "start_limit_interval_s": 60,
+        },
         "stop_timeout_s": 2,
         "meta": {"launch_digest": "abc"},
-    }  # fmt: skip
+    }
     spec.update(overrides)
     return spec
 
 
 def _agent(*args: str) -> dict[str, Any]:
-    done = subprocess.run(
-        [*AGENT, *args], capture_output=True, text=True, timeout=60, check=False
-    )
+    done = subprocess.run([*AGENT, *args], capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode in (0, 3), done.stderr
     result: dict[str, Any] = json.loads(done.stdout)
     return result

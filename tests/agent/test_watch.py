@@ -43,10 +43,10 @@ def deployment(tmp_path: Path) -> Iterator[Deployment]:
 
 def _watch(deployment: Deployment, run_id: str, seconds: float = 30) -> Iterator[dict[str, Any]]:
     process = subprocess.Popen(
-        [*AGENT, "watch", "--dir", str(deployment.dir), "--run", run_id,
-         "--seconds", str(seconds)],
-        stdout=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        [*AGENT, "watch", "--dir", str(deployment.dir), "--run", run_id, "--seconds", str(seconds)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     assert process.stdout is not None
     try:
         for line in process.stdout:
@@ -116,8 +116,12 @@ def test_start_takes_the_spec_and_launch_script_on_stdin(deployment: Deployment)
     bundle = {"spec": spec, "launch_script": "#!/usr/bin/env bash\nexec true\n"}
     done = subprocess.run(
         [*AGENT, "start", "--dir", str(deployment.dir), "--spec", "-"],
-        input=json.dumps(bundle), capture_output=True, text=True, timeout=60, check=False,
-    )  # fmt: skip
+        input=json.dumps(bundle),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout.splitlines()[-1])["ok"] is True
     assert oct((deployment.dir / "spec.json").stat().st_mode & 0o777) == "0o600"
@@ -136,8 +140,11 @@ def test_probe_takes_the_environment_on_stdin(tmp_path: Path) -> None:
     done = subprocess.run(
         [*AGENT, "probe", "--port", "1", "--env-file", "-"],
         input=json.dumps({"PYTHONPATH": str(tmp_path / "site")}),
-        capture_output=True, text=True, timeout=60, check=False,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert done.returncode in (0, 3), done.stderr
     facts = json.loads(done.stdout.splitlines()[-1])
     assert "9.9.9" in json.dumps(facts)
@@ -148,10 +155,13 @@ def _start_watching(deployment: Deployment, program: str, *extra: str) -> list[d
     spec = _spec([sys.executable, "-c", PRELUDE + program])
     bundle = {"spec": spec, "launch_script": "#!/usr/bin/env bash\nexec true\n"}
     done = subprocess.run(
-        [*AGENT, "start", "--dir", str(deployment.dir), "--spec", "-",
-         "--watch", "30", *extra],
-        input=json.dumps(bundle), capture_output=True, text=True, timeout=60, check=False,
-    )  # fmt: skip
+        [*AGENT, "start", "--dir", str(deployment.dir), "--spec", "-", "--watch", "30", *extra],
+        input=json.dumps(bundle),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert done.returncode in (0, 3), done.stderr
     return [json.loads(line) for line in done.stdout.splitlines()]
 
@@ -162,18 +172,29 @@ def test_start_watch_answers_then_streams_the_run_and_inspects_it_before_ready(
     """One command for what took three (start, watch, inspect): the supervisor's answer first,
     then the startup, then what the server received, just ahead of the READY state."""
     said = _start_watching(
-        deployment, CONFIG_LINE + READY + "time.sleep(60)\n",
-        "--inspect-port", "1", "--inspect-env", "FROM_SPEC", "--inspect-env", "NOT_SET",
-    )  # fmt: skip
+        deployment,
+        CONFIG_LINE + READY + "time.sleep(60)\n",
+        "--inspect-port",
+        "1",
+        "--inspect-env",
+        "FROM_SPEC",
+        "--inspect-env",
+        "NOT_SET",
+    )
     assert said[0]["start"]["ok"] is True
     run_id = said[0]["start"]["state"]["run_id"]
     assert READY_LINE in _log_text(said)
-    keys = [next(iter(k for k in ("start", "inspect", "state", "log", "beat", "protocol") if k in e))
-            for e in said]  # fmt: skip
+    keys = [
+        next(iter(k for k in ("start", "inspect", "state", "log", "beat", "protocol") if k in e))
+        for e in said
+    ]
     ready_at = next(
-        i for i, e in enumerate(said)
-        if "state" in e and e["state"]["state"] == agent_states.READY and e["state"]["run_id"] == run_id
-    )  # fmt: skip
+        i
+        for i, e in enumerate(said)
+        if "state" in e
+        and e["state"]["state"] == agent_states.READY
+        and e["state"]["run_id"] == run_id
+    )
     assert keys[ready_at - 1] == "inspect"  # what orch compares next comes before READY
     inspected = said[ready_at - 1]["inspect"]
     assert inspected["found_by"] == "orch"
@@ -195,10 +216,13 @@ def test_start_watch_that_is_refused_answers_once(deployment: Deployment) -> Non
 
 def _probe(deployment: Deployment) -> dict[str, Any]:
     done = subprocess.run(
-        [*AGENT, "probe", "--port", "1", "--env-file", "-",
-         "--dir", str(deployment.dir)],
-        input="{}", capture_output=True, text=True, timeout=60, check=False,
-    )  # fmt: skip
+        [*AGENT, "probe", "--port", "1", "--env-file", "-", "--dir", str(deployment.dir)],
+        input="{}",
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert done.returncode in (0, 3), done.stderr
     answer: dict[str, Any] = json.loads(done.stdout.splitlines()[-1])
     return answer

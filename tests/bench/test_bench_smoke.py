@@ -15,13 +15,24 @@ def test_quick_benchmark_runs_and_reports_every_section(tmp_path: Path, sshd: Ss
     out = tmp_path / "results.md"
     done = subprocess.run(
         [sys.executable, "-m", "bench", "--quick", "--out", str(out)],
-        cwd=REPO, capture_output=True, text=True, timeout=600, check=False,
-    )  # fmt: skip
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     report = out.read_text()
-    for heading in ("## Time to verdict", "## `up` overhead", "## Many hosts", "## CLI start-up",
-                    "## Following a large log", "## Memory plan", "## Launch groups",
-                    "## Latency: 25 ms each way"):  # fmt: skip
+    for heading in (
+        "## Time to verdict",
+        "## `up` overhead",
+        "## Many hosts",
+        "## CLI start-up",
+        "## Following a large log",
+        "## Memory plan",
+        "## Launch groups",
+        "## Latency: 25 ms each way",
+    ):
         assert heading in report
     assert "- machine: " in report
     assert "python -m bench --quick --out" in report

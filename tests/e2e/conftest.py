@@ -56,10 +56,19 @@ class Workspace:
     def profiles(self) -> Path:
         return self.root / "profiles"
 
-    def profile(self, name: str, body: str = "", *, env: dict[str, Any] | None = None,
-                version: str = "0.5.23", port: int | None = None, host: str | None = None,
-                restart: dict[str, Any] | None = None, args: dict[str, Any] | None = None,
-                served_model_name: str = "qwen-test") -> str:  # fmt: skip
+    def profile(
+        self,
+        name: str,
+        body: str = "",
+        *,
+        env: dict[str, Any] | None = None,
+        version: str = "0.5.23",
+        port: int | None = None,
+        host: str | None = None,
+        restart: dict[str, Any] | None = None,
+        args: dict[str, Any] | None = None,
+        served_model_name: str = "qwen-test",
+    ) -> str:
         """A stand-in profile on this workspace's host; ``body`` adds YAML keys."""
         document = {
             "sglang": version,

@@ -51,8 +51,12 @@ def test_the_build_prints_progress_while_pip_runs(slow_index: str, tmp_path: Pat
     }
     done = subprocess.run(
         ["bash", str(BUILD), "0.5.23", str(tmp_path / "venv")],
-        env=env, capture_output=True, text=True, timeout=300, check=False,
-    )  # fmt: skip
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     assert done.returncode == 1, done.stderr  # the index has no torch
     lines = done.stderr.splitlines()
     assert any("step 1/5" in line for line in lines), done.stderr

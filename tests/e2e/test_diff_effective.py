@@ -31,8 +31,15 @@ spec_decode:
 """
 
 
-def incident_profile(space: Workspace, name: str, *, draft: int = 4, port: int | None = None,
-                     body: str = "", **kwargs: Any) -> str:  # fmt: skip
+def incident_profile(
+    space: Workspace,
+    name: str,
+    *,
+    draft: int = 4,
+    port: int | None = None,
+    body: str = "",
+    **kwargs: Any,
+) -> str:
     return space.profile(
         name,
         INCIDENT_SPEC.format(draft=draft) + body,
@@ -74,11 +81,17 @@ def by_hand(ssh_workspace: Workspace, sshd: SshServer) -> Iterator[tuple[int, Pa
     script = ssh_workspace.root / "launch-by-hand.sh"
     script.write_text(
         HEREDOC_LAUNCHER.format(
-            known_hosts=sshd.known_hosts, key=sshd.client_key, port=sshd.port, user=sshd.user,
-            standin=STANDIN, workdir=workdir, python=sys.executable, model=MODEL,
+            known_hosts=sshd.known_hosts,
+            key=sshd.client_key,
+            port=sshd.port,
+            user=sshd.user,
+            standin=STANDIN,
+            workdir=workdir,
+            python=sys.executable,
+            model=MODEL,
             server_port=port,
         )
-    )  # fmt: skip
+    )
     environ = {k: v for k, v in os.environ.items() if k != "MAMBA_FLAGS"}
     subprocess.run(["bash", str(script)], check=True, env=environ, timeout=60)
     log = workdir / "server.log"
@@ -219,15 +232,21 @@ def test_json_is_parseable_and_never_shows_secrets(
     assert "hf_supersecret_value" not in outcome.out + outcome.err
     env = {row["name"]: row for row in json.loads(outcome.out)["env"]}
     assert env["HF_TOKEN"] == {
-        "name": "HF_TOKEN", "profile": "<secret>", "received": "<secret>", "verdict": "ok"
-    }  # fmt: skip
+        "name": "HF_TOKEN",
+        "profile": "<secret>",
+        "received": "<secret>",
+        "verdict": "ok",
+    }
 
 
 def test_after_a_crash_up_and_diff_compare_what_the_log_recorded(ssh_workspace: Workspace) -> None:
     name = incident_profile(
-        ssh_workspace, "oom", draft=8, env={"ORCH_STANDIN_FAIL": "cuda-oom"},
+        ssh_workspace,
+        "oom",
+        draft=8,
+        env={"ORCH_STANDIN_FAIL": "cuda-oom"},
         restart={"mode": "no"},
-    )  # fmt: skip
+    )
     up = ssh_workspace.orch("up", name)
     assert up.code == ExitCode.CUDA_OOM, up.err
     assert "effective configuration (server_args line)" in up.out

@@ -35,9 +35,13 @@ spec_decode:
   num_draft_tokens: {draft}
 """
 SPEC_FLAGS = (
-    "--speculative-algorithm", "EAGLE", "--speculative-num-steps", "3",
-    "--speculative-eagle-topk", "1",
-)  # fmt: skip
+    "--speculative-algorithm",
+    "EAGLE",
+    "--speculative-num-steps",
+    "3",
+    "--speculative-eagle-topk",
+    "1",
+)
 
 Start = Callable[..., str]
 
@@ -50,18 +54,34 @@ def by_hand() -> Iterator[Start]:
     def start(*flags: str, version: str = "0.5.23", env: dict[str, str] | None = None) -> str:
         port = free_port()
         argv = [
-            sys.executable, "-m", "sglang.launch_server", "--model-path", str(MODEL),
-            "--served-model-name", "qwen-test", "--host", "127.0.0.1", "--port", str(port),
-            "--skip-server-warmup", *flags,
-        ]  # fmt: skip
+            sys.executable,
+            "-m",
+            "sglang.launch_server",
+            "--model-path",
+            str(MODEL),
+            "--served-model-name",
+            "qwen-test",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--skip-server-warmup",
+            *flags,
+        ]
         env = {
-            **os.environ, "PYTHONPATH": str(STANDIN), "ORCH_STANDIN_VERSION": version,
-            "ORCH_STANDIN_LOAD_S": "0.2", **(env or {}),
-        }  # fmt: skip
+            **os.environ,
+            "PYTHONPATH": str(STANDIN),
+            "ORCH_STANDIN_VERSION": version,
+            "ORCH_STANDIN_LOAD_S": "0.2",
+            **(env or {}),
+        }
         server = subprocess.Popen(
-            argv, env=env, start_new_session=True,
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        )  # fmt: skip
+            argv,
+            env=env,
+            start_new_session=True,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         started.append(server)
         url = f"http://127.0.0.1:{port}"
         deadline = time.monotonic() + 30
@@ -87,18 +107,25 @@ def by_hand() -> Iterator[Start]:
 def far(local_workspace: Workspace) -> Workspace:
     """The workspace with host ``far``: an SSH address where nothing listens."""
     add_host(
-        local_workspace, "far", address="127.0.0.1", port=free_port(), user="nobody",
+        local_workspace,
+        "far",
+        address="127.0.0.1",
+        port=free_port(),
+        user="nobody",
         workdir="/srv/orch",
-    )  # fmt: skip
+    )
     return local_workspace
 
 
 def incident(space: Workspace, name: str, url: str, *, args: dict[str, Any] | None = None) -> str:
     """The incident's profile on ``far``, for the server at ``url`` (its port)."""
     return space.profile(
-        name, INCIDENT_SPEC.format(draft=4), host="far", port=port_of(url),
+        name,
+        INCIDENT_SPEC.format(draft=4),
+        host="far",
+        port=port_of(url),
         args={**INCIDENT_ARGS, **(args or {})},
-    )  # fmt: skip
+    )
 
 
 def port_of(url: str) -> int:
@@ -112,9 +139,13 @@ def rows(outcome_json: dict[str, Any]) -> dict[str, dict[str, Any]]:
 def incident_flags(*, mamba: bool = True, draft: int = 4) -> tuple[str, ...]:
     mamba_flags = ("--mamba-radix-cache-strategy", "extra_buffer") if mamba else ()
     return (
-        *SPEC_FLAGS, "--speculative-num-draft-tokens", str(draft), *mamba_flags,
-        "--context-length", "8192",
-    )  # fmt: skip
+        *SPEC_FLAGS,
+        "--speculative-num-draft-tokens",
+        str(draft),
+        *mamba_flags,
+        "--context-length",
+        "8192",
+    )
 
 
 def test_url_compares_a_hand_started_server_without_ssh(far: Workspace, by_hand: Start) -> None:
@@ -166,12 +197,22 @@ def test_url_on_a_release_without_launch_command_shows_the_override(
 ) -> None:
     # 0.5.11 refuses EAGLE on this model without extra_buffer and spec v2 (the incident's error)
     spec_v2 = {"SGLANG_ENABLE_SPEC_V2": "1"}
-    url = by_hand(*incident_flags(draft=8, mamba=False), "--mamba-scheduler-strategy",
-                  "extra_buffer", version="0.5.11", env=spec_v2)  # fmt: skip
+    url = by_hand(
+        *incident_flags(draft=8, mamba=False),
+        "--mamba-scheduler-strategy",
+        "extra_buffer",
+        version="0.5.11",
+        env=spec_v2,
+    )
     name = far.profile(
-        "old", INCIDENT_SPEC.format(draft=8), host="far", version="0.5.11", port=port_of(url),
-        args=INCIDENT_ARGS, env=spec_v2,
-    )  # fmt: skip
+        "old",
+        INCIDENT_SPEC.format(draft=8),
+        host="far",
+        version="0.5.11",
+        port=port_of(url),
+        args=INCIDENT_ARGS,
+        env=spec_v2,
+    )
     outcome = far.orch("diff-effective", name, "--json", "--url", url)
     assert outcome.code == ExitCode.DRIFT, outcome.out + outcome.err
     document = outcome.json()
@@ -339,9 +380,10 @@ def misbehaving() -> Iterator[Callable[[Callable[[Any], None]], Misbehaving]]:
         sent: list[int] = []
         paths: list[str] = []
         handler = type(
-            "Misbehaving", (_Misbehaves,),
+            "Misbehaving",
+            (_Misbehaves,),
             {"behave": behave, "sent": sent, "paths": paths},
-        )  # fmt: skip
+        )
         server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
         server.daemon_threads = True
         threading.Thread(target=server.serve_forever, daemon=True).start()
@@ -377,8 +419,9 @@ def test_url_refuses_json_that_only_echoes_model_path(
 
     no_version = {**json.loads(SERVER_INFO_0523.read_text()), "version": None}
     unversioned = misbehaving(lambda h: _json(h, no_version))
-    outcome = far.orch("diff-effective", incident(far, "nover", unversioned.url), "--url",
-                       unversioned.url)  # fmt: skip
+    outcome = far.orch(
+        "diff-effective", incident(far, "nover", unversioned.url), "--url", unversioned.url
+    )
     assert outcome.code == ExitCode.NOT_RESOLVED, outcome.out + outcome.err
     assert "no SGLang version" in outcome.err
 

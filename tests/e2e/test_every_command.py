@@ -31,10 +31,14 @@ def _subcommands() -> list[str]:
 
 def _orch(space: Workspace, *argv: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [str(ORCH), "--profiles", str(space.profiles), *argv], cwd=space.root,
-        capture_output=True, text=True, timeout=120, check=False,
+        [str(ORCH), "--profiles", str(space.profiles), *argv],
+        cwd=space.root,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
         env={**os.environ, "PYTHONPATH": str(REPO)},
-    )  # fmt: skip
+    )
 
 
 def _ok(done: subprocess.CompletedProcess[str], *shown: str) -> None:
@@ -126,8 +130,9 @@ def run_import(space: Workspace, name: str, sshd: SshServer) -> None:
     found = _orch(space, "import", "--check", str(incident))
     assert found.returncode == 1, (found.stdout, found.stderr)
     assert "--mamba-scheduler-strategy extra_buffer disappears" in found.stdout
-    _ok(_orch(space, "import", str(incident), "--name", "imported", "--set", "MAMBA_ARGS="),
-        "wrote")  # fmt: skip
+    _ok(
+        _orch(space, "import", str(incident), "--name", "imported", "--set", "MAMBA_ARGS="), "wrote"
+    )
     assert (space.profiles / "imported.yaml").exists()
 
 
@@ -145,12 +150,24 @@ def run_init(space: Workspace, name: str, sshd: SshServer) -> None:
 
 
 RUNS: dict[str, Callable[[Workspace, str, SshServer], None]] = {
-    "render": run_render, "validate": run_validate, "profiles": run_profiles, "up": run_up,
-    "down": run_down, "restart": run_restart, "status": run_status, "logs": run_logs,
-    "runs": run_runs, "plan": run_plan, "lock": run_lock, "diff-effective": run_diff_effective,
-    "hosts": run_hosts, "init": run_init, "export": run_export, "import": run_import,
+    "render": run_render,
+    "validate": run_validate,
+    "profiles": run_profiles,
+    "up": run_up,
+    "down": run_down,
+    "restart": run_restart,
+    "status": run_status,
+    "logs": run_logs,
+    "runs": run_runs,
+    "plan": run_plan,
+    "lock": run_lock,
+    "diff-effective": run_diff_effective,
+    "hosts": run_hosts,
+    "init": run_init,
+    "export": run_export,
+    "import": run_import,
     "upgrade": run_upgrade,
-}  # fmt: skip
+}
 
 
 @pytest.mark.parametrize("command", _subcommands())

@@ -81,8 +81,11 @@ def test_agent_killed_after_ready_status_up_readopts_down_stops_once(
     assert "adopted the running server" in again.out
     row = _status(local_workspace, name)
     assert (row["state"], row["pid"], row["starts"], row["adopted"]) == (
-        "READY", server_pid, 1, True,
-    )  # fmt: skip
+        "READY",
+        server_pid,
+        1,
+        True,
+    )
     assert "READY (adopted; output lost)" in local_workspace.orch("status", name).out
 
     _kill_agent(local_workspace, name)  # and once more: down without any supervisor
@@ -255,9 +258,13 @@ def test_diff_effective_of_a_dead_run_compares_what_it_received(
 ) -> None:
     host = wrapped_host(local_workspace, sys.executable)
     name = local_workspace.profile(
-        "dropped", INCIDENT_SPEC, version="0.5.11", host=host, restart={"mode": "no"},
+        "dropped",
+        INCIDENT_SPEC,
+        version="0.5.11",
+        host=host,
+        restart={"mode": "no"},
         args={"mamba_scheduler_strategy": "extra_buffer"},
-    )  # fmt: skip
+    )
     up = local_workspace.orch("up", name)
     assert up.code == ExitCode.CONFIG_ERROR, up.err
     received = Path(_status(local_workspace, name)["run_dir"]) / "received.json"

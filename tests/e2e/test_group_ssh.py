@@ -209,9 +209,11 @@ def test_group_up_again_attaches_and_a_rank_dying_in_startup_is_named(
     assert group_space.orch("down", name).code == ExitCode.OK
 
     dying = group_profile(
-        group_space, "dying", restart={"mode": "no"},
+        group_space,
+        "dying",
+        restart={"mode": "no"},
         env={"ORCH_STANDIN_LOAD_S": "5"},
-    )  # fmt: skip
+    )
     path = group_space.profiles / f"{dying}.yaml"
     document = yaml.safe_load(path.read_text())
     document["group"]["nodes"][1]["env"] = {"ORCH_STANDIN_FAIL": "die-after:1"}
@@ -273,9 +275,11 @@ def test_group_env_drift_between_nodes_is_refused_with_the_difference(
     wrapper.write_text(f'#!/bin/sh\nNCCL_IB_DISABLE=1 exec {sys.executable} "$@"\n')
     wrapper.chmod(wrapper.stat().st_mode | stat.S_IXUSR)
     add_host(
-        group_space, "node-b",
-        workdir=str(tmp_path / "node-b-workdir"), python=str(wrapper),
-    )  # fmt: skip
+        group_space,
+        "node-b",
+        workdir=str(tmp_path / "node-b-workdir"),
+        python=str(wrapper),
+    )
     name = group_profile(group_space, "drift")
     up = group_space.orch("up", name)
     assert up.code == ExitCode.PREFLIGHT, up.out + up.err

@@ -305,9 +305,17 @@ def _import(case: Case, profiles: Path) -> list[Written]:
     store = ProfileStore(profiles, display_root=profiles.parent, local_python=sys.executable)
     files = [ScriptFile(str(p.relative_to(REPO)), p.read_text()) for p in case.files]
     return run_import(
-        files, store, name=case.name, host=",".join(case.hosts) or None, sglang=None,
-        given=case.given, extends=None, launch=None, output=None, redactor=Redactor(),
-    )  # fmt: skip
+        files,
+        store,
+        name=case.name,
+        host=",".join(case.hosts) or None,
+        sglang=None,
+        given=case.given,
+        extends=None,
+        launch=None,
+        output=None,
+        redactor=Redactor(),
+    )
 
 
 def _fill_placeholders(written: Written, profiles: Path) -> set[str]:

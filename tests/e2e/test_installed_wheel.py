@@ -31,20 +31,44 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("wheel")
     source = root / "source"  # a copy: building must not leave build/ in the checkout
     shutil.copytree(
-        REPO, source, symlinks=True,
-        ignore=shutil.ignore_patterns(".venv", ".git", "*.egg-info", "build", "__pycache__",
-                                      ".mypy_cache", ".pytest_cache", ".ruff_cache"),
-    )  # fmt: skip
+        REPO,
+        source,
+        symlinks=True,
+        ignore=shutil.ignore_patterns(
+            ".venv",
+            ".git",
+            "*.egg-info",
+            "build",
+            "__pycache__",
+            ".mypy_cache",
+            ".pytest_cache",
+            ".ruff_cache",
+        ),
+    )
     # a user's own profile beside the examples (the README's `orch import launch.sh` writes one
     # there): never shipped
     (source / "profiles" / "users-own-import.yaml").write_text("extends: demo\n")
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
-    _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(root / "dist"),
-          str(source)], root, env)  # fmt: skip
+    _run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "-q",
+            "-w",
+            str(root / "dist"),
+            str(source),
+        ],
+        root,
+        env,
+    )
     (wheel,) = (root / "dist").glob("orch-*.whl")
     _run([sys.executable, "-m", "venv", str(root / "venv")], root, env)
-    _run([str(root / "venv" / "bin" / "python"), "-m", "pip", "install", "-q", str(wheel)],
-         root, env)  # fmt: skip
+    _run(
+        [str(root / "venv" / "bin" / "python"), "-m", "pip", "install", "-q", str(wheel)], root, env
+    )
     return root / "venv" / "bin"
 
 
@@ -67,7 +91,9 @@ def _free_port() -> int:
         return port
 
 
-def test_the_installed_wheel_runs_the_demo_orch_init_writes(installed: Path, tmp_path: Path) -> None:
+def test_the_installed_wheel_runs_the_demo_orch_init_writes(
+    installed: Path, tmp_path: Path
+) -> None:
     # as a pipx user would: no checkout, no stand-in wired into the venv by hand; the demo
     # profile names orch's bundled SGLang stand-in ({from_orch: standin}). Its port is moved
     # to a free one: a `make demo` may run beside the tests.
@@ -75,9 +101,15 @@ def test_the_installed_wheel_runs_the_demo_orch_init_writes(installed: Path, tmp
     env.pop("ORCH_PROFILES", None)
     env.pop("PYTHONPATH", None)
     site = subprocess.run(
-        [str(installed / "python"), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-        capture_output=True, text=True, check=True,
-    ).stdout.strip()  # fmt: skip
+        [
+            str(installed / "python"),
+            "-c",
+            "import sysconfig; print(sysconfig.get_paths()['purelib'])",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
     assert not list(Path(site).glob("*standin*.pth"))  # nothing but the wheel puts it there
     team = tmp_path / "team"
     _run([str(installed / "orch"), "init", str(team)], tmp_path, env)
@@ -97,7 +129,9 @@ def test_the_installed_wheel_runs_the_demo_orch_init_writes(installed: Path, tmp
     assert "EXITED" in down
 
 
-def test_an_untracked_profile_in_the_checkout_does_not_ship(installed: Path, tmp_path: Path) -> None:
+def test_an_untracked_profile_in_the_checkout_does_not_ship(
+    installed: Path, tmp_path: Path
+) -> None:
     env = {**os.environ, "HOME": str(tmp_path)}
     env.pop("ORCH_PROFILES", None)
     listing = _run([str(installed / "orch"), "profiles"], tmp_path, env)

@@ -44,9 +44,10 @@ def test_up_ready_status_logs_down(local_workspace: Workspace) -> None:
     assert "EXITED" in down.out
     time.sleep(0.2)
     leftovers = [
-        p for p in psutil.process_iter(["environ"])
+        p
+        for p in psutil.process_iter(["environ"])
         if (p.info["environ"] or {}).get("ORCH_RUN_ID") == row["run_id"]
-    ]  # fmt: skip
+    ]
     assert leftovers == []
 
 
@@ -109,11 +110,20 @@ def test_up_walks_one_profile_through_each_stage_once(
         monkeypatch.setattr(owner, attribute, spy)
 
     for owner, attribute in [
-        (ProfileStore, "load"), (render, "render"), (render, "resolve_secrets"),
-        (Agent, "status_and_probe"), (planning, "predict"), (PendingStart, "send"),
-        (effective, "diff_effective"), (Agent, "call"), (Agent, "_stream"),
-        (Agent, "inspect"), (Agent, "status"), (Agent, "watch"), (Agent, "probe"),
-    ]:  # fmt: skip
+        (ProfileStore, "load"),
+        (render, "render"),
+        (render, "resolve_secrets"),
+        (Agent, "status_and_probe"),
+        (planning, "predict"),
+        (PendingStart, "send"),
+        (effective, "diff_effective"),
+        (Agent, "call"),
+        (Agent, "_stream"),
+        (Agent, "inspect"),
+        (Agent, "status"),
+        (Agent, "watch"),
+        (Agent, "probe"),
+    ]:
         counted(owner, attribute)
     name = local_workspace.profile("walk", env={"API_TOKEN": {"from_env": "WALK_TOKEN"}})
     monkeypatch.setenv("WALK_TOKEN", "s3cret-walk-token")
@@ -121,9 +131,16 @@ def test_up_walks_one_profile_through_each_stage_once(
     assert up.code == ExitCode.OK, up.err
     assert ", 0 drift" in up.out  # the inspection that came with READY was compared
     assert calls == Counter(
-        load=1, render=1, resolve_secrets=1, status_and_probe=1, predict=1, send=1,
-        diff_effective=1, call=1, _stream=1,
-    )  # fmt: skip
+        load=1,
+        render=1,
+        resolve_secrets=1,
+        status_and_probe=1,
+        predict=1,
+        send=1,
+        diff_effective=1,
+        call=1,
+        _stream=1,
+    )
 
 
 def test_a_pinned_secret_sglang_shows_masked_is_unverifiable_not_drift(
@@ -171,9 +188,11 @@ def test_the_launch_script_reproduces_what_the_agent_launched(
     script = tmp_path / "launch.sh"
     script.write_text(local_workspace.orch("render", name, "--script").out)
     by_hand = subprocess.Popen(
-        ["bash", str(script)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        ["bash", str(script)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
         start_new_session=True,
-    )  # fmt: skip
+    )
     try:
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline and len(psutil.Process(by_hand.pid).cmdline()) < 3:
@@ -226,8 +245,11 @@ def test_up_replace_with_a_launch_sglang_rejects_leaves_the_running_server(
     refused = local_workspace.orch("up", name, "--replace")
     assert refused.code == ExitCode.PLAN_REFUSED, refused.err
     (after,) = local_workspace.orch("status", name, "--json").json()
-    assert (after["state"], after["pid"], after["run_id"]) == ("READY", before["pid"],
-                                                              before["run_id"])  # fmt: skip
+    assert (after["state"], after["pid"], after["run_id"]) == (
+        "READY",
+        before["pid"],
+        before["run_id"],
+    )
 
     local_workspace.profile("svc", version="0.5.11", port=port, args={"context_length": 4096})
     replaced = local_workspace.orch("up", name, "--replace")

@@ -107,8 +107,18 @@ def test_runs_lists_each_run_and_logs_picks_one_by_prefix_or_from_the_end(
     table = local_workspace.orch("runs", name)
     assert table.code == ExitCode.OK
     header, *lines = table.out.splitlines()
-    assert header.split() == ["RUN", "STARTED", "(UTC)", "ENDED", "(UTC)", "DURATION", "READY",
-                              "AFTER", "VERDICT", "RESTART"]  # fmt: skip
+    assert header.split() == [
+        "RUN",
+        "STARTED",
+        "(UTC)",
+        "ENDED",
+        "(UTC)",
+        "DURATION",
+        "READY",
+        "AFTER",
+        "VERDICT",
+        "RESTART",
+    ]
     assert [line.split()[0] for line in lines] == [row["run_id"] for row in rows]
     # what happened, then whether a restart can help and why (issue 25)
     oom_restart = f"may help: {restart_for(CUDA_OOM).why}"
@@ -236,10 +246,21 @@ def test_logs_follow_into_a_pipe_that_closes_ends_quietly(local_workspace: Works
     name = local_workspace.profile("piped")
     assert local_workspace.orch("up", name).code == ExitCode.OK
     pipeline = subprocess.run(
-        ["bash", "-c", 'set -o pipefail; "$0" -m orchestrator --profiles "$1" logs "$2" -f '
-         '-n 50 | head -n 1 >/dev/null', sys.executable, str(local_workspace.profiles), name],
-        cwd=REPO, capture_output=True, text=True, timeout=60, check=False,
-    )  # fmt: skip
+        [
+            "bash",
+            "-c",
+            'set -o pipefail; "$0" -m orchestrator --profiles "$1" logs "$2" -f '
+            "-n 50 | head -n 1 >/dev/null",
+            sys.executable,
+            str(local_workspace.profiles),
+            name,
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert pipeline.returncode == 0, pipeline.stderr
     assert "Traceback" not in pipeline.stderr
     assert pipeline.stderr == ""

@@ -32,10 +32,14 @@ def _workspace(tmp_path: Path, server: SshServer) -> Workspace:
     workdir = tmp_path / "remote-workdir"
     (tmp_path / "profiles").mkdir()
     host = {
-        "address": "127.0.0.1", "port": server.port, "user": server.user,
-        "identity_file": str(server.client_key), "known_hosts": str(server.known_hosts),
-        "python": sys.executable, "workdir": str(workdir),
-    }  # fmt: skip
+        "address": "127.0.0.1",
+        "port": server.port,
+        "user": server.user,
+        "identity_file": str(server.client_key),
+        "known_hosts": str(server.known_hosts),
+        "python": sys.executable,
+        "workdir": str(workdir),
+    }
     (tmp_path / "profiles" / "hosts.yaml").write_text(yaml.safe_dump({"hosts": {"box": host}}))
     return Workspace(tmp_path, "box", workdir)
 

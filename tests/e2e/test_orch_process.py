@@ -32,9 +32,14 @@ def shipped(tmp_path: Path) -> Path:
 def _orch_process(*argv: str) -> subprocess.CompletedProcess[str]:
     """orch as a user runs it: its own interpreter, its real exit status."""
     return subprocess.run(
-        [sys.executable, "-m", "orchestrator", *argv], cwd=REPO, capture_output=True, text=True,
-        env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=60, check=False,
-    )  # fmt: skip
+        [sys.executable, "-m", "orchestrator", *argv],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        timeout=60,
+        check=False,
+    )
 
 
 def test_debug_keeps_the_errors_exit_code_and_shows_the_traceback(shipped: Path) -> None:
@@ -61,8 +66,12 @@ def test_a_fifo_with_no_writer_is_refused_at_once(tmp_path: Path) -> None:
     # a real process: a hang here must end the test, not the run
     result = subprocess.run(
         [sys.executable, "-m", "orchestrator", "import", "--check", str(fifo)],
-        capture_output=True, text=True, timeout=60, cwd=REPO, check=False,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=REPO,
+        check=False,
+    )
     assert result.returncode == ExitCode.IMPORT, result.stderr
     assert "not a regular file" in result.stderr
 
@@ -74,8 +83,13 @@ def _git(root: Path, *argv: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
     return subprocess.run(
         ["git", "-c", "user.name=t", "-c", "user.email=t@example.net", *argv],
-        cwd=root, env=env, capture_output=True, text=True, timeout=60, check=False,
-    )  # fmt: skip
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
 
 
 def test_the_hook_validates_without_orch_on_path(tmp_path: Path) -> None:
@@ -90,8 +104,13 @@ def test_the_hook_validates_without_orch_on_path(tmp_path: Path) -> None:
     subprocess.run(["git", "add", "-A"], cwd=root, env=bare, check=True)
     bad = subprocess.run(
         ["git", "-c", "user.name=t", "-c", "user.email=t@example.net", "commit", "-q", "-m", "x"],
-        cwd=root, env=bare, capture_output=True, text=True, timeout=60, check=False,
-    )  # fmt: skip
+        cwd=root,
+        env=bare,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert bad.returncode != 0
     assert "broken.yaml" in bad.stderr + bad.stdout
     assert "not on PATH" not in bad.stderr

@@ -10,7 +10,7 @@ from tests.e2e.conftest import Workspace
 
 SECRET = "hf_3xTr3m3lyS3cr3tT0k3nV4lu3"  # noqa: S105 - a made-up token to look for
 # both " and \: SGLang's config line writes it as a repr, --json writes that line as JSON again
-QUOTED = 'pa"ss\\w0rd\'s-S3cr3t'
+QUOTED = "pa\"ss\\w0rd's-S3cr3t"
 
 
 @pytest.mark.parametrize("secret", [SECRET, QUOTED], ids=["token", "quotes-and-backslash"])
@@ -25,11 +25,18 @@ def test_a_secret_echoed_by_the_server_is_redacted_everywhere(
         args={"chat_template": {"from_env": "ORCH_TEST_SECRET"}},
     )
     outputs = []
-    commands: tuple[tuple[str, ...], ...] = (("up", name), ("logs", name, "-n", "200"), ("plan", name),
-                 ("plan", name, "--json"), ("diff-effective", name),
-                 ("diff-effective", name, "--json", "--all"), ("status", name, "--json"),
-                 ("runs", name, "--json"),
-                 ("render", name), ("render", name, "--json"))  # fmt: skip
+    commands: tuple[tuple[str, ...], ...] = (
+        ("up", name),
+        ("logs", name, "-n", "200"),
+        ("plan", name),
+        ("plan", name, "--json"),
+        ("diff-effective", name),
+        ("diff-effective", name, "--json", "--all"),
+        ("status", name, "--json"),
+        ("runs", name, "--json"),
+        ("render", name),
+        ("render", name, "--json"),
+    )
     for argv in commands:
         outcome = ssh_workspace.orch(*argv)
         assert outcome.code in (ExitCode.OK, ExitCode.DRIFT), (argv, outcome.err)

@@ -160,9 +160,10 @@ def test_two_concurrent_ups_start_exactly_one_server(ssh_workspace: Workspace) -
     runs = list((ssh_workspace.deployment_dir(name) / "runs").iterdir())
     assert [run.name for run in runs] == [row["run_id"]]
     servers = [
-        p for p in processes_of_run(row["run_id"]) if p.name() not in ("sglang::scheduler",
-                                                                        "sglang::detokenizer")
-    ]  # fmt: skip
+        p
+        for p in processes_of_run(row["run_id"])
+        if p.name() not in ("sglang::scheduler", "sglang::detokenizer")
+    ]
     assert [p.pid for p in servers] == [row["pid"]]
 
 

@@ -54,8 +54,11 @@ def test_skypilot_reads_every_exported_task_and_rejects_a_planted_mistake(tmp_pa
     planted.write_text(tasks[0].read_text().replace("name:", "num_node: 2\nname:", 1))
     done = subprocess.run(
         [python, "-c", READ_TASKS, *map(str, tasks), str(planted)],
-        capture_output=True, text=True, timeout=300, check=True,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    )
     results = json.loads(done.stdout.strip().splitlines()[-1])
     for path in tasks:
         assert results[str(path)]["ok"], f"{path.name}: {results[str(path)].get('error')}"

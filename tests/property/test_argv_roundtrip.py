@@ -24,9 +24,35 @@ TEXT = st.text(
     max_size=40,
 )
 NASTY = st.sampled_from(
-    ["", " ", "a b", "'", '"', "$HOME", "$(id)", "`id`", "\\", "\\n", "\n", "x\ny", "ünï ⚡",
-     "--flag", "-1", "*", "~", "!!", "a'b\"c", "\r\n", "\t", "{}", "#c", ";ls", "&&", "|"]
-)  # fmt: skip
+    [
+        "",
+        " ",
+        "a b",
+        "'",
+        '"',
+        "$HOME",
+        "$(id)",
+        "`id`",
+        "\\",
+        "\\n",
+        "\n",
+        "x\ny",
+        "ünï ⚡",
+        "--flag",
+        "-1",
+        "*",
+        "~",
+        "!!",
+        "a'b\"c",
+        "\r\n",
+        "\t",
+        "{}",
+        "#c",
+        ";ls",
+        "&&",
+        "|",
+    ]
+)
 VALUE = st.one_of(NASTY, TEXT)
 
 DUMP_ARGV = """\
@@ -116,10 +142,13 @@ def test_launcher_script_run_by_bash_gives_the_child_the_exact_argv(
     subprocess.run(
         ["bash", str(script)],
         check=True,
-        env={"PATH": "/usr/bin:/bin", "ROUNDTRIP_OUT": str(out),
-             "ROUNDTRIP_NAMES": json.dumps(list(plan.env))},
+        env={
+            "PATH": "/usr/bin:/bin",
+            "ROUNDTRIP_OUT": str(out),
+            "ROUNDTRIP_NAMES": json.dumps(list(plan.env)),
+        },
         timeout=30,
-    )  # fmt: skip
+    )
     received = json.loads(out.read_text(encoding="utf-8"))
     assert received["argv"] == [str(token) for token in probe.argv[2:]]
     assert received["env"] == dict(plan.env)

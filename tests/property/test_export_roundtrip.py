@@ -27,9 +27,32 @@ TEXT = st.text(
     alphabet=st.characters(blacklist_categories=["Cs"], blacklist_characters="\x00"), max_size=30
 )
 HOSTILE = st.sampled_from(
-    ["$", "$$", "$(X)", "$$(LWS_GROUP_SIZE)", "$(LWS_WORKER_INDEX)", "${HOME}", "$HF_TOKEN", "`id`",
-     "'", '"', "a'b\"c", "\\", "\n", "x\ny", "ünï ⚡", "a\x85b\u2028c\u2029", "--flag", "-1", "*", "~", "!!", ";ls", "%%"]
-)  # fmt: skip
+    [
+        "$",
+        "$$",
+        "$(X)",
+        "$$(LWS_GROUP_SIZE)",
+        "$(LWS_WORKER_INDEX)",
+        "${HOME}",
+        "$HF_TOKEN",
+        "`id`",
+        "'",
+        '"',
+        "a'b\"c",
+        "\\",
+        "\n",
+        "x\ny",
+        "ünï ⚡",
+        "a\x85b\u2028c\u2029",
+        "--flag",
+        "-1",
+        "*",
+        "~",
+        "!!",
+        ";ls",
+        "%%",
+    ]
+)
 VALUE = st.one_of(HOSTILE, TEXT)
 SECRETS = {"HF_TOKEN": "hf_$(LWS_GROUP_SIZE)'\"$x", "API_KEY": "sk $$ `x`"}
 PROVENANCE = Provenance("profiles/p.yaml", None)

@@ -14,11 +14,28 @@ from orchestrator.importing.shell_script import parse_script
 _VALUES = st.sampled_from(["a", "two words", "/m/x", "", "x:y", "-v", "*", "1"])
 _PIECES = st.sampled_from(
     [
-        "plain", "'single $A'", '"double $A"', "$A/", "${A}", "${U:-dflt}", "${A:+set}",
-        "$A/x", "$A:$B/lib", '"$B"', "$'tab\\tx'", "pre${B}post", '"${U:-a b}"', "$((2 + 3))",
-        "\\$A", "a\\ b", "n{0..2}", "{x,y}z", "{3..1}", "\"{0..1}\"",
+        "plain",
+        "'single $A'",
+        '"double $A"',
+        "$A/",
+        "${A}",
+        "${U:-dflt}",
+        "${A:+set}",
+        "$A/x",
+        "$A:$B/lib",
+        '"$B"',
+        "$'tab\\tx'",
+        "pre${B}post",
+        '"${U:-a b}"',
+        "$((2 + 3))",
+        "\\$A",
+        "a\\ b",
+        "n{0..2}",
+        "{x,y}z",
+        "{3..1}",
+        '"{0..1}"',
     ]
-)  # fmt: skip
+)
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -38,9 +38,11 @@ def sglang_python(version: str) -> Path:
         started = time.monotonic()
         tail: deque[str] = deque(maxlen=40)
         with subprocess.Popen(
-            ["bash", str(BUILD), version], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            ["bash", str(BUILD), version],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
             text=True,
-        ) as process:  # fmt: skip
+        ) as process:
             assert process.stderr is not None
             assert process.stdout is not None
             for line in process.stderr:  # the build's progress lines, as they come

@@ -21,10 +21,14 @@ def test_a_wrapper_drops_the_flag_sglang_0511_dies_and_diff_says_not_received(
 ) -> None:
     host = wrapped_host(local_workspace, str(sglang_0511))
     name = local_workspace.profile(
-        "dropped-real", INCIDENT_SPEC, version="0.5.11", host=host, restart={"mode": "no"},
+        "dropped-real",
+        INCIDENT_SPEC,
+        version="0.5.11",
+        host=host,
+        restart={"mode": "no"},
         env={"PYTHONPATH": "", "ORCH_STANDIN_VERSION": ""},  # real SGLang, not the stand-in
         args={"mamba_scheduler_strategy": "extra_buffer"},
-    )  # fmt: skip
+    )
     up = local_workspace.orch("up", name, "--no-plan")  # SGLang's plan dies on CPU too
     assert up.code == ExitCode.CONFIG_ERROR, up.err
     assert "config-error" in up.err

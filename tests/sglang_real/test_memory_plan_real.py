@@ -25,10 +25,20 @@ PROFILES = ("qwen36-mtp-b200", "qwen36-mtp-h200")
 def _plan(root: Path, profile: str, python: Path) -> tuple[int, dict[str, Any]]:
     out, err = io.StringIO(), io.StringIO()
     code = main(
-        ["--profiles", str(root), "plan", profile, "--json", "--local-sglang", str(python),
-         "--model-config", str(MODEL_CONFIG)],
-        out=out, err=err,
-    )  # fmt: skip
+        [
+            "--profiles",
+            str(root),
+            "plan",
+            profile,
+            "--json",
+            "--local-sglang",
+            str(python),
+            "--model-config",
+            str(MODEL_CONFIG),
+        ],
+        out=out,
+        err=err,
+    )
     assert out.getvalue(), err.getvalue()
     return code, json.loads(out.getvalue())
 
@@ -49,8 +59,9 @@ def planned(
     (model / "config.json").write_text(MODEL_CONFIG.read_text())
     with ThreadPoolExecutor(max_workers=len(names) + 1) as pool:
         reference = pool.submit(_venv_json, python, REFERENCE, str(model), version)
-        plans = dict(zip(PROFILES, pool.map(lambda n: _plan(root, n, python)[1], names),
-                         strict=True))  # fmt: skip
+        plans = dict(
+            zip(PROFILES, pool.map(lambda n: _plan(root, n, python)[1], names), strict=True)
+        )
     return version, plans, reference.result()
 
 

@@ -110,9 +110,13 @@ class Probed:
 def _venv_json(python: Path, script: str, *args: str) -> Any:
     env = {k: v for k, v in os.environ.items() if not k.startswith("SGLANG_")}
     done = subprocess.run(
-        [str(python), "-c", script, *args], capture_output=True, text=True, timeout=600,
-        env=env, check=False,
-    )  # fmt: skip
+        [str(python), "-c", script, *args],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
 
@@ -129,20 +133,41 @@ def probed(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
         # attention TP 1, the checkpoint's bare safetensors files
         "tp1": (["--model-path", str(plain), "--tp-size", "1", *CONTEXT], {}, False),
         # TP 2, SSM state in bf16 by the flag, mem_fraction_static given; the indexed checkpoint
-        "tp2-flag": (["--model-path", str(indexed), "--tp-size", "2", *CONTEXT,
-                      "--mamba-ssm-dtype", "bfloat16", "--mem-fraction-static", "0.92"], {},
-                     False),
+        "tp2-flag": (
+            [
+                "--model-path",
+                str(indexed),
+                "--tp-size",
+                "2",
+                *CONTEXT,
+                "--mamba-ssm-dtype",
+                "bfloat16",
+                "--mem-fraction-static",
+                "0.92",
+            ],
+            {},
+            False,
+        ),
         # TP 2, SSM state in bf16 by SGLang's environment variable; the model not on this host
-        "tp2-env": (["--model-path", MODEL, "--tp-size", "2", *CONTEXT],
-                    {"SGLANG_MAMBA_SSM_DTYPE": "bfloat16"}, True),
-    }  # fmt: skip
+        "tp2-env": (
+            ["--model-path", MODEL, "--tp-size", "2", *CONTEXT],
+            {"SGLANG_MAMBA_SSM_DTYPE": "bfloat16"},
+            True,
+        ),
+    }
 
     def probe(case: str) -> dict[str, Any]:
         args, env, remote = cases[case]
         directory = root / case
         directory.mkdir()
-        return run_probe(python, directory, args, env, simulate_h200=True,
-                         model_config=(MODEL, MODEL_CONFIG) if remote else None)  # fmt: skip
+        return run_probe(
+            python,
+            directory,
+            args,
+            env,
+            simulate_h200=True,
+            model_config=(MODEL, MODEL_CONFIG) if remote else None,
+        )
 
     with ThreadPoolExecutor(max_workers=len(cases) + 1) as pool:
         reference = pool.submit(_venv_json, python, REFERENCE, str(plain), version, *shards)
@@ -177,8 +202,9 @@ def _shapes(answer: dict[str, Any]) -> dict[str, Any]:
     return shapes
 
 
-@pytest.mark.parametrize(("case", "expected"),
-                         [("tp1", "1/None"), ("tp2-flag", "2/bfloat16"), ("tp2-env", "2/bfloat16")])  # fmt: skip
+@pytest.mark.parametrize(
+    ("case", "expected"), [("tp1", "1/None"), ("tp2-flag", "2/bfloat16"), ("tp2-env", "2/bfloat16")]
+)
 def test_the_probes_shapes_are_sglangs_own(probed: Probed, case: str, expected: str) -> None:
     answer = probed.answers[case]
     assert answer["sglang_version"] == probed.version
@@ -202,8 +228,10 @@ def test_the_probes_shapes_are_sglangs_own(probed: Probed, case: str, expected: 
     model = memory.model
     assert model is not None
     assert (model.mamba_slot_bytes, model.kv_cell_bytes, model.attention_tp) == (
-        reference["slot"], reference["cell"], int(expected.split("/")[0])
-    )  # fmt: skip
+        reference["slot"],
+        reference["cell"],
+        int(expected.split("/")[0]),
+    )
     assert model.mamba_ssm_dtype == reference["ssm_dtype"]
 
 
@@ -218,12 +246,14 @@ def test_the_ssm_dtype_overrides_are_reported_as_sglang_reads_them(probed: Probe
 def test_the_checkpoints_bytes_are_read_from_its_headers_or_its_index(probed: Probed) -> None:
     plain = probed.answers["tp1"]["memory"]["weights"]
     assert (plain["bytes"], plain["basis"]) == (
-        probed.checkpoint_bytes, "safetensors headers of 2 file(s)"
-    )  # fmt: skip
+        probed.checkpoint_bytes,
+        "safetensors headers of 2 file(s)",
+    )
     indexed = probed.answers["tp2-flag"]["memory"]["weights"]
     assert (indexed["bytes"], indexed["basis"]) == (
-        probed.checkpoint_bytes, "model.safetensors.index.json total_size"
-    )  # fmt: skip
+        probed.checkpoint_bytes,
+        "model.safetensors.index.json total_size",
+    )
     elsewhere = probed.answers["tp2-env"]["memory"]["weights"]
     assert (elsewhere["path"], elsewhere["bytes"]) == (MODEL, None)
     assert elsewhere["error"] == "not a directory on this host"
@@ -235,16 +265,17 @@ def test_sglangs_default_mem_fraction_static_is_reported(probed: Probed) -> None
     memory = given["memory"]
     assert memory["default_mem_fraction_static_basis"] == (
         "resolved again without --mem-fraction-static"
-    )  # fmt: skip
+    )
     # the same launch without the flag (the variable in its place) resolves to that default
     unset = probed.answers["tp2-env"]
     assert memory["default_mem_fraction_static"] == unset["effective"]["mem_fraction_static"]
     assert unset["memory"]["default_mem_fraction_static_basis"] == (
         "resolved: the command line sets none"
-    )  # fmt: skip
-    assert unset["memory"]["default_mem_fraction_static"] == (
-        unset["effective"]["mem_fraction_static"]
-    )  # fmt: skip
+    )
+    assert (
+        unset["memory"]["default_mem_fraction_static"]
+        == (unset["effective"]["mem_fraction_static"])
+    )
     assert 0.5 < memory["default_mem_fraction_static"] < 0.92
     gpus = memory["gpus"]
     assert [(g["name"], g["total_bytes"], g["basis"]) for g in gpus] == [

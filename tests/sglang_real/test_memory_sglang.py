@@ -112,34 +112,83 @@ class Case:
 
 CASES = (
     # the incident's deployment: explicit slots, MTP, extra_buffer with overlap (5 per request)
-    Case("explicit-slots-eagle-extra-buffer", 39.0, max_running_requests=48,
-         max_mamba_cache_size=24, speculative_algorithm="EAGLE", speculative_num_draft_tokens=4,
-         strategy="extra_buffer"),
-    Case("explicit-slots-eagle-extra-buffer-no-overlap", 39.0, max_running_requests=48,
-         max_mamba_cache_size=24, speculative_algorithm="EAGLE", speculative_num_draft_tokens=4,
-         strategy="extra_buffer", disable_overlap_schedule=True),
+    Case(
+        "explicit-slots-eagle-extra-buffer",
+        39.0,
+        max_running_requests=48,
+        max_mamba_cache_size=24,
+        speculative_algorithm="EAGLE",
+        speculative_num_draft_tokens=4,
+        strategy="extra_buffer",
+    ),
+    Case(
+        "explicit-slots-eagle-extra-buffer-no-overlap",
+        39.0,
+        max_running_requests=48,
+        max_mamba_cache_size=24,
+        speculative_algorithm="EAGLE",
+        speculative_num_draft_tokens=4,
+        strategy="extra_buffer",
+        disable_overlap_schedule=True,
+    ),
     Case("ratio-sized", 39.0),
-    Case("ratio-sized-eagle-extra-buffer-capped-by-mamba", 39.0, max_running_requests=16,
-         mamba_full_memory_ratio=0.4, speculative_algorithm="EAGLE",
-         speculative_num_draft_tokens=4, strategy="extra_buffer"),
+    Case(
+        "ratio-sized-eagle-extra-buffer-capped-by-mamba",
+        39.0,
+        max_running_requests=16,
+        mamba_full_memory_ratio=0.4,
+        speculative_algorithm="EAGLE",
+        speculative_num_draft_tokens=4,
+        strategy="extra_buffer",
+    ),
     Case("ratio-sized-paged-with-a-token-cap", 39.0, page_size=64, max_total_tokens=100_000),
-    Case("radix-cache-off-slots-from-requests", 39.0, max_running_requests=32,
-         disable_radix_cache=True, speculative_algorithm="EAGLE",
-         speculative_num_draft_tokens=3),
-    Case("dp-attention", 39.0, max_running_requests=64, max_mamba_cache_size=48,
-         speculative_algorithm="EAGLE", speculative_num_draft_tokens=4, strategy="extra_buffer",
-         dp_size=2, enable_dp_attention=True),
-    Case("ngram-no-draft-model", 39.0, max_running_requests=32, max_mamba_cache_size=48,
-         speculative_algorithm="NGRAM", speculative_num_draft_tokens=8),
+    Case(
+        "radix-cache-off-slots-from-requests",
+        39.0,
+        max_running_requests=32,
+        disable_radix_cache=True,
+        speculative_algorithm="EAGLE",
+        speculative_num_draft_tokens=3,
+    ),
+    Case(
+        "dp-attention",
+        39.0,
+        max_running_requests=64,
+        max_mamba_cache_size=48,
+        speculative_algorithm="EAGLE",
+        speculative_num_draft_tokens=4,
+        strategy="extra_buffer",
+        dp_size=2,
+        enable_dp_attention=True,
+    ),
+    Case(
+        "ngram-no-draft-model",
+        39.0,
+        max_running_requests=32,
+        max_mamba_cache_size=48,
+        speculative_algorithm="NGRAM",
+        speculative_num_draft_tokens=8,
+    ),
     Case("few-slots-cap-the-requests", 60.0, max_mamba_cache_size=12),
-    Case("skip-decode-lock-extra-buffer", 39.0, max_mamba_cache_size=40, strategy="extra_buffer",
-         skip_decode_lock=True),
-    Case("extra-buffer-lazy", 39.0, max_running_requests=48, max_mamba_cache_size=40,
-         strategy="extra_buffer_lazy", versions=("0.5.23",)),  # 0.5.11 has no such strategy
+    Case(
+        "skip-decode-lock-extra-buffer",
+        39.0,
+        max_mamba_cache_size=40,
+        strategy="extra_buffer",
+        skip_decode_lock=True,
+    ),
+    Case(
+        "extra-buffer-lazy",
+        39.0,
+        max_running_requests=48,
+        max_mamba_cache_size=40,
+        strategy="extra_buffer_lazy",
+        versions=("0.5.23",),
+    ),  # 0.5.11 has no such strategy
     # failures: explicit slots larger than the rest; a rest too small for one slot by the ratio
     Case("slots-larger-than-the-rest", 2.0, max_running_requests=8, max_mamba_cache_size=24),
     Case("rest-too-small-for-the-ratio", 0.2),
-)  # fmt: skip
+)
 
 
 @dataclass(frozen=True)
@@ -170,9 +219,12 @@ def references(
         cases.write_text(json.dumps([c.request() for c in CASES if version in c.versions]))
         with cases.open() as stdin:
             started[version] = subprocess.Popen(
-                [str(python), str(REFERENCE)], stdin=stdin, stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE, text=True,
-            )  # fmt: skip
+                [str(python), str(REFERENCE)],
+                stdin=stdin,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
     found: dict[str, Reference] = {
         version: Reference(version, {}, unavailable=reason)
         for version, reason in unavailable.items()
@@ -198,12 +250,17 @@ def orch_budget(case: Case, version: str) -> Budget:
     """orch's plan_budget for the case: a GPU and weights that leave ``case.rest_gib``."""
     ranks = case.tp_size
     gpu = GpuMemory(
-        name="NVIDIA H200", total_bytes=round(144 * GIB),
-        free_bytes=round((PRE_LOAD_GIB + CUDA_CONTEXT_GIB) * GIB), basis="test",
-    )  # fmt: skip
+        name="NVIDIA H200",
+        total_bytes=round(144 * GIB),
+        free_bytes=round((PRE_LOAD_GIB + CUDA_CONTEXT_GIB) * GIB),
+        basis="test",
+    )
     weights_per_rank = PRE_LOAD_GIB * FRACTION - case.rest_gib
-    model = replace(MODEL, weights_bytes=round(weights_per_rank * GIB) * ranks,
-                    weights_basis="derived from the case's rest")  # fmt: skip
+    model = replace(
+        MODEL,
+        weights_bytes=round(weights_per_rank * GIB) * ranks,
+        weights_basis="derived from the case's rest",
+    )
     env = {"SGLANG_OPT_MAMBA_SKIP_DECODE_LOCK": "1"} if case.skip_decode_lock else {}
     inputs = inputs_from(case.effective(version), env)
     return plan_budget(model, (gpu,) * ranks, inputs, version=VERSION_TUPLE[version])

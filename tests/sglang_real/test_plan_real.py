@@ -21,8 +21,16 @@ FIXTURE = {"0.5.11": "sglang_0511", "0.5.23": "sglang_0523"}
 MODEL_CONFIG = REPO / "standin" / "models" / "Qwen3.6-27B" / "config.json"  # the real one's copy
 
 
-def incident_profile(root: Path, name: str, *, version: str = "0.5.11", gpu: str = "H200",
-                     draft: int = 4, mamba: str | None = "extra_buffer", pin: str = "") -> str:  # fmt: skip
+def incident_profile(
+    root: Path,
+    name: str,
+    *,
+    version: str = "0.5.11",
+    gpu: str = "H200",
+    draft: int = 4,
+    mamba: str | None = "extra_buffer",
+    pin: str = "",
+) -> str:
     """The incident's deployment (docs/sglang-facts.md §5 seed), with its knobs."""
     args = f"  mamba_scheduler_strategy: {mamba}\n" if mamba else ""
     (root / f"{name}.yaml").write_text(
@@ -59,8 +67,16 @@ def orch(profiles: Path, *argv: str) -> Outcome:
 
 
 def plan(profiles: Path, name: str, python: Path, *extra: str) -> Outcome:
-    return orch(profiles, "plan", name, "--local-sglang", str(python),
-                "--model-config", str(MODEL_CONFIG), *extra)  # fmt: skip
+    return orch(
+        profiles,
+        "plan",
+        name,
+        "--local-sglang",
+        str(python),
+        "--model-config",
+        str(MODEL_CONFIG),
+        *extra,
+    )
 
 
 def fields(report: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -124,8 +140,13 @@ def test_eight_draft_tokens_with_topk_1_are_predicted_4_with_provenance(
     text = plan(profiles, name, python)
     assert re.search(rf"speculative_num_draft_tokens\s+8\s+4\s+{step}", text.out)
 
-    pinned = incident_profile(profiles, "draft8pinned", version=version, draft=8,
-                              pin="pin: [speculative_num_draft_tokens]\n")  # fmt: skip
+    pinned = incident_profile(
+        profiles,
+        "draft8pinned",
+        version=version,
+        draft=8,
+        pin="pin: [speculative_num_draft_tokens]\n",
+    )
     assert plan(profiles, pinned, python).code == ExitCode.DRIFT
 
 

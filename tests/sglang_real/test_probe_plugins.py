@@ -34,8 +34,14 @@ def test_a_plugin_that_adds_an_argument_and_a_default_is_in_the_plan(
     args = ["--model-path", MODEL, "--context-length", "8192", PLUGIN_FLAG]
 
     def probe(**env: str) -> dict[str, Any]:
-        return run_probe(python, tmp_path, args, {"PYTHONPATH": str(plugins), **env},
-                         simulate_h200=True, model_config=(MODEL, MODEL_CONFIG))  # fmt: skip
+        return run_probe(
+            python,
+            tmp_path,
+            args,
+            {"PYTHONPATH": str(plugins), **env},
+            simulate_h200=True,
+            model_config=(MODEL, MODEL_CONFIG),
+        )
 
     answer = probe()
     assert answer["sglang_version"] == version

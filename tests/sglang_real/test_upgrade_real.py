@@ -23,8 +23,20 @@ def orch(profiles: Path, *argv: str) -> Outcome:
 
 
 def _upgrade(profiles: Path, name: str, old: Path, new: Path, *extra: str) -> Outcome:
-    return orch(profiles, "upgrade", name, "--to", "0.5.23", "--from-sglang", str(old),
-                "--to-sglang", str(new), "--model-config", str(MODEL_CONFIG), *extra)  # fmt: skip
+    return orch(
+        profiles,
+        "upgrade",
+        name,
+        "--to",
+        "0.5.23",
+        "--from-sglang",
+        str(old),
+        "--to-sglang",
+        str(new),
+        "--model-config",
+        str(MODEL_CONFIG),
+        *extra,
+    )
 
 
 def _moves(document: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -35,8 +47,15 @@ def test_the_incident_profile_moves_to_0523_renamed_with_its_lock(
     tmp_path: Path, sglang_0511: Path, sglang_0523: Path
 ) -> None:
     profiles = copy_examples(tmp_path / "profiles")
-    locked = orch(profiles, "lock", "qwen36-mtp-b200", "--local-sglang", str(sglang_0511),
-                  "--model-config", str(MODEL_CONFIG))  # fmt: skip
+    locked = orch(
+        profiles,
+        "lock",
+        "qwen36-mtp-b200",
+        "--local-sglang",
+        str(sglang_0511),
+        "--model-config",
+        str(MODEL_CONFIG),
+    )
     assert locked.code == ExitCode.OK, locked.err
     path = profiles / "qwen36-mtp-b200.yaml"
     before = path.read_text()
@@ -69,9 +88,10 @@ def test_the_incident_profile_moves_to_0523_renamed_with_its_lock(
         if a != b
     ]
     assert [b for _, b in changed] == [
-        'sglang: "0.5.23"', "  mamba_radix_cache_strategy: extra_buffer",
+        'sglang: "0.5.23"',
+        "  mamba_radix_cache_strategy: extra_buffer",
         "  - mamba_radix_cache_strategy",
-    ]  # fmt: skip
+    ]
     lock = json.loads((profiles / "qwen36-mtp-b200.lock.json").read_text())
     assert lock["sglang"] == "0.5.23"
     assert lock["effective"]["mamba_radix_cache_strategy"] == "extra_buffer"
@@ -79,8 +99,15 @@ def test_the_incident_profile_moves_to_0523_renamed_with_its_lock(
 
     # the rewritten profile validates (its lock included) and plans cleanly on 0.5.23
     assert orch(profiles, "validate").code == ExitCode.OK
-    planned = orch(profiles, "plan", "qwen36-mtp-b200", "--local-sglang", str(sglang_0523),
-                   "--model-config", str(MODEL_CONFIG))  # fmt: skip
+    planned = orch(
+        profiles,
+        "plan",
+        "qwen36-mtp-b200",
+        "--local-sglang",
+        str(sglang_0523),
+        "--model-config",
+        str(MODEL_CONFIG),
+    )
     assert planned.code == ExitCode.OK, planned.err + planned.out
 
 

@@ -25,9 +25,15 @@ from tests.standin.sglang_plugin import (
 )
 
 SPEC_ARGS = [
-    "--speculative-algorithm", "EAGLE", "--speculative-num-steps", "3",
-    "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "8",
-]  # fmt: skip
+    "--speculative-algorithm",
+    "EAGLE",
+    "--speculative-num-steps",
+    "3",
+    "--speculative-eagle-topk",
+    "1",
+    "--speculative-num-draft-tokens",
+    "8",
+]
 
 
 def standin_env(version: str, *extra_paths: Path, **env: str) -> dict[str, str]:
@@ -55,8 +61,15 @@ def test_the_standin_answers_0_5_11_through_traced_post_init_writes(tmp_path: Pa
 
 def test_the_standin_answers_0_5_23_with_declared_overrides(tmp_path: Path) -> None:
     model = write_model(tmp_path / "Qwen3.6-27B")
-    args = ["--model-path", str(model), *SPEC_ARGS, "--api-key", "sekrit",
-            "--watermark-config", '{"key": "wm-sekrit"}']  # fmt: skip
+    args = [
+        "--model-path",
+        str(model),
+        *SPEC_ARGS,
+        "--api-key",
+        "sekrit",
+        "--watermark-config",
+        '{"key": "wm-sekrit"}',
+    ]
     answer = run_probe(sys.executable, tmp_path, args, standin_env("0.5.23"))
     assert answer["ok"] is True, answer.get("error")
     assert (answer["standin"], answer["mode"]) == (True, "prepare_server_args + resolve_once")

@@ -26,9 +26,15 @@ MODEL_CONFIG = STANDIN / "models" / "Qwen3.6-27B" / "config.json"
 
 
 SPEC_ARGS = [
-    "--speculative-algorithm", "EAGLE", "--speculative-num-steps", "3",
-    "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "4",
-]  # fmt: skip
+    "--speculative-algorithm",
+    "EAGLE",
+    "--speculative-num-steps",
+    "3",
+    "--speculative-eagle-topk",
+    "1",
+    "--speculative-num-draft-tokens",
+    "4",
+]
 
 
 # A stand-in for NVML (nvidia-ml-py's pynvml) on the probe's path: two GPUs, one of them busy.
@@ -70,8 +76,9 @@ def write_safetensors(path: Path, tensors: dict[str, tuple[str, list[int]]]) -> 
     return offset
 
 
-def _standin_answer(tmp_path: Path, args: list[str], env: dict[str, str], *,
-                    simulate: bool) -> dict[str, Any]:  # fmt: skip
+def _standin_answer(
+    tmp_path: Path, args: list[str], env: dict[str, str], *, simulate: bool
+) -> dict[str, Any]:
     environment = {"PYTHONPATH": str(STANDIN), "ORCH_STANDIN_VERSION": "0.5.23", **env}
     return run_probe(sys.executable, tmp_path, args, environment, simulate_h200=simulate)
 
@@ -82,16 +89,24 @@ def test_this_probes_memory_section_on_the_standin_decodes(tmp_path: Path) -> No
     model = tmp_path / "Qwen3.6-27B"
     model.mkdir()
     (model / "config.json").write_text(MODEL_CONFIG.read_text())
-    weights = write_safetensors(model / "model-00001-of-00002.safetensors",
-                                {"a": ("BF16", [3, 5]), "b": ("F32", [7])})  # fmt: skip
+    weights = write_safetensors(
+        model / "model-00001-of-00002.safetensors", {"a": ("BF16", [3, 5]), "b": ("F32", [7])}
+    )
     weights += write_safetensors(model / "model-00002-of-00002.safetensors", {"c": ("F16", [2, 2])})
     draft = tmp_path / "draft"
     draft.mkdir()
     (draft / "model.safetensors.index.json").write_text(
         json.dumps({"metadata": {"total_size": 123456}, "weight_map": {}})
     )
-    args = ["--model-path", str(model), "--mem-fraction-static", "0.92", *SPEC_ARGS,
-            "--speculative-draft-model-path", str(draft)]  # fmt: skip
+    args = [
+        "--model-path",
+        str(model),
+        "--mem-fraction-static",
+        "0.92",
+        *SPEC_ARGS,
+        "--speculative-draft-model-path",
+        str(draft),
+    ]
     answer = decode_plan_answer(_standin_answer(tmp_path, args, {}, simulate=True))
     assert answer.ok
     assert answer.standin
@@ -103,11 +118,13 @@ def test_this_probes_memory_section_on_the_standin_decodes(tmp_path: Path) -> No
     assert memory.text_config is not None
     assert memory.text_config == json.loads(MODEL_CONFIG.read_text())["text_config"]
     assert (memory.weights_bytes, memory.weights_basis) == (
-        weights, "safetensors headers of 2 file(s)"
-    )  # fmt: skip
+        weights,
+        "safetensors headers of 2 file(s)",
+    )
     assert (memory.draft_weights_bytes, memory.draft_weights_basis) == (
-        123456, "model.safetensors.index.json total_size"
-    )  # fmt: skip
+        123456,
+        "model.safetensors.index.json total_size",
+    )
     (gpu,) = memory.gpus
     assert (gpu.name, gpu.index, gpu.total_bytes) == ("NVIDIA H200", 0, 144384 << 20)
     assert gpu.free_bytes == gpu.total_bytes  # simulated: nominal, all free
@@ -123,15 +140,21 @@ def test_this_probes_memory_section_reads_the_visible_gpus_from_nvml(tmp_path: P
     nvml.mkdir()
     (nvml / "pynvml.py").write_text(FAKE_NVML)
     args = ["--model-path", "Qwen/Qwen3-8B"]  # a Hub id: nothing of it on this machine
-    env = {"PYTHONPATH": f"{STANDIN}:{nvml}", "CUDA_VISIBLE_DEVICES": "GPU-bbbb",
-           "SGLANG_MAMBA_SSM_DTYPE": "bfloat16"}  # fmt: skip
+    env = {
+        "PYTHONPATH": f"{STANDIN}:{nvml}",
+        "CUDA_VISIBLE_DEVICES": "GPU-bbbb",
+        "SGLANG_MAMBA_SSM_DTYPE": "bfloat16",
+    }
     answer = decode_plan_answer(_standin_answer(tmp_path, args, env, simulate=False))
     memory = answer.memory
     assert memory is not None
     (gpu,) = memory.gpus  # CUDA_VISIBLE_DEVICES leaves the second one, by its UUID
     assert (gpu.index, gpu.name, gpu.total_bytes, gpu.free_bytes) == (
-        1, "NVIDIA H200", 150 * GIB, 20 * GIB
-    )  # fmt: skip
+        1,
+        "NVIDIA H200",
+        150 * GIB,
+        20 * GIB,
+    )
     assert gpu.basis.startswith("NVML on ")
     assert memory.gpu_error is None
     assert memory.weights_bytes is None
@@ -163,8 +186,16 @@ def test_a_secret_in_an_error_is_redacted(
         """,
     )
     out, err = io.StringIO(), io.StringIO()
-    argv = ["--profiles", str(profile_dir.root), "plan", "leaky", "--local-sglang",
-            sys.executable, "--model-config", str(STANDIN / "models/Qwen3.6-27B/config.json")]  # fmt: skip
+    argv = [
+        "--profiles",
+        str(profile_dir.root),
+        "plan",
+        "leaky",
+        "--local-sglang",
+        sys.executable,
+        "--model-config",
+        str(STANDIN / "models/Qwen3.6-27B/config.json"),
+    ]
     code = main(argv, out=out, err=err)
     assert code == ExitCode.PLAN_REFUSED, err.getvalue()
     assert "invalid int value" in err.getvalue()

@@ -275,12 +275,25 @@ GRAPH_END_0511 = re.compile(
 MEMORY_KEYS = ["weight_gb", "kv_cache_gb", "graph_gb", "token_capacity"]
 # 0.5.23 managers/load_snapshot.py: LoadSnapshot's fields but the sections ("core")
 CORE_KEYS_0523 = [
-    "timestamp", "dp_rank", "num_running_reqs", "num_waiting_reqs",
-    "num_waiting_uncached_tokens", "num_used_tokens", "num_total_tokens", "num_active_tokens",
-    "num_prealloc_ready_tokens", "max_total_num_tokens", "max_running_requests", "token_usage",
-    "gen_throughput", "cache_hit_rate", "utilization", "total_prefill_uncached_tokens",
-    "total_prefill_busy_us", "decode_moments",
-]  # fmt: skip
+    "timestamp",
+    "dp_rank",
+    "num_running_reqs",
+    "num_waiting_reqs",
+    "num_waiting_uncached_tokens",
+    "num_used_tokens",
+    "num_total_tokens",
+    "num_active_tokens",
+    "num_prealloc_ready_tokens",
+    "max_total_num_tokens",
+    "max_running_requests",
+    "token_usage",
+    "gen_throughput",
+    "cache_hit_rate",
+    "utilization",
+    "total_prefill_uncached_tokens",
+    "total_prefill_busy_us",
+    "decode_moments",
+]
 
 
 def test_0523_memory_lines_are_sglangs_and_orch_reads_them_back(server_0523: Running) -> None:
@@ -346,10 +359,19 @@ def test_0511_memory_lines_cap_silently_and_v1_loads_has_its_shape(
     assert list(answer) == ["timestamp", "version", "dp_rank_count", "loads", "aggregate"]
     (load,) = answer["loads"]
     assert list(load) == [
-        "num_running_reqs", "num_waiting_reqs", "num_used_tokens", "num_total_tokens",
-        "max_total_num_tokens", "token_usage", "gen_throughput", "cache_hit_rate", "utilization",
-        "max_running_requests", "memory", "num_total_reqs",
-    ]  # fmt: skip
+        "num_running_reqs",
+        "num_waiting_reqs",
+        "num_used_tokens",
+        "num_total_tokens",
+        "max_total_num_tokens",
+        "token_usage",
+        "gen_throughput",
+        "cache_hit_rate",
+        "utilization",
+        "max_running_requests",
+        "memory",
+        "num_total_reqs",
+    ]
     assert list(load["memory"]) == MEMORY_KEYS
     assert load["memory"]["token_capacity"] == measured.max_total_num_tokens
     assert running.get_json("/v1/loads?include=bogus")["loads"][0].get("memory") is None

@@ -34,10 +34,17 @@ NO_PROGRAM = FileNotFoundError(2, "No such file or directory")
 
 def _spec(restart: RestartPolicy) -> Spec:
     return Spec(
-        deployment="t", argv=("sglang", "serve", "--model-path", "/m"), env={"A": "1"},
-        port=30000, health_host="127.0.0.1", health_endpoint="/health", health_interval_s=5.0,
-        startup_timeout_s=1800.0, restart=restart, meta={"launch_digest": "0123456789ab"},
-    )  # fmt: skip
+        deployment="t",
+        argv=("sglang", "serve", "--model-path", "/m"),
+        env={"A": "1"},
+        port=30000,
+        health_host="127.0.0.1",
+        health_endpoint="/health",
+        health_interval_s=5.0,
+        startup_timeout_s=1800.0,
+        restart=restart,
+        meta={"launch_digest": "0123456789ab"},
+    )
 
 
 def play(root: Path, make: Callable[..., Any], name: str) -> dict[str, Any]:
@@ -105,7 +112,9 @@ def test_the_record_refuses_a_key_state_json_has_no_room_for() -> None:
     assert "group" not in record.to_json()
 
 
-if __name__ == "__main__":  # the fixture again, from this agent: python -m tests.unit.test_agent_state
+if (
+    __name__ == "__main__"
+):  # the fixture again, from this agent: python -m tests.unit.test_agent_state
     import tempfile
 
     with tempfile.TemporaryDirectory() as directory:

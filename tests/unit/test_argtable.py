@@ -162,20 +162,42 @@ def _table(version: str, *options: ArgOption, fields: dict[str, object] | None =
 
 
 def _store(dest: str, help: str, *flags: str, type: str = "int", default: object = 1) -> ArgOption:
-    return ArgOption(dest, flags or (argtable.natural_flag(dest),), "store", type, None, None,
-                     None, default, False, help)  # fmt: skip
+    return ArgOption(
+        dest,
+        flags or (argtable.natural_flag(dest),),
+        "store",
+        type,
+        None,
+        None,
+        None,
+        default,
+        False,
+        help,
+    )
 
 
 def test_a_rename_is_seen_by_help_text_and_type_or_by_a_flag_that_moved() -> None:
-    old = _table("0.9.0", _store("max_micro_batch_size", "The maximum micro batch size."),
-                 _store("keep", "Stays."))  # fmt: skip
-    new = _table("0.9.1", _store("pp_max_micro_batch_size", "The maximum micro batch size."),
-                 _store("keep", "Stays."))  # fmt: skip
+    old = _table(
+        "0.9.0",
+        _store("max_micro_batch_size", "The maximum micro batch size."),
+        _store("keep", "Stays."),
+    )
+    new = _table(
+        "0.9.1",
+        _store("pp_max_micro_batch_size", "The maximum micro batch size."),
+        _store("keep", "Stays."),
+    )
     [seen] = argtable_changes.seen_renames(old, new)
-    assert (seen.old, seen.new, seen.version) == ("max_micro_batch_size", "pp_max_micro_batch_size",
-                                                  "0.9.1")  # fmt: skip
-    other_type = _table("0.9.1", _store("pp_max_micro_batch_size", "The maximum micro batch size.",
-                                        type="str"), _store("keep", "Stays."))  # fmt: skip
+    assert (seen.old, seen.new, seen.version) == (
+        "max_micro_batch_size",
+        "pp_max_micro_batch_size",
+        "0.9.1",
+    )
+    other_type = _table(
+        "0.9.1",
+        _store("pp_max_micro_batch_size", "The maximum micro batch size.", type="str"),
+        _store("keep", "Stays."),
+    )
     assert argtable_changes.seen_renames(old, other_type) == []  # a removal and an addition
     alias = _store("mamba_radix_cache_strategy", "Deprecated alias.", "--mamba-scheduler-strategy")
     moved = _table(

@@ -53,7 +53,9 @@ def test_two_builds_give_the_same_bytes_also_from_a_touched_chmodded_copy_elsewh
     copied = _probe(elsewhere)
     assert copied.data == probe.data
     assert (copied.sha256, copied.file_name) == (probe.sha256, probe.file_name)
-    agent = bundle.build(elsewhere, "agent", "orchestrator.remote.agent", ("orchestrator.remote.host",))
+    agent = bundle.build(
+        elsewhere, "agent", "orchestrator.remote.agent", ("orchestrator.remote.host",)
+    )
     assert agent.data == agent_bundle().data
 
     (elsewhere / "orchestrator/remote/host/gpus.py").write_text("# another content\n")

@@ -69,14 +69,15 @@ SELF_KILL_AFTER_OOM = [
     "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 7.50 GiB.",
     "[2026-11-29 07:42:59] Received sigquit from a child process. It usually means the child failed.",
     "[2026-11-29 07:42:59] kill_process_tree called: parent_pid=9555, include_parent=True, pid=9555",
-]  # fmt: skip
+]
 
 
 def test_sglang_killing_its_own_tree_is_classified_by_the_cause() -> None:
     # SGLang SIGKILLs its tree, itself included, after a child's failure (docs/sglang-facts.md §2):
     # the -9 is a consequence, the log says the cause.
-    verdict = classify_exit(-signal.SIGKILL, SELF_KILL_AFTER_OOM, saw_config_line=True,
-                            was_ready=False)  # fmt: skip
+    verdict = classify_exit(
+        -signal.SIGKILL, SELF_KILL_AFTER_OOM, saw_config_line=True, was_ready=False
+    )
     assert verdict.cls == CUDA_OOM
     assert verdict.message.startswith("torch.OutOfMemoryError: CUDA out of memory")
 
@@ -217,7 +218,7 @@ def test_a_crash_after_the_config_dump_is_not_nccl(capture: str) -> None:
         '  File "/opt/sglang-0.5.23/lib/python3.11/site-packages/sglang/srt/managers/scheduler.py"',
         "KeyError: 'rope_theta'",
         "[2026-11-29 07:42:59] Received sigquit from a child process. It usually means the child failed.",
-    ]  # fmt: skip
+    ]
     verdict = classify_exit(-signal.SIGKILL, tail, saw_config_line=True, was_ready=False)
     assert (verdict.cls, verdict.message) == (CRASHED, "KeyError: 'rope_theta'")
 
@@ -245,7 +246,7 @@ def test_a_ranks_oom_is_the_cause_of_the_other_ranks_nccl_errors() -> None:
         "[2026-11-29 07:42:55 TP0] Scheduler hit an exception: Traceback (most recent call last):",
         "torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:1970, remote process exited",
         "[2026-11-29 07:42:55] Received sigquit from a child process. It usually means the child failed.",
-    ]  # fmt: skip
+    ]
     verdict = classify_exit(-signal.SIGKILL, tail, saw_config_line=True, was_ready=True)
     assert (verdict.cls, verdict.message) == (CUDA_OOM, tail[1])
 
@@ -274,10 +275,10 @@ def test_ordinary_records_with_a_failure_phrase_are_not_evidence() -> None:
         "[2026-12-01 01:15:22] Failed to load generation config for /models/m: /models/m does not "
         "appear to have a file named generation_config.json.",
         "[2026-12-01 01:15:22 TP0] sglang is using nccl==2.27.3",
-        "[rank1]:[W516 12:46:57.49 ProcessGroupNCCL.cpp:1826] Failed to check the \"should dump\" flag",
+        '[rank1]:[W516 12:46:57.49 ProcessGroupNCCL.cpp:1826] Failed to check the "should dump" flag',
         "Traceback (most recent call last):",
         "RuntimeError: boom",
-    ]  # fmt: skip
+    ]
     verdict = classify_exit(1, tail, saw_config_line=True, was_ready=False)
     assert (verdict.cls, verdict.message) == (CRASHED, "RuntimeError: boom")
 
@@ -302,14 +303,29 @@ def test_an_exception_raised_during_handling_of_another_supersedes_it() -> None:
 @pytest.mark.parametrize(
     ("report", "cls", "message"),
     [
-        (["[12-16 14:27:08] Rank 0 scheduler is dead. Please check if there are relevant logs.",
-          "[12-16 14:27:10] Exit code: -9"], KILLED, "killed by SIGKILL"),
-        (["[2026-11-29 07:42:55] Rank 0 scheduler is dead. Please check if there are relevant logs.",
-          "[2026-11-29 07:42:55] Exit code: -11"], CRASHED, "crashed with SIGSEGV"),
-        (["[2026-11-29 07:42:55] Child process unexpectedly failed with exitcode=9. pid=4711"],
-         KILLED, "killed by SIGKILL"),
+        (
+            [
+                "[12-16 14:27:08] Rank 0 scheduler is dead. Please check if there are relevant logs.",
+                "[12-16 14:27:10] Exit code: -9",
+            ],
+            KILLED,
+            "killed by SIGKILL",
+        ),
+        (
+            [
+                "[2026-11-29 07:42:55] Rank 0 scheduler is dead. Please check if there are relevant logs.",
+                "[2026-11-29 07:42:55] Exit code: -11",
+            ],
+            CRASHED,
+            "crashed with SIGSEGV",
+        ),
+        (
+            ["[2026-11-29 07:42:55] Child process unexpectedly failed with exitcode=9. pid=4711"],
+            KILLED,
+            "killed by SIGKILL",
+        ),
     ],
-)  # fmt: skip
+)
 def test_a_process_of_the_server_dead_by_a_signal_as_sglang_reports_it(
     report: list[str], cls: str, message: str
 ) -> None:
@@ -325,22 +341,27 @@ def test_children_sglang_killed_itself_after_a_failure_are_not_the_cause() -> No
         "AssertionError: bad shape",
         "[2026-11-29 07:42:59] Received sigquit from a child process. It usually means the child failed.",
         "[2026-11-29 07:42:59] Child process unexpectedly failed with exitcode=9. pid=4712",
-    ]  # fmt: skip
+    ]
     verdict = classify_exit(-signal.SIGKILL, tail, saw_config_line=True, was_ready=True)
     assert (verdict.cls, verdict.message) == (CRASHED, "AssertionError: bad shape")
 
 
 def test_a_crash_signal_is_crashed_not_killed() -> None:
-    verdict = classify_exit(-signal.SIGSEGV, ["Fatal Python error: Segmentation fault"],
-                            saw_config_line=True, was_ready=True)  # fmt: skip
+    verdict = classify_exit(
+        -signal.SIGSEGV,
+        ["Fatal Python error: Segmentation fault"],
+        saw_config_line=True,
+        was_ready=True,
+    )
     assert (verdict.cls, verdict.message) == (CRASHED, "Fatal Python error: Segmentation fault")
     verdict = classify_exit(139, [], saw_config_line=True, was_ready=True)
     assert (verdict.cls, verdict.message) == (CRASHED, "crashed with SIGSEGV")
 
 
 def test_a_segfault_before_the_config_line_is_not_a_config_error() -> None:
-    verdict = classify_exit(1, ["Fatal Python error: Segmentation fault"],
-                            saw_config_line=False, was_ready=False)  # fmt: skip
+    verdict = classify_exit(
+        1, ["Fatal Python error: Segmentation fault"], saw_config_line=False, was_ready=False
+    )
     assert verdict.cls == CRASHED
 
 

@@ -270,8 +270,9 @@ def test_a_kernel_launch_the_gpu_refuses_is_a_kernel_error() -> None:
         "RuntimeError: Triton Error [HIP]:  Code: 1, Messsage: invalid argument",
         "RuntimeError: CUDA error: too many resources requested for launch",
     ):
-        verdict = classify_exit(-9, [head + "recent call last):", line], saw_config_line=True,
-                                was_ready=False)  # fmt: skip
+        verdict = classify_exit(
+            -9, [head + "recent call last):", line], saw_config_line=True, was_ready=False
+        )
         assert verdict.cls == KERNEL_ERROR, line
 
 
@@ -328,8 +329,12 @@ def test_sglangs_own_dependency_check_is_an_import_error() -> None:
         "Exception: sgl-kernel is installed with version 0.0.9.post1, which is less than the "
         "minimum required version 0.1.0. Please reinstall the latest version",
     ):
-        verdict = classify_exit(1, ["Traceback (most recent call last):", message],
-                                saw_config_line=True, was_ready=False)  # fmt: skip
+        verdict = classify_exit(
+            1,
+            ["Traceback (most recent call last):", message],
+            saw_config_line=True,
+            was_ready=False,
+        )
         assert (verdict.cls, verdict.restart_helps) == (IMPORT_ERROR, False), message
 
 
@@ -385,8 +390,11 @@ def test_flashinfers_cuda_error_lines_name_their_error() -> None:
         "RuntimeError: BatchDecodeWithPagedKVCache failed with error out of memory",
     ]
     assert classify_exit(-9, tail, saw_config_line=True, was_ready=True).cls == CUDA_OOM
-    tail = [tail[0].replace("out of memory (2)", "no kernel image is available for execution on "
-                            "the device (209)")]  # fmt: skip
+    tail = [
+        tail[0].replace(
+            "out of memory (2)", "no kernel image is available for execution on the device (209)"
+        )
+    ]
     assert classify_exit(1, tail, saw_config_line=True, was_ready=False).cls == KERNEL_ERROR
 
 

@@ -208,10 +208,17 @@ def test_pp_is_spelled_pp_size(profile_dir: ProfileDir) -> None:
 
 def _facts(version: str, python: str, env: dict[str, str]) -> HostFacts:
     return HostFacts(
-        python=python, executable="/venv/bin/python", hostname="h", sglang_version=version,
-        sglang_error="", psutil="6", port=PortFacts(30000, True, None, ()), model=None,
-        gpus=GpuFacts(False, "no driver", None, ()), inherited_env=env,
-    )  # fmt: skip
+        python=python,
+        executable="/venv/bin/python",
+        hostname="h",
+        sglang_version=version,
+        sglang_error="",
+        psutil="6",
+        port=PortFacts(30000, True, None, ()),
+        model=None,
+        gpus=GpuFacts(False, "no driver", None, ()),
+        inherited_env=env,
+    )
 
 
 def test_nodes_compared_apart_from_what_the_profile_sets(profile_dir: ProfileDir) -> None:

@@ -84,8 +84,13 @@ def _command_lines(draw: st.DrawFn) -> list[str]:
         form = draw(_FORM)
         if form == "prefix":
             flag = flag[: draw(st.integers(4, len(flag)))]
-        values = draw(st.lists(st.sampled_from(_TOKENS.get(option.type or "", ["v", "a b"])),
-                               min_size=0, max_size=2))  # fmt: skip
+        values = draw(
+            st.lists(
+                st.sampled_from(_TOKENS.get(option.type or "", ["v", "a b"])),
+                min_size=0,
+                max_size=2,
+            )
+        )
         if form == "equals" and values:
             argv.append(f"{flag}={values[0]}")
             argv.extend(values[1:])
@@ -109,12 +114,15 @@ def test_arguments_are_read_as_argparse_reads_them(argv: list[str]) -> None:
     # text that is not JSON for an option argparse takes as any text (SGLang's json.loads
     # refuses it later; options typed json.loads argparse refuses itself)
     # by the flag as written and as spelled in full (a problem names the full flag: --prefe)
-    typed = {flag: o.option.type for o in parsed.occurrences for flag in (o.written, *o.option.flags)}
+    typed = {
+        flag: o.option.type for o in parsed.occurrences for flag in (o.written, *o.option.flags)
+    }
     refusals = [
-        p for p in parsed.problems
+        p
+        for p in parsed.problems
         if p.code not in ("duplicate-flag", "removed-flag")
         and not (p.code == "invalid-json" and typed.get(p.flag or "") not in _JSON_TYPED)
-    ]  # fmt: skip
+    ]
     try:
         expected = parse(TABLE, argv)
     except OracleError:
@@ -188,19 +196,25 @@ def test_check_on_the_new_version_reports_the_removed_name() -> None:
     ("script", "code"),
     [
         ("python -m sglang.launch_server --model-path /m > server.log 2>&1 &\n", "log-truncated"),
-        ("python -m sglang.launch_server --model-path /m &\nsleep 60\ngrep ready log\n",
-         "sleep-readiness"),
+        (
+            "python -m sglang.launch_server --model-path /m &\nsleep 60\ngrep ready log\n",
+            "sleep-readiness",
+        ),
         ("pkill -f sglang\npython -m sglang.launch_server --model-path /m\n", "pkill-broad"),
-        ("ssh h nohup python -m sglang.launch_server --model-path /m &\n",
-         "nohup-without-redirect"),
+        (
+            "ssh h nohup python -m sglang.launch_server --model-path /m &\n",
+            "nohup-without-redirect",
+        ),
         ("python -m sglang.launch_server --model-path /m --tp 2 --tp 4\n", "duplicate-flag"),
         ("python -m sglang.launch_server --model-path /m --load-format nope\n", "bad-choice"),
-        ("python -m sglang.launch_server --model-path /m --json-model-override-args {a:1}\n",
-         "invalid-json"),
+        (
+            "python -m sglang.launch_server --model-path /m --json-model-override-args {a:1}\n",
+            "invalid-json",
+        ),
         ("python -m sglang.launch_server --model-path /m --enable\n", "ambiguous-abbreviation"),
         ("python -m sglang.launch_server --model-path /m --no-such-flag 1\n", "unknown-flag"),
     ],
-)  # fmt: skip
+)
 def test_check_finds_each_kind_of_problem(script: str, code: str) -> None:
     report = check_scripts([ScriptFile("s.sh", script)], sglang="0.5.23", given={})
     assert code in [p.code for p in report.problems], report.problems
@@ -223,8 +237,11 @@ def test_import_writes_a_profile_that_validates_and_never_overwrites(
     assert code == ExitCode.OK, err
     written = yaml.safe_load((profiles / "fixed.yaml").read_text())
     assert written["spec_decode"] == {
-        "algorithm": "EAGLE", "num_steps": 3, "eagle_topk": 1, "num_draft_tokens": 4,
-    }  # fmt: skip
+        "algorithm": "EAGLE",
+        "num_steps": 3,
+        "eagle_topk": 1,
+        "num_draft_tokens": 4,
+    }
     assert written["args"]["mamba_radix_cache_strategy"] == "extra_buffer"
     assert written["env"] == {"SGLANG_ENABLE_SPEC_V2": "1"}
     assert "nohup" in out
@@ -358,9 +375,17 @@ def test_a_shipped_profile_comes_back_from_its_launch_script(name: str, profiles
         scripts.append(str(path))
         hosts.append(merged["host"] if rank is None else nodes[rank]["host"])
     code, _, err = _run(
-        ["--profiles", str(profiles), "import", *scripts, "--name", "back",
-         "--host", ",".join(hosts)]
-    )  # fmt: skip
+        [
+            "--profiles",
+            str(profiles),
+            "import",
+            *scripts,
+            "--name",
+            "back",
+            "--host",
+            ",".join(hosts),
+        ]
+    )
     assert code == ExitCode.OK, err
     back = yaml.safe_load((profiles / "back.yaml").read_text())
     original, imported = _values(_bundled(merged)), _values(back)

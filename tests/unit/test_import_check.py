@@ -234,15 +234,26 @@ def test_a_placeholder_before_a_continuation_takes_the_next_flag_as_its_file() -
 @pytest.mark.parametrize(
     ("script", "shown", "line"),
     [
-        ("MODEL=YOUR_MODEL_PATH\npython -m sglang.launch_server --model-path $MODEL\n",
-         "YOUR_MODEL_PATH", 1),
-        ('M="/workspace/models/<change-your-model-here>"\n'
-         'python -m sglang.launch_server --model-path "$M"\n', "<change-your-model-here>", 1),
+        (
+            "MODEL=YOUR_MODEL_PATH\npython -m sglang.launch_server --model-path $MODEL\n",
+            "YOUR_MODEL_PATH",
+            1,
+        ),
+        (
+            'M="/workspace/models/<change-your-model-here>"\n'
+            'python -m sglang.launch_server --model-path "$M"\n',
+            "<change-your-model-here>",
+            1,
+        ),
         ("python -m sglang.launch_server --model-path /path/to/your/model\n", "/path/to/", 1),
-        ('L="/w/<your>-engine/server.log"\n'
-         'python -m sglang.launch_server --model-path /m > "$L" 2>&1\n', "<your>", 1),
+        (
+            'L="/w/<your>-engine/server.log"\n'
+            'python -m sglang.launch_server --model-path /m > "$L" 2>&1\n',
+            "<your>",
+            1,
+        ),
     ],
-)  # fmt: skip
+)
 def test_a_placeholder_value_is_found_where_it_is_written(
     script: str, shown: str, line: int
 ) -> None:

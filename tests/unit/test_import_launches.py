@@ -59,8 +59,11 @@ def _bash_launches(script: str, tmp_path: Path) -> list[list[str]]:
     subprocess.run(
         ["/bin/bash", str(path)],
         env={"PATH": str(empty), "BASH_ENV": str(stubs), "CAPTURE": str(capture)},
-        cwd=tmp_path, capture_output=True, timeout=30, check=False,
-    )  # fmt: skip
+        cwd=tmp_path,
+        capture_output=True,
+        timeout=30,
+        check=False,
+    )
     launches = []
     for record in capture.read_bytes().decode().split(RECORD + "\0")[:-1]:
         words = record.split("\0")[:-1]
@@ -162,8 +165,10 @@ wait
     found = _same_as_bash(script, tmp_path)
     ports = sorted(launch.arguments[3].text or "" for launch in found)
     assert ports == ["30000", "30002"]
-    devices = sorted(launch.command.environment["CUDA_VISIBLE_DEVICES"].value.shown()  # type: ignore[union-attr]
-                     for launch in found)  # fmt: skip
+    devices = sorted(
+        launch.command.environment["CUDA_VISIBLE_DEVICES"].value.shown()  # type: ignore[union-attr]
+        for launch in found
+    )
     assert devices == ["6", "7"]
 
 
@@ -284,8 +289,9 @@ def _bash_n(script: str, tmp_path: Path) -> int | None:
     """The line bash -n reports a syntax error at; None when bash accepts the script."""
     path = tmp_path / "syntax.sh"
     path.write_text(script)
-    result = subprocess.run(["/bin/bash", "-n", str(path)], capture_output=True, text=True,
-                            check=False)  # fmt: skip
+    result = subprocess.run(
+        ["/bin/bash", "-n", str(path)], capture_output=True, text=True, check=False
+    )
     if result.returncode == 0:
         return None
     return int(result.stderr.split(": line ", 1)[1].split(":", 1)[0])
@@ -326,19 +332,38 @@ def test_an_error_node_at_the_start_does_not_hide_the_launches_after_it() -> Non
 # -- arithmetic ---------------------------------------------------------------------------------
 
 EXPRESSIONS = [
-    "1 + 2 * 3", "(1 + 2) * 3", "7 / 2", "-7 / 2", "7 % -3", "-7 % 3", "2 ** 10", "2 ** 3 ** 2",
-    "1 << 4 | 3", "6 & 3 ^ 1", "~5", "!0 + !7", "3 > 2 && 2 > 3 || 1", "5 == 5 != 0",
-    "i = 4, i += 3, i * 2", "i = 1, j = i++ + ++i, j", "n = 10, n -= 3, n /= 2, n", "0x1f + 010",
-    "2#101 + 36#z", "1 ? 10 : 20", "0 ? 10 : 20", "x = 3, x <<= 2, x", "a = 5, a--, a", "-(-3)",
+    "1 + 2 * 3",
+    "(1 + 2) * 3",
+    "7 / 2",
+    "-7 / 2",
+    "7 % -3",
+    "-7 % 3",
+    "2 ** 10",
+    "2 ** 3 ** 2",
+    "1 << 4 | 3",
+    "6 & 3 ^ 1",
+    "~5",
+    "!0 + !7",
+    "3 > 2 && 2 > 3 || 1",
+    "5 == 5 != 0",
+    "i = 4, i += 3, i * 2",
+    "i = 1, j = i++ + ++i, j",
+    "n = 10, n -= 3, n /= 2, n",
+    "0x1f + 010",
+    "2#101 + 36#z",
+    "1 ? 10 : 20",
+    "0 ? 10 : 20",
+    "x = 3, x <<= 2, x",
+    "a = 5, a--, a",
+    "-(-3)",
     "BASE + RANK * 100",
-]  # fmt: skip
+]
 
 
 def test_arithmetic_is_bashs(tmp_path: Path) -> None:
     known = {"BASE": 30000, "RANK": 2}
     probe = "BASE=30000 RANK=2\n" + "".join(f"echo $(({e}))\n" for e in EXPRESSIONS)
-    result = subprocess.run(["/bin/bash", "-c", probe], capture_output=True, text=True,
-                            check=True)  # fmt: skip
+    result = subprocess.run(["/bin/bash", "-c", probe], capture_output=True, text=True, check=True)
     theirs = [int(line) for line in result.stdout.split()]
     ours = [run_arithmetic(e, known.get)[0] for e in EXPRESSIONS]
     assert ours == theirs

@@ -66,48 +66,70 @@ CASES = [
     Case(
         "name-placeholder-hf-token",
         f"export HF_TOKEN=hf_xxx\n{LAUNCH}\n",
-        ("hf_xxx",), (1,), {"env.HF_TOKEN": _from_env("HF_TOKEN")},
+        ("hf_xxx",),
+        (1,),
+        {"env.HF_TOKEN": _from_env("HF_TOKEN")},
     ),
     Case(
         "name-short-openai-key",
         f"export OPENAI_API_KEY=abc123\n{LAUNCH}\n",
-        ("abc123",), (1,), {"env.OPENAI_API_KEY": _from_env("OPENAI_API_KEY")},
+        ("abc123",),
+        (1,),
+        {"env.OPENAI_API_KEY": _from_env("OPENAI_API_KEY")},
     ),
     Case(
         "name-db-pass-prefix-assignment",
         f"DB_PASS=hunter22 {LAUNCH}\n",
-        ("hunter22",), (1,), {"env.DB_PASS": _from_env("DB_PASS")},
+        ("hunter22",),
+        (1,),
+        {"env.DB_PASS": _from_env("DB_PASS")},
     ),
     Case(
         "name-aws-secret-access-key",
         f"export AWS_SECRET_ACCESS_KEY={AWS_SECRET}\n{LAUNCH}\n",
-        (AWS_SECRET,), (1,), {"env.AWS_SECRET_ACCESS_KEY": _from_env("AWS_SECRET_ACCESS_KEY")},
+        (AWS_SECRET,),
+        (1,),
+        {"env.AWS_SECRET_ACCESS_KEY": _from_env("AWS_SECRET_ACCESS_KEY")},
     ),
     *(
         Case(
             f"value-{kind}-under-a-plain-name",
             f"export BUILD_NOTE={token}\n{LAUNCH}\n",
-            (token,), (1,), {"env.BUILD_NOTE": _from_env("BUILD_NOTE")},
+            (token,),
+            (1,),
+            {"env.BUILD_NOTE": _from_env("BUILD_NOTE")},
         )
         for kind, token in [
-            ("hf", HF), ("sk-proj", SK_PROJ), ("sk-ant", SK_ANT), ("github-pat", GH_PAT),
-            ("ghp", GHP), ("glpat", GLPAT), ("slack", SLACK), ("akia", AKIA), ("jwt", JWT),
+            ("hf", HF),
+            ("sk-proj", SK_PROJ),
+            ("sk-ant", SK_ANT),
+            ("github-pat", GH_PAT),
+            ("ghp", GHP),
+            ("glpat", GLPAT),
+            ("slack", SLACK),
+            ("akia", AKIA),
+            ("jwt", JWT),
         ]
     ),
     Case(
         "api-key-given-twice",
         f"{LAUNCH} --api-key {SK_ONE} --api-key {SK_TWO}\n",
-        (SK_ONE, SK_TWO), (1,), {"args.api_key": _from_env("API_KEY")},
+        (SK_ONE, SK_TWO),
+        (1,),
+        {"args.api_key": _from_env("API_KEY")},
     ),
     Case(
         "api-key-abbreviated-and-equals",
         f"{LAUNCH} --api-k={SK_ONE}\n",
-        (SK_ONE,), (1,), {"args.api_key": _from_env("API_KEY")},
+        (SK_ONE,),
+        (1,),
+        {"args.api_key": _from_env("API_KEY")},
     ),
     Case(
         "admin-key-and-keyfile-password",
         f"{LAUNCH} --admin-api-key adminpw1 --ssl-keyfile-password keypw123\n",
-        ("adminpw1", "keypw123"), (1,),
+        ("adminpw1", "keypw123"),
+        (1,),
         {
             "args.admin_api_key": _from_env("ADMIN_API_KEY"),
             "args.ssl_keyfile_password": _from_env("SSL_KEYFILE_PASSWORD"),
@@ -117,7 +139,8 @@ CASES = [
         "every-token-shaped-default",
         f'export EXTRA_NOTE="${{NOTE_SRC:-{GHP}}}"\n'
         f'{LAUNCH} --api-key "${{KEY_ONE:-{SK_ONE}}}" --admin-api-key "${{KEY_TWO:-{SK_TWO}}}"\n',
-        (GHP, SK_ONE, SK_TWO), (1, 2),
+        (GHP, SK_ONE, SK_TWO),
+        (1, 2),
         {
             "env.EXTRA_NOTE": _from_env("EXTRA_NOTE"),
             "args.api_key": _from_env("API_KEY"),
@@ -127,7 +150,8 @@ CASES = [
     Case(
         "later-token-defaults-in-plain-flags",
         f'{LAUNCH} --tokenizer-path "${{TOK_A:-{SK_ONE}}}" --chat-template "${{TOK_B:-{HF}}}"\n',
-        (SK_ONE, HF), (1,),
+        (SK_ONE, HF),
+        (1,),
         {
             "args.tokenizer_path": _from_env("TOKENIZER_PATH"),
             "args.chat_template": _from_env("CHAT_TEMPLATE"),
@@ -136,63 +160,83 @@ CASES = [
     Case(
         "token-in-a-field-a-profile-takes-as-text",
         f"{LAUNCH} --served-model-name {GHP}\n",
-        (GHP,), (1,), {"model.served_model_name": "<unset: --served-model-name without its secret>"},
+        (GHP,),
+        (1,),
+        {"model.served_model_name": "<unset: --served-model-name without its secret>"},
     ),
     Case(
         "url-password-in-env",
         f"export HF_ENDPOINT=https://alice:Pa55w0rd-x@mirror.example.com\n{LAUNCH}\n",
-        ("Pa55w0rd-x",), (1,), {"env.HF_ENDPOINT": _from_env("HF_ENDPOINT")},
+        ("Pa55w0rd-x",),
+        (1,),
+        {"env.HF_ENDPOINT": _from_env("HF_ENDPOINT")},
     ),
     Case(
         "url-password-in-a-flag",
         f"{LAUNCH} --tokenizer-path https://bob:T0kenPw-9@models.example.com/tok\n",
-        ("T0kenPw-9",), (1,), {"args.tokenizer_path": _from_env("TOKENIZER_PATH")},
+        ("T0kenPw-9",),
+        (1,),
+        {"args.tokenizer_path": _from_env("TOKENIZER_PATH")},
     ),
     Case(
         "token-inside-json-argument",
         f"{LAUNCH} --model-loader-extra-config "
-        f"'{{\"hf_token\": \"{HF}\", \"enable_multithread_load\": true}}'\n",
-        (HF,), (1,), {"args.model_loader_extra_config": _from_env("MODEL_LOADER_EXTRA_CONFIG")},
+        f'\'{{"hf_token": "{HF}", "enable_multithread_load": true}}\'\n',
+        (HF,),
+        (1,),
+        {"args.model_loader_extra_config": _from_env("MODEL_LOADER_EXTRA_CONFIG")},
     ),
     Case(
         "credential-key-inside-json-argument",
-        f"{LAUNCH} --model-loader-extra-config '{{\"password\": \"opensesame9\"}}'\n",
-        ("opensesame9",), (1,),
+        f'{LAUNCH} --model-loader-extra-config \'{{"password": "opensesame9"}}\'\n',
+        ("opensesame9",),
+        (1,),
         {"args.model_loader_extra_config": _from_env("MODEL_LOADER_EXTRA_CONFIG")},
     ),
     Case(
         "pem-private-key-in-a-variable",
         'export TLS_MATERIAL="-----BEGIN PRIVATE KEY-----\n'
         f'{PEM_BODY}\n-----END PRIVATE KEY-----"\n{LAUNCH}\n',
-        (PEM_BODY,), (1,), {"env.TLS_MATERIAL": _from_env("TLS_MATERIAL")},
+        (PEM_BODY,),
+        (1,),
+        {"env.TLS_MATERIAL": _from_env("TLS_MATERIAL")},
     ),
     Case(
         "bearer-token-in-a-header-variable",
         f'export EXTRA_HEADERS="Authorization: Bearer {BEARER}"\n{LAUNCH}\n',
-        (BEARER,), (1,), {"env.EXTRA_HEADERS": _from_env("EXTRA_HEADERS")},
+        (BEARER,),
+        (1,),
+        {"env.EXTRA_HEADERS": _from_env("EXTRA_HEADERS")},
     ),
     Case(
         "docker-env-token",
         "docker run --gpus all -e HF_TOKEN=hf_localtoken9 img "
         "python3 -m sglang.launch_server --model-path /m\n",
-        ("hf_localtoken9",), (1,), {"env.HF_TOKEN": _from_env("HF_TOKEN")},
+        ("hf_localtoken9",),
+        (1,),
+        {"env.HF_TOKEN": _from_env("HF_TOKEN")},
     ),
     Case(
         "sshpass-password",
         f'sshpass -p "s3cr3tpw" scp weights.tar gpu-host:/models/\n{LAUNCH}\n',
-        ("s3cr3tpw",), (1,),
+        ("s3cr3tpw",),
+        (1,),
     ),
     Case(
         "token-in-a-comment",
         f"# the old token: {HF}\n{LAUNCH}\n",
-        (HF,), (1,),
+        (HF,),
+        (1,),
     ),
     Case(
         "secret-given-with-set",
         f'{LAUNCH} --api-key "$KEY"\n',
-        (SK_ONE,), (), {"args.api_key": _from_env("KEY")}, given=(f"KEY={SK_ONE}",),
+        (SK_ONE,),
+        (),
+        {"args.api_key": _from_env("KEY")},
+        given=(f"KEY={SK_ONE}",),
     ),
-]  # fmt: skip
+]
 
 
 def _run(argv: list[str], stdin: str) -> tuple[int, str, str]:
@@ -228,10 +272,14 @@ def test_a_secret_reaches_no_profile_and_no_output(case: Case, profiles: Path) -
     check = _run(["import", "--check", "-", *sets], case.script)
     check_json = _run(["import", "--check", "--json", "-", *sets], case.script)
     shown = {
-        "the written profile": text, "stdout": out, "stderr": err,
-        "-o - stdout": yaml_out, "-o - stderr": yaml_err,
-        "--check": check[1] + check[2], "--check --json": check_json[1] + check_json[2],
-    }  # fmt: skip
+        "the written profile": text,
+        "stdout": out,
+        "stderr": err,
+        "-o - stdout": yaml_out,
+        "-o - stderr": yaml_err,
+        "--check": check[1] + check[2],
+        "--check --json": check_json[1] + check_json[2],
+    }
     for secret in case.secrets:
         for where, content in shown.items():
             assert secret not in content, f"{secret!r} in {where}:\n{content}"
@@ -302,14 +350,34 @@ def test_a_secret_default_is_not_quoted_in_the_note(profiles: Path) -> None:
 @pytest.mark.parametrize(
     "name",
     [
-        "HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "GITHUB_TOKEN", "AWS_SESSION_TOKEN",
-        "NGROK_AUTHTOKEN", "OPENAI_API_KEY", "WANDB_API_KEY", "EXA_API_KEY", "APIKEY",
-        "AWS_SECRET_ACCESS_KEY", "AWS_ACCESS_KEY_ID", "CLIENT_SECRET", "DB_PASSWORD",
-        "MYSQL_PWD", "DB_PASS", "SSHPASS", "PASSPHRASE", "GOOGLE_APPLICATION_CREDENTIALS",
-        "BASIC_AUTH", "PROXY_AUTHORIZATION", "SGLANG_API_KEY", "KEY", "TOKEN", "hf_token",
-        "apiKey", "accessToken",
+        "HF_TOKEN",
+        "HUGGING_FACE_HUB_TOKEN",
+        "GITHUB_TOKEN",
+        "AWS_SESSION_TOKEN",
+        "NGROK_AUTHTOKEN",
+        "OPENAI_API_KEY",
+        "WANDB_API_KEY",
+        "EXA_API_KEY",
+        "APIKEY",
+        "AWS_SECRET_ACCESS_KEY",
+        "AWS_ACCESS_KEY_ID",
+        "CLIENT_SECRET",
+        "DB_PASSWORD",
+        "MYSQL_PWD",
+        "DB_PASS",
+        "SSHPASS",
+        "PASSPHRASE",
+        "GOOGLE_APPLICATION_CREDENTIALS",
+        "BASIC_AUTH",
+        "PROXY_AUTHORIZATION",
+        "SGLANG_API_KEY",
+        "KEY",
+        "TOKEN",
+        "hf_token",
+        "apiKey",
+        "accessToken",
     ],
-)  # fmt: skip
+)
 def test_a_name_that_says_credential_is_a_secret(name: str) -> None:
     from orchestrator.importing import credentials
 
@@ -319,15 +387,29 @@ def test_a_name_that_says_credential_is_a_secret(name: str) -> None:
 @pytest.mark.parametrize(
     "name",
     [
-        *SETTINGS, "MAX_TOTAL_TOKENS", "SGLANG_FLASHINFER_NVFP4_PER_TOKEN_ACTIVATION",
-        "SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION", "SGLANG_SYNC_TOKEN_IDS_ACROSS_TP",
-        "SGLANG_PREFILL_DELAYER_TOKEN_USAGE_LOW_WATERMARK", "SGLANG_PATCH_TOKENIZER",
-        "SGLANG_KV_CANARY_PERTURB_NEXT_TOKEN_SWAP_PROB", "SGLANG_DEBUG_SLOW_SCHEDULER_PASS_MS",
-        "SGLANG_DIAG_BYPASS_HEALTH_GENERATE", "SGLANG_PREFILL_DELAYER_MAX_DELAY_PASSES",
-        "SSL_KEYFILE", "PGPASSFILE", "HF_TOKEN_FILE", "K8S_SECRET_NAME", "PWD", "OLDPWD",
-        "bucket_time_to_first_token", "speculative_token_map", "max_tokens", "MONKEY_PATCH",
+        *SETTINGS,
+        "MAX_TOTAL_TOKENS",
+        "SGLANG_FLASHINFER_NVFP4_PER_TOKEN_ACTIVATION",
+        "SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION",
+        "SGLANG_SYNC_TOKEN_IDS_ACROSS_TP",
+        "SGLANG_PREFILL_DELAYER_TOKEN_USAGE_LOW_WATERMARK",
+        "SGLANG_PATCH_TOKENIZER",
+        "SGLANG_KV_CANARY_PERTURB_NEXT_TOKEN_SWAP_PROB",
+        "SGLANG_DEBUG_SLOW_SCHEDULER_PASS_MS",
+        "SGLANG_DIAG_BYPASS_HEALTH_GENERATE",
+        "SGLANG_PREFILL_DELAYER_MAX_DELAY_PASSES",
+        "SSL_KEYFILE",
+        "PGPASSFILE",
+        "HF_TOKEN_FILE",
+        "K8S_SECRET_NAME",
+        "PWD",
+        "OLDPWD",
+        "bucket_time_to_first_token",
+        "speculative_token_map",
+        "max_tokens",
+        "MONKEY_PATCH",
     ],
-)  # fmt: skip
+)
 def test_a_setting_that_mentions_a_credential_word_is_not_a_secret(name: str) -> None:
     from orchestrator.importing import credentials
 
@@ -337,15 +419,23 @@ def test_a_setting_that_mentions_a_credential_word_is_not_a_secret(name: str) ->
 @pytest.mark.parametrize(
     ("text", "secret"),
     [
-        (HF, HF), (f"x {SK_PROJ} y", SK_PROJ), (SK_ANT, SK_ANT), (GH_PAT, GH_PAT), (GHP, GHP),
-        (GLPAT, GLPAT), (SLACK, SLACK), (AKIA, AKIA), (JWT, JWT),
+        (HF, HF),
+        (f"x {SK_PROJ} y", SK_PROJ),
+        (SK_ANT, SK_ANT),
+        (GH_PAT, GH_PAT),
+        (GHP, GHP),
+        (GLPAT, GLPAT),
+        (SLACK, SLACK),
+        (AKIA, AKIA),
+        (JWT, JWT),
         (f"Authorization: Bearer {BEARER}", BEARER),
         ("https://alice:Pa55w0rd-x@mirror.example.com/x", "Pa55w0rd-x"),
-        (f'{{"hf_token": "{HF}"}}', HF), ('{"password": "opensesame9"}', "opensesame9"),
+        (f'{{"hf_token": "{HF}"}}', HF),
+        ('{"password": "opensesame9"}', "opensesame9"),
         ("s3://bucket/x?token=abc123def", "abc123def"),
         (f"-----BEGIN RSA PRIVATE KEY-----\n{PEM_BODY}\n-----END RSA PRIVATE KEY-----", PEM_BODY),
     ],
-)  # fmt: skip
+)
 def test_a_value_that_holds_a_secret_is_found(text: str, secret: str) -> None:
     from orchestrator.importing import credentials
 
@@ -357,11 +447,17 @@ def test_a_value_that_holds_a_secret_is_found(text: str, secret: str) -> None:
 @pytest.mark.parametrize(
     "text",
     [
-        "/mnt/nvme_raid0/hf_cache", "https://hf-mirror.com", "https://user@host/x",
-        '{"max_tokens": 5, "key": 3}', "sk-learn", "Qwen/Qwen3-8B", "0.0.0.0:30000",
-        "desk-top-1234567890123456789012", "-----BEGIN CERTIFICATE-----",
+        "/mnt/nvme_raid0/hf_cache",
+        "https://hf-mirror.com",
+        "https://user@host/x",
+        '{"max_tokens": 5, "key": 3}',
+        "sk-learn",
+        "Qwen/Qwen3-8B",
+        "0.0.0.0:30000",
+        "desk-top-1234567890123456789012",
+        "-----BEGIN CERTIFICATE-----",
     ],
-)  # fmt: skip
+)
 def test_an_ordinary_value_holds_no_secret(text: str) -> None:
     from orchestrator.importing import credentials
 
@@ -404,10 +500,17 @@ def test_a_malformed_set_does_not_quote_the_secret_in_it() -> None:
 
 @pytest.mark.parametrize(
     "text",
-    ["a." * (1 << 17), "a=" * (1 << 17), "${a:-" * (1 << 16), "ab://u:" * (1 << 15),
-     "-----BEGIN PRIVATE KEY-----" * (1 << 13), "eyJ" * (1 << 16), "[" * 50000 + "]" * 50000],
+    [
+        "a." * (1 << 17),
+        "a=" * (1 << 17),
+        "${a:-" * (1 << 16),
+        "ab://u:" * (1 << 15),
+        "-----BEGIN PRIVATE KEY-----" * (1 << 13),
+        "eyJ" * (1 << 16),
+        "[" * 50000 + "]" * 50000,
+    ],
     ids=["dots", "pairs", "defaults", "urls", "pem-headers", "jwt-heads", "deep-json"],
-)  # fmt: skip
+)
 def test_the_value_scanner_stays_linear_on_hostile_text(text: str) -> None:
     """A script is anyone's text (up to 4 MiB): every pattern is bounded, so 256 KiB of the
     worst repetition for each is read in well under a second, not minutes (unbounded, these

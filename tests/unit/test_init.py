@@ -23,8 +23,13 @@ def _git(root: Path, *argv: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
     return subprocess.run(
         ["git", "-c", "user.name=t", "-c", "user.email=t@example.net", *argv],
-        cwd=root, env=env, capture_output=True, text=True, timeout=60, check=False,
-    )  # fmt: skip
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
 
 
 def test_init_writes_a_repository_that_validates(tmp_path: Path) -> None:

@@ -38,20 +38,35 @@ def _gpu(free_gib: float, total_gib: float = 100.6) -> GpuMemory:
 
 def _hybrid(weights_gib: float = 40, draft_layers: int | None = None) -> ModelMemory:
     return ModelMemory(
-        basis="test", architecture="T", context_len=8192, attention_tp=1,
-        full_attention_layers=16, kv_cell_bytes=CELL, kv_dtype="bfloat16", hybrid=True,
-        mamba_layers=48, mamba_slot_bytes=QUARTER, weights_bytes=int(weights_gib * GIB),
-        weights_basis="test", draft_kv_layers=draft_layers,
-    )  # fmt: skip
+        basis="test",
+        architecture="T",
+        context_len=8192,
+        attention_tp=1,
+        full_attention_layers=16,
+        kv_cell_bytes=CELL,
+        kv_dtype="bfloat16",
+        hybrid=True,
+        mamba_layers=48,
+        mamba_slot_bytes=QUARTER,
+        weights_bytes=int(weights_gib * GIB),
+        weights_basis="test",
+        draft_kv_layers=draft_layers,
+    )
 
 
 # P = 100.6 - 0.6 (CUDA context) = 100 GiB; weights 40 -> 60 free after them;
 # mem_fraction_static 0.9 -> slack 10 GiB, rest 50 GiB.
 SPEC = BudgetInputs(
-    mem_fraction_static=0.9, max_running_requests=48, max_mamba_cache_size=24,
-    extra_buffer=True, speculative=True, speculative_num_draft_tokens=4, context_len=8192,
-    chunked_prefill_size=8192, cuda_graph_max_bs=256,
-)  # fmt: skip
+    mem_fraction_static=0.9,
+    max_running_requests=48,
+    max_mamba_cache_size=24,
+    extra_buffer=True,
+    speculative=True,
+    speculative_num_draft_tokens=4,
+    context_len=8192,
+    chunked_prefill_size=8192,
+    cuda_graph_max_bs=256,
+)
 
 
 def test_0511_reserves_speculative_state_for_every_request_and_runs_out() -> None:
@@ -98,8 +113,9 @@ def test_0523_counts_the_mtp_draft_layers_in_every_kv_token() -> None:
 def test_0523_solves_the_slot_count_jointly_from_the_memory_ratio() -> None:
     # No explicit size: budget = 50 x 0.4 / 1.4 GiB; with D = 4 drafts and 5 slots/request:
     # K = (budget - per x 5) // (per x (1 + 4/5)).
-    inputs = BudgetInputs(**{**SPEC.__dict__, "max_mamba_cache_size": None,
-                             "mamba_full_memory_ratio": 0.4})  # fmt: skip
+    inputs = BudgetInputs(
+        **{**SPEC.__dict__, "max_mamba_cache_size": None, "mamba_full_memory_ratio": 0.4}
+    )
     budget = plan_budget(_hybrid(), (_gpu(100.6),), inputs, version=(0, 5, 23))
     share = 50 * 0.4 / 1.4 * GIB
     expected = int((share - QUARTER * 5) // (QUARTER * 1.8))
@@ -111,8 +127,14 @@ def test_0523_solves_the_slot_count_jointly_from_the_memory_ratio() -> None:
 
 
 def test_0511_sizes_the_slots_from_the_ratio_after_the_reserve() -> None:
-    inputs = BudgetInputs(**{**SPEC.__dict__, "max_mamba_cache_size": None,
-                             "max_running_requests": 8, "mamba_full_memory_ratio": 0.9})  # fmt: skip
+    inputs = BudgetInputs(
+        **{
+            **SPEC.__dict__,
+            "max_mamba_cache_size": None,
+            "max_running_requests": 8,
+            "mamba_full_memory_ratio": 0.9,
+        }
+    )
     # reserve 0.25 x 8 x 4 = 8 -> rest 42; K = int(42 x 0.9 / 1.9 GiB // 0.25 GiB)
     budget = plan_budget(_hybrid(), (_gpu(100.6),), inputs, version=(0, 5, 11))
     assert budget.mamba is not None
@@ -122,9 +144,16 @@ def test_0511_sizes_the_slots_from_the_ratio_after_the_reserve() -> None:
 def test_weights_that_leave_nothing_are_sglang_0523s_valueerror_with_the_minimum() -> None:
     # 95 GiB of weights: 5 left, slack 10 -> rest -5 before the pools.
     plain = ModelMemory(
-        basis="t", architecture=None, context_len=8192, attention_tp=1, full_attention_layers=32,
-        kv_cell_bytes=CELL, kv_dtype="bfloat16", hybrid=False, weights_bytes=95 * GIB,
-    )  # fmt: skip
+        basis="t",
+        architecture=None,
+        context_len=8192,
+        attention_tp=1,
+        full_attention_layers=32,
+        kv_cell_bytes=CELL,
+        kv_dtype="bfloat16",
+        hybrid=False,
+        weights_bytes=95 * GIB,
+    )
     inputs = BudgetInputs(mem_fraction_static=0.9, context_len=8192)
     budget = plan_budget(plain, (_gpu(100.6),), inputs, version=(0, 5, 23))
     assert budget.verdict == FAILS
@@ -135,9 +164,16 @@ def test_weights_that_leave_nothing_are_sglang_0523s_valueerror_with_the_minimum
 
 def test_weights_larger_than_the_gpu_fail_while_loading() -> None:
     plain = ModelMemory(
-        basis="t", architecture=None, context_len=8192, attention_tp=1, full_attention_layers=32,
-        kv_cell_bytes=CELL, kv_dtype="bfloat16", hybrid=False, weights_bytes=51 * GIB,
-    )  # fmt: skip
+        basis="t",
+        architecture=None,
+        context_len=8192,
+        attention_tp=1,
+        full_attention_layers=32,
+        kv_cell_bytes=CELL,
+        kv_dtype="bfloat16",
+        hybrid=False,
+        weights_bytes=51 * GIB,
+    )
     budget = plan_budget(
         plain, (_gpu(44.6, 44.6),), BudgetInputs(mem_fraction_static=0.9), version=(0, 5, 23)
     )
@@ -149,9 +185,11 @@ def test_weights_larger_than_the_gpu_fail_while_loading() -> None:
 
 def test_weights_are_shared_by_the_ranks() -> None:
     budget = plan_budget(
-        _hybrid(weights_gib=80), (_gpu(100.6), _gpu(100.6)),
-        BudgetInputs(**{**SPEC.__dict__, "tp_size": 2}), version=(0, 5, 23),
-    )  # fmt: skip
+        _hybrid(weights_gib=80),
+        (_gpu(100.6), _gpu(100.6)),
+        BudgetInputs(**{**SPEC.__dict__, "tp_size": 2}),
+        version=(0, 5, 23),
+    )
     assert budget.weights_gib == pytest.approx(40.0)
 
 
@@ -161,8 +199,9 @@ def test_a_fraction_above_sglangs_default_leaves_less_slack_and_is_tight() -> No
     )
     assert budget.default_slack_gib == pytest.approx(20.0)
     assert budget.verdict == TIGHT
-    assert any("0.9 leaves 10.0 GiB" in w and "(0.8) would leave 20.0 GiB" in w
-               for w in budget.warnings)  # fmt: skip
+    assert any(
+        "0.9 leaves 10.0 GiB" in w and "(0.8) would leave 20.0 GiB" in w for w in budget.warnings
+    )
 
 
 @pytest.mark.parametrize(
@@ -181,10 +220,7 @@ def test_slots_per_request_follow_calculate_mamba_ratio(
     family: str, changes: dict[str, bool], slots: int
 ) -> None:
     inputs = BudgetInputs(mem_fraction_static=0.9, **changes)  # type: ignore[arg-type]
-    assert (
-        slots_per_request(rules_for(tuple(int(p) for p in family.split("."))), inputs)
-        == slots
-    )
+    assert slots_per_request(rules_for(tuple(int(p) for p in family.split("."))), inputs) == slots
 
 
 def test_the_mirror_computes_the_standin_models_shapes() -> None:
@@ -202,9 +238,7 @@ def test_the_mirror_computes_the_standin_models_shapes() -> None:
     # the MTP layer: run by the draft worker (mtp_num_hidden_layers), but not added to the
     # target's KV cell by 0.5.23 (it reads the target config's num_nextn_predict_layers: none)
     assert (model.draft_worker_layers, model.draft_kv_layers) == (1, None)
-    halved = mirrored_model(
-        config, attention_tp=2, env={"SGLANG_MAMBA_SSM_DTYPE": "bfloat16"}
-    )
+    halved = mirrored_model(config, attention_tp=2, env={"SGLANG_MAMBA_SSM_DTYPE": "bfloat16"})
     assert halved is not None
     assert halved.mamba_slot_bytes == (61440 // 2 + 3145728 // 4) * 48
     assert halved.kv_cell_bytes == 65536 // 2
@@ -213,13 +247,22 @@ def test_the_mirror_computes_the_standin_models_shapes() -> None:
 def test_a_budget_from_a_standin_answer_uses_the_mirror_and_the_nominal_gpu() -> None:
     config = json.loads(STANDIN_CONFIG.read_text())
     answer = MemoryAnswer(
-        model=None, shapes_error="sglang.srt.configs is not importable",
-        text_config=config, weights_bytes=50 * GIB, weights_basis="index",
+        model=None,
+        shapes_error="sglang.srt.configs is not importable",
+        text_config=config,
+        weights_bytes=50 * GIB,
+        weights_basis="index",
         gpu_error="no NVIDIA driver",
-    )  # fmt: skip
-    effective = {"mem_fraction_static": 0.85, "tp_size": 1, "context_length": 8192,
-                 "mamba_radix_cache_strategy": "extra_buffer", "max_running_requests": 48,
-                 "speculative_algorithm": "EAGLE", "speculative_num_draft_tokens": 4}  # fmt: skip
+    )
+    effective = {
+        "mem_fraction_static": 0.85,
+        "tp_size": 1,
+        "context_length": 8192,
+        "mamba_radix_cache_strategy": "extra_buffer",
+        "max_running_requests": 48,
+        "speculative_algorithm": "EAGLE",
+        "speculative_num_draft_tokens": 4,
+    }
     budget, notes = budget_for(
         answer, effective, {}, version=(0, 5, 23), nominal=nominal_gpu("H200", 141)
     )
@@ -243,9 +286,11 @@ def test_no_gpu_and_no_type_is_no_budget_with_the_reason() -> None:
 def test_unbalanced_gpus_are_sized_by_the_tightest() -> None:
     answer = MemoryAnswer(
         model=_hybrid(weights_gib=80),
-        gpus=(GpuMemory("A", 100 * GIB, 99 * GIB, "nvml", 0),
-              GpuMemory("A", 100 * GIB, 60 * GIB, "nvml", 1)),
-    )  # fmt: skip
+        gpus=(
+            GpuMemory("A", 100 * GIB, 99 * GIB, "nvml", 0),
+            GpuMemory("A", 100 * GIB, 60 * GIB, "nvml", 1),
+        ),
+    )
     budget, notes = budget_for(
         answer, {"mem_fraction_static": 0.9, "tp_size": 2}, {}, version=(0, 5, 23)
     )
@@ -257,9 +302,13 @@ def test_unbalanced_gpus_are_sized_by_the_tightest() -> None:
 def test_the_comparison_gives_the_error_against_what_sglang_logged() -> None:
     budget = plan_budget(_hybrid(), (_gpu(100.6),), SPEC, version=(0, 5, 23))
     measured = MeasuredMemory(
-        rank="TP0", avail_before_load_gib=99.5, weights_gib=40.0, mamba_slots=24,
-        kv_tokens=600_000, max_running_requests=4,
-    )  # fmt: skip
+        rank="TP0",
+        avail_before_load_gib=99.5,
+        weights_gib=40.0,
+        mamba_slots=24,
+        kv_tokens=600_000,
+        max_running_requests=4,
+    )
     rows = {row.figure: row for row in compare(budget, measured)}
     assert rows["weights"].error_pct == pytest.approx(0.0)
     assert rows["free before loading"].error_pct == pytest.approx((100 - 99.5) / 99.5 * 100)
@@ -297,8 +346,9 @@ def test_each_release_gets_the_rules_of_the_newest_release_at_or_before_it(
 
 def test_0513_first_joint_solve_has_no_padding_slot() -> None:
     # 0.5.13-0.5.16: K = budget // (per x (1 + D/S)), reserve per x min(48, K // 5) x D, no +1.
-    inputs = BudgetInputs(**{**SPEC.__dict__, "max_mamba_cache_size": None,
-                             "mamba_full_memory_ratio": 0.4})  # fmt: skip
+    inputs = BudgetInputs(
+        **{**SPEC.__dict__, "max_mamba_cache_size": None, "mamba_full_memory_ratio": 0.4}
+    )
     budget = plan_budget(_hybrid(), (_gpu(100.6),), inputs, version=(0, 5, 13))
     share = 50 * 0.4 / 1.4 * GIB
     slots = int(share // (QUARTER * 1.8))
@@ -312,9 +362,16 @@ def test_a_user_request_count_is_bounded_by_the_estimate_before_0514_and_the_kv_
     # 10 GiB of KV at 64 KiB a token = 163840 tokens; context 8192 -> estimate clamp(10240) =
     # 4096; 5000 requested: 0.5.11 gives min(5000, 4096), 0.5.14 min(5000, 163840 // 2).
     plain = ModelMemory(
-        basis="t", architecture=None, context_len=8192, attention_tp=1, full_attention_layers=32,
-        kv_cell_bytes=CELL, kv_dtype="bfloat16", hybrid=False, weights_bytes=40 * GIB,
-    )  # fmt: skip
+        basis="t",
+        architecture=None,
+        context_len=8192,
+        attention_tp=1,
+        full_attention_layers=32,
+        kv_cell_bytes=CELL,
+        kv_dtype="bfloat16",
+        hybrid=False,
+        weights_bytes=40 * GIB,
+    )
     inputs = BudgetInputs(mem_fraction_static=0.5, max_running_requests=5000, context_len=8192)
     # P 100, weights 40, slack 50 -> 10 GiB of KV
     old = plan_budget(plain, (_gpu(100.6),), inputs, version=(0, 5, 11))

@@ -377,9 +377,15 @@ def test_capture_eight_ranks_from_two_excerpts() -> None:
     assert [m.rank for m in measured] == [f"TP{n}" for n in range(8)]
     before = {m.rank: m.avail_before_load_gib for m in measured}
     assert before == {
-        "TP0": 137.34, "TP1": 137.29, "TP2": 137.29, "TP3": 137.29,
-        "TP4": 137.29, "TP5": 137.29, "TP6": 137.29, "TP7": 137.52,
-    }  # fmt: skip
+        "TP0": 137.34,
+        "TP1": 137.29,
+        "TP2": 137.29,
+        "TP3": 137.29,
+        "TP4": 137.29,
+        "TP5": 137.29,
+        "TP6": 137.29,
+        "TP7": 137.52,
+    }
     pooled = {m.rank: (m.kv_tokens, m.kv_gib, m.avail_after_pools_gib) for m in measured}
     for rank in ("TP1", "TP3", "TP5", "TP6"):  # the ranks whose pool lines the excerpt holds
         assert pooled[rank] == (2795207, 106.62, 11.87)

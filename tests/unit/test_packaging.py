@@ -30,6 +30,9 @@ def test_the_examples_are_the_tracked_profiles() -> None:
         pytest.skip("not a git checkout: the tracked files cannot be listed")
     listed = subprocess.run(
         ["git", "ls-files", "--", "profiles/*.yaml"],
-        cwd=REPO, capture_output=True, text=True, check=True,
-    ).stdout.split()  # fmt: skip
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
     assert {name.removeprefix("profiles/") for name in listed} == _shipped_in_the_wheel()

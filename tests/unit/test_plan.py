@@ -28,21 +28,42 @@ def report_of(table: ArgTable, document: dict[str, Any], where: str = "local") -
 
 
 def answer(**changes: Any) -> dict[str, Any]:
-    raw = {"speculative_num_draft_tokens": 4, "max_running_requests": None, "random_seed": None,
-           "mamba_scheduler_strategy": "extra_buffer", "mem_fraction_static": 0.92,
-           "attention_backend": None}  # fmt: skip
+    raw = {
+        "speculative_num_draft_tokens": 4,
+        "max_running_requests": None,
+        "random_seed": None,
+        "mamba_scheduler_strategy": "extra_buffer",
+        "mem_fraction_static": 0.92,
+        "attention_backend": None,
+    }
     effective = {**raw, "max_running_requests": 48, "random_seed": 1234, "attention_backend": "fa3"}
     document = {
-        "ok": True, "sglang_version": "0.5.11", "mode": "__post_init__", "raw": raw,
+        "ok": True,
+        "sglang_version": "0.5.11",
+        "mode": "__post_init__",
+        "raw": raw,
         "effective": effective,
-        "defaults": {"max_running_requests": None, "attention_backend": None,
-                     "mem_fraction_static": None, "random_seed": None},
-        "provenance": {"max_running_requests": [
-            {"source": "_handle_speculative_decoding", "file": "sglang/srt/server_args.py",
-             "line": 3455, "value": 48}]},
-        "logs": ["[2026-11-29 07:36:26] Max running requests is reset to 48 for speculative "
-                 "decoding. You can override this by explicitly setting --max-running-requests."],
-    }  # fmt: skip
+        "defaults": {
+            "max_running_requests": None,
+            "attention_backend": None,
+            "mem_fraction_static": None,
+            "random_seed": None,
+        },
+        "provenance": {
+            "max_running_requests": [
+                {
+                    "source": "_handle_speculative_decoding",
+                    "file": "sglang/srt/server_args.py",
+                    "line": 3455,
+                    "value": 48,
+                }
+            ]
+        },
+        "logs": [
+            "[2026-11-29 07:36:26] Max running requests is reset to 48 for speculative "
+            "decoding. You can override this by explicitly setting --max-running-requests."
+        ],
+    }
     document.update(changes)
     return document
 
@@ -50,10 +71,14 @@ def answer(**changes: Any) -> dict[str, Any]:
 def test_request_simulates_the_profiles_gpu() -> None:
     h200 = gpu_type("H200")
     assert h200 is not None
-    request = plan.probe_request(["--port", "1"], {"A": "1"}, simulate=h200,
-                                 model_config=("/m", {"architectures": ["X"]}))  # fmt: skip
-    assert request["simulate_gpu"] == {"name": "NVIDIA H200", "capability": [9, 0],
-                                       "memory_mib": 141 * 1024}  # fmt: skip
+    request = plan.probe_request(
+        ["--port", "1"], {"A": "1"}, simulate=h200, model_config=("/m", {"architectures": ["X"]})
+    )
+    assert request["simulate_gpu"] == {
+        "name": "NVIDIA H200",
+        "capability": [9, 0],
+        "memory_mib": 141 * 1024,
+    }
     assert request["model_config"] == {"path": "/m", "config": {"architectures": ["X"]}}
     assert request["remove_request"] is True  # the request carries the server's env
 
@@ -82,8 +107,12 @@ def test_pinned_change_is_found_under_either_spelling() -> None:
 
 
 def test_an_unrecognised_renamed_flag_gets_what_to_write() -> None:
-    error = {"stage": "parse", "type": "SystemExit", "exit_code": 2, "message":
-             "sglang serve: error: unrecognized arguments: --mamba-scheduler-strategy extra_buffer"}  # fmt: skip
+    error = {
+        "stage": "parse",
+        "type": "SystemExit",
+        "exit_code": 2,
+        "message": "sglang serve: error: unrecognized arguments: --mamba-scheduler-strategy extra_buffer",
+    }
     report = report_of(T0523, answer(ok=False, error=error, sglang_version="0.5.23"), "host")
     assert report.error is not None
     assert report.error.hint is not None

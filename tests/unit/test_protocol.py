@@ -48,8 +48,12 @@ restart: {mode: always, delay_s: 2, multiplier: 3, max_delay_s: 40, start_limit:
 health: {endpoint: /ready, interval_s: 7, startup_timeout_s: 900}
 stop_timeout_s: 12
 """
-META = {"launch_digest": "0123456789ab", "git_commit": "c0ffee", "git_dirty": True,
-        "launched_by": "ops@laptop"}  # fmt: skip
+META = {
+    "launch_digest": "0123456789ab",
+    "git_commit": "c0ffee",
+    "git_dirty": True,
+    "launched_by": "ops@laptop",
+}
 
 
 def _previous(name: str) -> dict[str, Any]:
@@ -74,8 +78,10 @@ def test_the_spec_orch_builds_is_the_spec_the_agent_reads(profile_dir: ProfileDi
     assert spec.env == {"SGLANG_ENABLE_SPEC_V2": "1"}
     assert (spec.port, spec.health_host) == (31234, "127.0.0.1")  # the wildcard: asked locally
     assert (spec.health_endpoint, spec.health_interval_s, spec.startup_timeout_s) == (
-        "/ready", 7.0, 900.0,
-    )  # fmt: skip
+        "/ready",
+        7.0,
+        900.0,
+    )
     assert spec.restart == RestartPolicy("always", 2.0, 3.0, 40.0, 4, 120.0)
     assert spec.stop_timeout_s == 12.0
     assert spec.meta == META
@@ -214,10 +220,18 @@ def test_the_spec_carries_the_liveness_threshold(profile_dir: ProfileDir) -> Non
 
 def test_this_agents_unsupervised_answer_decodes() -> None:
     answer = {
-        "protocol": 1, "deployed": True, "state": UNSUPERVISED, "recorded_state": "READY",
-        "pid": 4242, "agent_alive": False, "server_alive": True, "stale": True,
-        "output_lost": True, "message": "its supervisor (pid 1) died", "run_id": "0001-x",
-    }  # fmt: skip
+        "protocol": 1,
+        "deployed": True,
+        "state": UNSUPERVISED,
+        "recorded_state": "READY",
+        "pid": 4242,
+        "agent_alive": False,
+        "server_alive": True,
+        "stale": True,
+        "output_lost": True,
+        "message": "its supervisor (pid 1) died",
+        "run_id": "0001-x",
+    }
     state = decode_state(answer)
     assert state.unsupervised
     assert not state.alive
@@ -226,10 +240,12 @@ def test_this_agents_unsupervised_answer_decodes() -> None:
 
 def test_a_refusal_of_the_agent_is_a_preflight_error_with_its_hint() -> None:
     refusal = {
-        "protocol": 1, "ok": False, "refused": "unsafe-path",
+        "protocol": 1,
+        "ok": False,
+        "refused": "unsafe-path",
         "reason": "the deployment directory /w/p is writable by group or others (mode 0777)",
         "hint": "chmod go-w /w/p",
-    }  # fmt: skip
+    }
     for decode in (decode_state, decode_start, decode_stop):
         with pytest.raises(PreflightError, match="writable by group or others") as caught:
             decode(refusal)
@@ -238,12 +254,19 @@ def test_a_refusal_of_the_agent_is_a_preflight_error_with_its_hint() -> None:
 
 def test_a_dead_runs_snapshot_decodes_with_its_verdict_as_a_note() -> None:
     answer = {
-        "protocol": 1, "pid": 77, "found_by": "orch", "alive": False,
-        "argv": ["python", "-m", "sglang.launch_server"], "env": {},
+        "protocol": 1,
+        "pid": 77,
+        "found_by": "orch",
+        "alive": False,
+        "argv": ["python", "-m", "sglang.launch_server"],
+        "env": {},
         "received_file": "/w/p/runs/0001-x/received.json",
-        "last_run": {"run_id": "0001-x", "state": "FATAL",
-                     "exit": {"class": "config-error", "message": "ValueError: bad"}},
-    }  # fmt: skip
+        "last_run": {
+            "run_id": "0001-x",
+            "state": "FATAL",
+            "exit": {"class": "config-error", "message": "ValueError: bad"},
+        },
+    }
     observed, last_run = decode_inspect(answer)
     assert observed.argv == ("python", "-m", "sglang.launch_server")
     assert observed.resolved is None
@@ -281,46 +304,88 @@ def _sglang_memory_section() -> dict[str, Any]:
     return {
         "basis": "sglang",
         "shapes": {
-            "architecture": "Qwen3_5ForConditionalGeneration", "context_len": 8192,
-            "model_dtype": "bfloat16", "nextn_predict_layers": None, "multimodal": True,
-            "tp_size": 2, "pp_size": 1, "dp_size": 1, "attn_cp_size": 1, "attn_dp_size": 1,
-            "attn_tp_size": 2, "enable_dp_attention": False, "kv_cache_dtype": "auto",
-            "kv_dtype": "bfloat16", "kv_dtype_bytes": 2, "attention": "MHA",
-            "full_attention_layers": 16, "kv_heads_per_rank": 2, "head_dim": 256,
-            "v_head_dim": 256, "kv_cell_bytes": 32768,
-            "kv_cell_source": "DefaultPoolConfigurator._compute_cell_size", "hybrid": True,
+            "architecture": "Qwen3_5ForConditionalGeneration",
+            "context_len": 8192,
+            "model_dtype": "bfloat16",
+            "nextn_predict_layers": None,
+            "multimodal": True,
+            "tp_size": 2,
+            "pp_size": 1,
+            "dp_size": 1,
+            "attn_cp_size": 1,
+            "attn_dp_size": 1,
+            "attn_tp_size": 2,
+            "enable_dp_attention": False,
+            "kv_cache_dtype": "auto",
+            "kv_dtype": "bfloat16",
+            "kv_dtype_bytes": 2,
+            "attention": "MHA",
+            "full_attention_layers": 16,
+            "kv_heads_per_rank": 2,
+            "head_dim": 256,
+            "v_head_dim": 256,
+            "kv_cell_bytes": 32768,
+            "kv_cell_source": "DefaultPoolConfigurator._compute_cell_size",
+            "hybrid": True,
             "mamba": {
-                "params": "Mamba2CacheParams", "layers": 48, "conv_shapes": [[5120, 3]],
-                "temporal_shape": [24, 128, 128], "conv_dtype": "bfloat16",
-                "ssm_dtype": "float32", "conv_bytes": 1474560, "ssm_bytes": 75497472,
+                "params": "Mamba2CacheParams",
+                "layers": 48,
+                "conv_shapes": [[5120, 3]],
+                "temporal_shape": [24, 128, 128],
+                "conv_dtype": "bfloat16",
+                "ssm_dtype": "float32",
+                "conv_bytes": 1474560,
+                "ssm_bytes": 75497472,
                 "slot_bytes": 76972032,
             },
             "sources": [
-                "ModelConfig.from_server_args", "runtime_context.parallel_widths_of",
-                "hybrid_arch.mambaish_config", "Qwen3_5TextConfig.mamba2_cache_params",
+                "ModelConfig.from_server_args",
+                "runtime_context.parallel_widths_of",
+                "hybrid_arch.mambaish_config",
+                "Qwen3_5TextConfig.mamba2_cache_params",
                 "DefaultPoolConfigurator._compute_cell_size",
             ],
             "notes": [],
-            "draft": {"path": "/models/Qwen3.6-27B", "architecture": "Qwen3_5ForCausalLMMTP",
-                      "nextn_predict_layers": 1, "layers": 64, "eagle_draft_layers": 1},
+            "draft": {
+                "path": "/models/Qwen3.6-27B",
+                "architecture": "Qwen3_5ForCausalLMMTP",
+                "nextn_predict_layers": 1,
+                "layers": 64,
+                "eagle_draft_layers": 1,
+            },
         },
         "env": {"SGLANG_MAMBA_CONV_DTYPE": "bfloat16", "SGLANG_MAMBA_SSM_DTYPE": None},
         "text_config": {"num_hidden_layers": 64},
-        "weights": {"path": "/models/Qwen3.6-27B", "bytes": 55_561_680_896,
-                    "basis": "model.safetensors.index.json total_size"},
+        "weights": {
+            "path": "/models/Qwen3.6-27B",
+            "bytes": 55_561_680_896,
+            "basis": "model.safetensors.index.json total_size",
+        },
         "draft_weights": None,
         "gpus": [
-            {"index": 0, "name": "NVIDIA H200", "uuid": "GPU-a", "total_bytes": 150 * GIB,
-             "free_bytes": 140 * GIB, "basis": "NVML on gpu-1"},
-            {"index": 1, "name": "NVIDIA H200", "uuid": "GPU-b", "total_bytes": 150 * GIB,
-             "free_bytes": 139 * GIB, "basis": "NVML on gpu-1"},
+            {
+                "index": 0,
+                "name": "NVIDIA H200",
+                "uuid": "GPU-a",
+                "total_bytes": 150 * GIB,
+                "free_bytes": 140 * GIB,
+                "basis": "NVML on gpu-1",
+            },
+            {
+                "index": 1,
+                "name": "NVIDIA H200",
+                "uuid": "GPU-b",
+                "total_bytes": 150 * GIB,
+                "free_bytes": 139 * GIB,
+                "basis": "NVML on gpu-1",
+            },
         ],
         "gpu_error": None,
         "default_mem_fraction_static": 0.83783765625,
         "default_mem_fraction_static_basis": "resolved again without --mem-fraction-static",
         "logs": [],
         "elapsed_s": 0.068,
-    }  # fmt: skip
+    }
 
 
 def _plan_answer(memory: Any) -> dict[str, Any]:
@@ -334,18 +399,23 @@ def test_a_memory_section_of_sglangs_classes_decodes_into_the_models_shapes() ->
     assert model is not None
     assert model.basis.startswith("SGLang's classes: ModelConfig.from_server_args, ")
     assert (model.architecture, model.context_len, model.attention_tp) == (
-        "Qwen3_5ForConditionalGeneration", 8192, 2
-    )  # fmt: skip
+        "Qwen3_5ForConditionalGeneration",
+        8192,
+        2,
+    )
     assert (model.full_attention_layers, model.kv_cell_bytes, model.kv_dtype) == (
-        16, 32768, "bfloat16"
-    )  # fmt: skip
+        16,
+        32768,
+        "bfloat16",
+    )
     assert model.hybrid
     assert (model.mamba_layers, model.mamba_slot_bytes) == (48, 76972032)
     assert (model.mamba_conv_bytes, model.mamba_ssm_bytes) == (1474560, 75497472)
     assert (model.mamba_conv_dtype, model.mamba_ssm_dtype) == ("bfloat16", "float32")
     assert (model.weights_bytes, model.weights_basis) == (
-        55_561_680_896, "model.safetensors.index.json total_size"
-    )  # fmt: skip
+        55_561_680_896,
+        "model.safetensors.index.json total_size",
+    )
     assert model.draft_kv_layers == 1  # the MTP head of SGLang's draft-mode config
     assert model.multimodal
     assert memory.gpus == (
@@ -389,22 +459,36 @@ def _broken(path: str, value: Any) -> dict[str, Any]:
     ("document", "where"),
     [
         (_plan_answer([1]), r"sglang_probe answer.memory: expected a JSON object, got list"),
-        (_broken("shapes.kv_cell_bytes", "32768"),
-         r"sglang_probe answer.memory.shapes: kv_cell_bytes: expected an integer, got str"),
-        (_broken("shapes.mamba.slot_bytes", None),
-         r"sglang_probe answer.memory.shapes.mamba: slot_bytes: expected an integer, got NoneType"),
-        (_broken("gpus.1.total_bytes", 1.5),
-         r"sglang_probe answer.memory.gpus\[1\]: total_bytes: expected an integer, got float"),
-        (_broken("text_config", [64]),
-         r"sglang_probe answer.memory.text_config: expected a JSON object, got list"),
-        (_broken("env", {"SGLANG_MAMBA_SSM_DTYPE": 2}),
-         r"sglang_probe answer.memory: env: expected an object of strings"),
-        (_broken("default_mem_fraction_static", "0.8"),
-         r"sglang_probe answer.memory: default_mem_fraction_static: expected a number or null"),
-        (_broken("weights.bytes", "55G"),
-         r"sglang_probe answer.memory.weights: bytes: expected an integer, got str"),
+        (
+            _broken("shapes.kv_cell_bytes", "32768"),
+            r"sglang_probe answer.memory.shapes: kv_cell_bytes: expected an integer, got str",
+        ),
+        (
+            _broken("shapes.mamba.slot_bytes", None),
+            r"sglang_probe answer.memory.shapes.mamba: slot_bytes: expected an integer, got NoneType",
+        ),
+        (
+            _broken("gpus.1.total_bytes", 1.5),
+            r"sglang_probe answer.memory.gpus\[1\]: total_bytes: expected an integer, got float",
+        ),
+        (
+            _broken("text_config", [64]),
+            r"sglang_probe answer.memory.text_config: expected a JSON object, got list",
+        ),
+        (
+            _broken("env", {"SGLANG_MAMBA_SSM_DTYPE": 2}),
+            r"sglang_probe answer.memory: env: expected an object of strings",
+        ),
+        (
+            _broken("default_mem_fraction_static", "0.8"),
+            r"sglang_probe answer.memory: default_mem_fraction_static: expected a number or null",
+        ),
+        (
+            _broken("weights.bytes", "55G"),
+            r"sglang_probe answer.memory.weights: bytes: expected an integer, got str",
+        ),
     ],
-)  # fmt: skip
+)
 def test_a_malformed_memory_section_is_a_supervisor_error_naming_the_key(
     document: dict[str, Any], where: str
 ) -> None:

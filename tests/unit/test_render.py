@@ -29,10 +29,18 @@ def _flags(plan: ServerCommand) -> list[object]:
 def test_render_program_and_structured_fields_first(profile_dir: ProfileDir) -> None:
     plan = _plan(profile_dir, "port: 31000\nbind: 0.0.0.0\nargs: {context_length: 8192}\n")
     assert plan.argv == (
-        "/opt/venv/bin/python", "-m", "sglang.launch_server",
-        "--model-path", "/models/m", "--host", "0.0.0.0", "--port", "31000",
-        "--context-length", "8192",
-    )  # fmt: skip
+        "/opt/venv/bin/python",
+        "-m",
+        "sglang.launch_server",
+        "--model-path",
+        "/models/m",
+        "--host",
+        "0.0.0.0",
+        "--port",
+        "31000",
+        "--context-length",
+        "8192",
+    )
     assert plan.cwd == "/data/orch/p"
 
 
@@ -73,8 +81,9 @@ def test_render_lists_follow_nargs(profile_dir: ProfileDir) -> None:
 def test_render_mapping_becomes_compact_json(profile_dir: ProfileDir) -> None:
     plan = _plan(profile_dir, "args: {json_model_override_args: {rope_scaling: {factor: 2.0}}}\n")
     assert tuple(_flags(plan)[-2:]) == (
-        "--json-model-override-args", '{"rope_scaling":{"factor":2.0}}',
-    )  # fmt: skip
+        "--json-model-override-args",
+        '{"rope_scaling":{"factor":2.0}}',
+    )
 
 
 def test_render_value_starting_with_dash_is_attached(profile_dir: ProfileDir) -> None:
@@ -138,8 +147,11 @@ def test_the_launcher_script_expands_a_home_workdir_as_orch_does(
     elsewhere.mkdir()
     (tmp_path / "launch.sh").write_text(script)
     subprocess.run(
-        ["bash", str(tmp_path / "launch.sh")], cwd=elsewhere, check=True, timeout=30,
+        ["bash", str(tmp_path / "launch.sh")],
+        cwd=elsewhere,
+        check=True,
+        timeout=30,
         env={"PATH": "/usr/bin:/bin", "HOME": str(home)},
-    )  # fmt: skip
+    )
     assert (home / "orch work" / "p").is_dir()
     assert not (elsewhere / "~").exists()

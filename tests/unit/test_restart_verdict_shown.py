@@ -35,16 +35,28 @@ RUN = "0002-20261201T005318Z"
 
 def _state(cls: str, message: str, helps: bool | None, state: str = FATAL) -> dict[str, Any]:
     last_exit: dict[str, Any] = {
-        "run_id": RUN, "returncode": -9, "signal": "SIGKILL", "class": cls, "message": message,
-        "at": 1796086399.5, "was_ready": False, "swept_pids": [],
-    }  # fmt: skip
+        "run_id": RUN,
+        "returncode": -9,
+        "signal": "SIGKILL",
+        "class": cls,
+        "message": message,
+        "at": 1796086399.5,
+        "was_ready": False,
+        "swept_pids": [],
+    }
     if helps is not None:  # an agent before issue 25 wrote neither field
         last_exit["restart_helps"] = helps
         last_exit["restart_why"] = restart_for(cls, was_ready=helps).why
     return {
-        "deployed": True, "state": state, "run_id": RUN, "message": f"{cls}: not restarting",
-        "starts": 1, "restarts": 0, "last_exit": last_exit, "agent_alive": True,
-    }  # fmt: skip
+        "deployed": True,
+        "state": state,
+        "run_id": RUN,
+        "message": f"{cls}: not restarting",
+        "starts": 1,
+        "restarts": 0,
+        "last_exit": last_exit,
+        "agent_alive": True,
+    }
 
 
 ASSERTED = _state(CONFIG_ERROR, "AssertionError: 16 is not divisible by 6", False)
@@ -133,7 +145,22 @@ def test_ups_failure_says_the_restart_verdict_and_why() -> None:
 def test_a_kernel_error_has_its_own_exit_code() -> None:
     assert exit_code_of(KERNEL_ERROR) == ExitCode.KERNEL_ERROR
     assert int(ExitCode.KERNEL_ERROR) == 31  # 20-29 were taken; docs/exit-codes.md
-    assert len({exit_code_of(cls) for cls in (
-        CONFIG_ERROR, CUDA_OOM, KILLED, PORT_IN_USE, IMPORT_ERROR,
-        MODEL_NOT_FOUND, NCCL, KERNEL_ERROR, CRASHED,
-    )}) == 9  # fmt: skip
+    assert (
+        len(
+            {
+                exit_code_of(cls)
+                for cls in (
+                    CONFIG_ERROR,
+                    CUDA_OOM,
+                    KILLED,
+                    PORT_IN_USE,
+                    IMPORT_ERROR,
+                    MODEL_NOT_FOUND,
+                    NCCL,
+                    KERNEL_ERROR,
+                    CRASHED,
+                )
+            }
+        )
+        == 9
+    )

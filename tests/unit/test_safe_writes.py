@@ -37,8 +37,9 @@ def export(profiles: Path, target: Path | str) -> tuple[int, str, str]:
     out, err = io.StringIO(), io.StringIO()
     code = cli.main(
         ["--profiles", str(profiles), "export", "dstack", "demo", "-o", str(target)],
-        out=out, err=err,
-    )  # fmt: skip
+        out=out,
+        err=err,
+    )
     return code, out.getvalue(), err.getvalue()
 
 

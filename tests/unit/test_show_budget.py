@@ -12,17 +12,34 @@ from orchestrator.sglang.memory.shapes import GIB, GpuMemory, ModelMemory
 pytestmark = pytest.mark.unit
 
 MODEL = ModelMemory(
-    basis="test", architecture="T", context_len=8192, attention_tp=2, full_attention_layers=16,
-    kv_cell_bytes=32 * 1024, kv_dtype="bfloat16", hybrid=True, mamba_layers=48,
-    mamba_slot_bytes=GIB // 8, weights_bytes=80 * GIB, weights_basis="index",
-)  # fmt: skip
-INPUTS = BudgetInputs(mem_fraction_static=0.9, tp_size=2, max_running_requests=48,
-                      extra_buffer=True, context_len=8192, cuda_graph_max_bs=256)  # fmt: skip
+    basis="test",
+    architecture="T",
+    context_len=8192,
+    attention_tp=2,
+    full_attention_layers=16,
+    kv_cell_bytes=32 * 1024,
+    kv_dtype="bfloat16",
+    hybrid=True,
+    mamba_layers=48,
+    mamba_slot_bytes=GIB // 8,
+    weights_bytes=80 * GIB,
+    weights_basis="index",
+)
+INPUTS = BudgetInputs(
+    mem_fraction_static=0.9,
+    tp_size=2,
+    max_running_requests=48,
+    extra_buffer=True,
+    context_len=8192,
+    cuda_graph_max_bs=256,
+)
 
 
 def _budget() -> Budget:
-    gpus = (GpuMemory("NVIDIA H200", 141 * GIB, 140 * GIB, "NVML on box", 0),
-            GpuMemory("NVIDIA H200", 141 * GIB, 100 * GIB, "NVML on box", 1))  # fmt: skip
+    gpus = (
+        GpuMemory("NVIDIA H200", 141 * GIB, 140 * GIB, "NVML on box", 0),
+        GpuMemory("NVIDIA H200", 141 * GIB, 100 * GIB, "NVML on box", 1),
+    )
     return plan_budget(MODEL, gpus, INPUTS, version=(0, 5, 23))
 
 

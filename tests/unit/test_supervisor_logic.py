@@ -249,10 +249,17 @@ class Outcome:
 
 def _spec(restart: RestartPolicy, stop_timeout_s: float) -> Spec:
     return Spec(
-        deployment="t", argv=("sglang", "serve", "--model-path", "/m"), env={}, port=30000,
-        health_host="127.0.0.1", health_endpoint="/health", health_interval_s=5.0,
-        startup_timeout_s=1800.0, restart=restart, stop_timeout_s=stop_timeout_s,
-    )  # fmt: skip
+        deployment="t",
+        argv=("sglang", "serve", "--model-path", "/m"),
+        env={},
+        port=30000,
+        health_host="127.0.0.1",
+        health_endpoint="/health",
+        health_interval_s=5.0,
+        startup_timeout_s=1800.0,
+        restart=restart,
+        stop_timeout_s=stop_timeout_s,
+    )
 
 
 def _paths(tmp_path: Path) -> Paths:
@@ -428,9 +435,11 @@ def test_a_kernel_error_during_startup_is_fatal(tmp_path: Path) -> None:
 
 def test_a_kernel_error_while_serving_is_restarted(tmp_path: Path) -> None:
     serving = _dies_with(
-        SCHEDULER_FAILED, "RuntimeError: CUDA error: an illegal memory access was encountered",
-        SELF_KILL, ready=True,
-    )  # fmt: skip
+        SCHEDULER_FAILED,
+        "RuntimeError: CUDA error: an illegal memory access was encountered",
+        SELF_KILL,
+        ready=True,
+    )
     outcome = supervise(tmp_path, serving, SERVES, stop_at=60)
     assert outcome.of("exit")[0]["class"] == "kernel-error"
     assert outcome.of("exit")[0]["restart_helps"] is True
@@ -572,8 +581,16 @@ def test_a_full_life_goes_through_the_table(tmp_path: Path) -> None:
     ready_then_crash = Script(lines=((0.5, CONFIG),), exit_at=30, healthy_from=1.0)
     outcome = supervise(tmp_path, ready_then_crash, SERVES, stop_at=100)
     assert outcome.states == [
-        STARTING, RUNNING, READY, BACKOFF, STARTING, RUNNING, READY, STOPPING, EXITED,
-    ]  # fmt: skip
+        STARTING,
+        RUNNING,
+        READY,
+        BACKOFF,
+        STARTING,
+        RUNNING,
+        READY,
+        STOPPING,
+        EXITED,
+    ]
 
 
 # -- liveness after READY, and the startup timeout -----------------------------------------------
@@ -609,8 +626,14 @@ def test_a_server_that_stops_answering_after_ready_is_unhealthy_then_restarted(
     spec = _liveness_spec(health_interval_s=2.0, health_failures=3, stop_timeout_s=5.0)
     outcome = supervise_spec(tmp_path, spec, hung, SERVES, stop_at=200)
     assert outcome.states[:7] == [
-        STARTING, RUNNING, READY, UNHEALTHY, BACKOFF, STARTING, RUNNING,
-    ]  # fmt: skip
+        STARTING,
+        RUNNING,
+        READY,
+        UNHEALTHY,
+        BACKOFF,
+        STARTING,
+        RUNNING,
+    ]
     (unhealthy,) = [e for e in outcome.of("state") if e["to"] == UNHEALTHY]
     # noticed within interval x failures (+ one interval: the probe after the hang)
     assert 20.0 < outcome.seconds(unhealthy) <= 20.0 + 2.0 * 3 + 2.0

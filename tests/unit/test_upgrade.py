@@ -40,13 +40,28 @@ def test_respell_keeps_comments_quotes_and_everything_else() -> None:
         "pin: [mamba_scheduler_strategy]\n"
     )
     edits = [
-        Respelling("args.mamba_scheduler_strategy", "mamba_scheduler_strategy",
-                   "mamba_radix_cache_strategy", "p.yaml", 3, 3, ""),
-        Respelling("args.cuda_graph_max_bs", "cuda_graph_max_bs", "cuda_graph_max_bs_decode",
-                   "p.yaml", 4, 3, ""),
-        Respelling("pin[0]", "mamba_scheduler_strategy", "mamba_radix_cache_strategy", "p.yaml",
-                   5, 7, ""),
-    ]  # fmt: skip
+        Respelling(
+            "args.mamba_scheduler_strategy",
+            "mamba_scheduler_strategy",
+            "mamba_radix_cache_strategy",
+            "p.yaml",
+            3,
+            3,
+            "",
+        ),
+        Respelling(
+            "args.cuda_graph_max_bs",
+            "cuda_graph_max_bs",
+            "cuda_graph_max_bs_decode",
+            "p.yaml",
+            4,
+            3,
+            "",
+        ),
+        Respelling(
+            "pin[0]", "mamba_scheduler_strategy", "mamba_radix_cache_strategy", "p.yaml", 5, 7, ""
+        ),
+    ]
     assert upgrade.respell_text(text, edits) == (
         "# the incident's profile\n"
         "args:\n"
@@ -191,9 +206,17 @@ def test_upgrade_without_a_model_config_reports_the_spelling_and_reaches_no_host
     hosts.write_text(hosts.read_text().replace("b200-1.example.net", "b200-1.orch-test.invalid"))
     python = sys.executable  # never run: the plans stop before starting either
     result = orch(
-        profiles, "upgrade", "qwen36-mtp-b200", "--to", "0.5.23",
-        "--from-sglang", python, "--to-sglang", python, "--json",
-    )  # fmt: skip
+        profiles,
+        "upgrade",
+        "qwen36-mtp-b200",
+        "--to",
+        "0.5.23",
+        "--from-sglang",
+        python,
+        "--to-sglang",
+        python,
+        "--json",
+    )
     assert result.code == ExitCode.OK, result.err
     document = json.loads(result.out)
     assert document["respellings"]

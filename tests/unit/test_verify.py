@@ -49,25 +49,39 @@ def argv_of(profile: Profile, table: Any) -> tuple[str, ...]:
     return tuple(str(token) for token in render.render(profile, table).argv)
 
 
-def observe(argv: tuple[str, ...] | None, resolved: dict[str, Any] | None, **extra: Any) -> verify.Observation:  # fmt: skip
+def observe(
+    argv: tuple[str, ...] | None, resolved: dict[str, Any] | None, **extra: Any
+) -> verify.Observation:
     return verify.Observation(
-        pid=4242, found_by="orch", alive=argv is not None, argv=argv,
-        env=extra.pop("env", {}), resolved=resolved,
+        pid=4242,
+        found_by="orch",
+        alive=argv is not None,
+        argv=argv,
+        env=extra.pop("env", {}),
+        resolved=resolved,
         resolved_source="test" if resolved is not None else "",
         launch_command=extra.pop("launch_command", None),
         log_lines=tuple(extra.pop("log_lines", ())),
-    )  # fmt: skip
+    )
 
 
 def rows(report: verify.Report) -> dict[str, verify.FieldRow]:
     return {row.field: row for row in report.fields}
 
 
-def compare(profile: Profile, table: Any, observation: verify.Observation, **kw: Any) -> verify.Report:  # fmt: skip
+def compare(
+    profile: Profile, table: Any, observation: verify.Observation, **kw: Any
+) -> verify.Report:
     return verify.compare(
-        profile, table, observation, requested=requested_fields(profile), env=kw.pop("env", {}),
-        secret_env=kw.pop("secret_env", frozenset()), secrets=kw.pop("secrets", {}), **kw,
-    )  # fmt: skip
+        profile,
+        table,
+        observation,
+        requested=requested_fields(profile),
+        env=kw.pop("env", {}),
+        secret_env=kw.pop("secret_env", frozenset()),
+        secrets=kw.pop("secrets", {}),
+        **kw,
+    )
 
 
 # -- the config line, both formats ------------------------------------------------------------
@@ -118,7 +132,7 @@ def test_tracebacks_hold_no_config_line(capture: str, tmp_path: Path) -> None:
 
 def test_config_line_is_read_never_evaluated(tmp_path: Path) -> None:
     marker = tmp_path / "pwned"
-    line = f"[2026-11-29 07:42:47] server_args=ServerArgs(port=__import__('os').system('touch {marker}'))"  # fmt: skip
+    line = f"[2026-11-29 07:42:47] server_args=ServerArgs(port=__import__('os').system('touch {marker}'))"
     with pytest.raises(sglang_config.UnreadableConfig):
         sglang_config.parse_server_args_line(line)
     assert not marker.exists()
@@ -196,9 +210,18 @@ def test_shipped_profile_on_0_5_23_against_its_capture_and_launch_command() -> N
 
 def test_argv_reads_like_sglangs_parser_aliases_abbreviations_equals() -> None:
     parsed = sglang_config.parse_arguments(
-        T0511, ["--tp-size", "4", "--mamba-sched", "extra_buffer", "--context-length=8192",
-                "--trust-remote-code", "--mem-fraction-static", "0.9"],
-    )  # fmt: skip
+        T0511,
+        [
+            "--tp-size",
+            "4",
+            "--mamba-sched",
+            "extra_buffer",
+            "--context-length=8192",
+            "--trust-remote-code",
+            "--mem-fraction-static",
+            "0.9",
+        ],
+    )
     assert parsed.values == {
         "tp_size": 4,  # --tp-size is an alias of --tensor-parallel-size in 0.5.11
         "mamba_scheduler_strategy": "extra_buffer",  # argparse's prefix matching
@@ -312,13 +335,19 @@ def test_a_hand_edited_value_is_received_other() -> None:
 @pytest.mark.parametrize(
     ("field", "line"),
     [
-        ("speculative_num_draft_tokens", "speculative_num_draft_tokens is adjusted to "
-         "speculative_num_steps + 1 when speculative_eagle_topk == 1"),
-        ("max_running_requests", "Max running requests is reset to 48 for speculative "
-         "decoding. You can override this by explicitly setting --max-running-requests."),
+        (
+            "speculative_num_draft_tokens",
+            "speculative_num_draft_tokens is adjusted to "
+            "speculative_num_steps + 1 when speculative_eagle_topk == 1",
+        ),
+        (
+            "max_running_requests",
+            "Max running requests is reset to 48 for speculative "
+            "decoding. You can override this by explicitly setting --max-running-requests.",
+        ),
         ("attention_backend", "Attention backend not specified. Use fa3 backend by default."),
     ],
-)  # fmt: skip
+)
 def test_explain_finds_sglangs_own_line(field: str, line: str) -> None:
     lines = capture_lines("resolve-0511-G_spec_draft8_topk1.txt")
     assert verify.explain(field, lines) == line
@@ -333,11 +362,12 @@ def test_overridden_extra_env_and_secrets() -> None:
     assert resolved is not None
     resolved = {**resolved, "context_length": 4096}
     report = compare(
-        profile, T0511,
+        profile,
+        T0511,
         observe(argv, resolved, env={"SGLANG_ENABLE_SPEC_V2": "0", "HF_TOKEN": "leaked?"}),
         env={"SGLANG_ENABLE_SPEC_V2": "1", "HF_TOKEN": "hf_real", "CUDA_HOME": "/usr/local/cuda"},
         secret_env=frozenset({"HF_TOKEN"}),
-    )  # fmt: skip
+    )
     by = rows(report)
     assert by["context_length"].verdict == verify.OVERRIDDEN
     assert by["page_size"].verdict == verify.EXTRA

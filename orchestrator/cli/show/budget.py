@@ -55,8 +55,11 @@ def bar_texts(segments: Segments, width: int = BAR_WIDTH) -> list[Text]:
     texts = [Text("[")]
     for letter, colour, count in _cells(segments, width):
         if count:
-            texts += [Text(f"\x1b[{colour}m", control=True), Text(letter * count),
-                      Text("\x1b[0m", control=True)]  # fmt: skip
+            texts += [
+                Text(f"\x1b[{colour}m", control=True),
+                Text(letter * count),
+                Text("\x1b[0m", control=True),
+            ]
     return [*texts, Text("]")]
 
 
@@ -102,43 +105,67 @@ def _budget_rows(budget: Budget | None, notes: tuple[str, ...]) -> list[str | Ba
         f"{budget.source})"
     ]
     rows = [
-        ("GPU", f"{budget.gpu_name}: {budget.total_gib:.1f} GiB, {budget.free_gib:.1f} free "
-                f"({budget.gpu_basis})"),
-        ("free at load (P)", f"{gib(budget.pre_load_gib)} (estimated: free less the CUDA "
-                             "context)"),
+        (
+            "GPU",
+            f"{budget.gpu_name}: {budget.total_gib:.1f} GiB, {budget.free_gib:.1f} free "
+            f"({budget.gpu_basis})",
+        ),
+        ("free at load (P)", f"{gib(budget.pre_load_gib)} (estimated: free less the CUDA context)"),
         ("weights", f"{gib(budget.weights_gib)} ({budget.weights_basis})"),
-        ("budget (rest)", f"{gib(budget.after_weights_gib - budget.slack_gib)} = free after "
-                          f"weights {budget.after_weights_gib:.1f} - P x (1 - "
-                          f"{budget.mem_fraction_static:g})"),
-    ]  # fmt: skip
+        (
+            "budget (rest)",
+            f"{gib(budget.after_weights_gib - budget.slack_gib)} = free after "
+            f"weights {budget.after_weights_gib:.1f} - P x (1 - "
+            f"{budget.mem_fraction_static:g})",
+        ),
+    ]
     if budget.multimodal_reserve_gib:
         rows.append(("multimodal cache", f"{gib(budget.multimodal_reserve_gib)} reserved"))
     mamba = budget.mamba
     if mamba is not None:
-        rows.append((
-            "mamba pool",
-            f"{mamba.slots} slots x {size(mamba.slot_bytes)} = {gib(mamba.pool_gib)} "
-            f"(sized by {mamba.sized_by}); {mamba.slots_per_request} slots per request",
-        ))  # fmt: skip
+        rows.append(
+            (
+                "mamba pool",
+                f"{mamba.slots} slots x {size(mamba.slot_bytes)} = {gib(mamba.pool_gib)} "
+                f"(sized by {mamba.sized_by}); {mamba.slots_per_request} slots per request",
+            )
+        )
         if mamba.spec_reserve_gib:
-            rows.append(("speculative reserve", f"{gib(mamba.spec_reserve_gib)} (intermediate "
-                                                "SSM/conv states for verification)"))  # fmt: skip
+            rows.append(
+                (
+                    "speculative reserve",
+                    f"{gib(mamba.spec_reserve_gib)} (intermediate "
+                    "SSM/conv states for verification)",
+                )
+            )
     rows += [
-        ("KV pool", f"{budget.kv_tokens:,} tokens x {size(budget.kv_cell_bytes)} = "
-                    f"{gib(budget.kv_gib)}"),
-        ("max_running_requests", f"{budget.max_running_requests} (limited by "
-                                 f"{budget.limited_by})"),
-        ("slack", f"{gib(budget.slack_gib)} = P x (1 - {budget.mem_fraction_static:g})"
-                  + (f"; SGLang's default {budget.default_mem_fraction_static:g} would leave "
-                     f"{gib(budget.default_slack_gib)}"
-                     if budget.default_mem_fraction_static is not None
-                     and budget.default_mem_fraction_static != budget.mem_fraction_static
-                     else "")),
-        ("graphs+activations", f"~{gib(budget.graphs_gib + budget.activations_gib)} estimated"
-                               + (f", + draft KV {gib(budget.draft_in_slack_gib)}"
-                                  if budget.draft_in_slack_gib else "")),
+        (
+            "KV pool",
+            f"{budget.kv_tokens:,} tokens x {size(budget.kv_cell_bytes)} = {gib(budget.kv_gib)}",
+        ),
+        ("max_running_requests", f"{budget.max_running_requests} (limited by {budget.limited_by})"),
+        (
+            "slack",
+            f"{gib(budget.slack_gib)} = P x (1 - {budget.mem_fraction_static:g})"
+            + (
+                f"; SGLang's default {budget.default_mem_fraction_static:g} would leave "
+                f"{gib(budget.default_slack_gib)}"
+                if budget.default_mem_fraction_static is not None
+                and budget.default_mem_fraction_static != budget.mem_fraction_static
+                else ""
+            ),
+        ),
+        (
+            "graphs+activations",
+            f"~{gib(budget.graphs_gib + budget.activations_gib)} estimated"
+            + (
+                f", + draft KV {gib(budget.draft_in_slack_gib)}"
+                if budget.draft_in_slack_gib
+                else ""
+            ),
+        ),
         ("headroom", gib(budget.headroom_gib)),
-    ]  # fmt: skip
+    ]
     lines += ["  " + text for text in grid(rows).splitlines()]
     gpus = budget.gpus or ()
     if len(gpus) > 1:
@@ -170,10 +197,14 @@ def comparison_lines(comparisons: tuple[Comparison, ...]) -> list[str]:
     table = [("FIGURE", "PREDICTED", "MEASURED", "ERROR")]
     for row in comparisons:
         error = row.error_pct
-        table.append((
-            row.figure, _figure(row.predicted, row.unit), _figure(row.measured, row.unit),
-            "-" if error is None else f"{error:+.1f}%",
-        ))  # fmt: skip
+        table.append(
+            (
+                row.figure,
+                _figure(row.predicted, row.unit),
+                _figure(row.measured, row.unit),
+                "-" if error is None else f"{error:+.1f}%",
+            )
+        )
     return grid(table).splitlines()
 
 
@@ -181,12 +212,20 @@ def measured_lines(measured: tuple[MeasuredMemory, ...]) -> list[str]:
     """What SGLang logged, per rank, when there was no prediction to compare with."""
     table = [("RANK", "WEIGHTS", "KV TOKENS", "MAMBA SLOTS", "MAX RUNNING", "FREE AFTER")]
     for rank in measured:
-        table.append((
-            rank.rank or "-", gib(rank.weights_gib), _count(rank.kv_tokens),
-            _count(rank.mamba_slots), _count(rank.max_running_requests),
-            gib(rank.available_gpu_mem_gib if rank.available_gpu_mem_gib is not None
-                else rank.avail_after_pools_gib),
-        ))  # fmt: skip
+        table.append(
+            (
+                rank.rank or "-",
+                gib(rank.weights_gib),
+                _count(rank.kv_tokens),
+                _count(rank.mamba_slots),
+                _count(rank.max_running_requests),
+                gib(
+                    rank.available_gpu_mem_gib
+                    if rank.available_gpu_mem_gib is not None
+                    else rank.avail_after_pools_gib
+                ),
+            )
+        )
     return grid(table).splitlines()
 
 

@@ -195,12 +195,14 @@ def plan_in_up(report: plan.PlanReport) -> list[Text]:
     ]
     for field in changed:
         by = ", ".join(p.source for p in field.provenance) or "SGLang"
-        texts += finding(Finding(
-            Severity.NOTICE,
-            f"plan: {field.field} {verify.display(field.profile, field.secret)} -> "
-            f"{verify.display(field.effective, field.secret)} ({by})",
-            field.why,
-        ))  # fmt: skip
+        texts += finding(
+            Finding(
+                Severity.NOTICE,
+                f"plan: {field.field} {verify.display(field.profile, field.secret)} -> "
+                f"{verify.display(field.effective, field.secret)} ({by})",
+                field.why,
+            )
+        )
     return texts
 
 
@@ -232,8 +234,12 @@ def memory_in_up(event: MemoryMeasured) -> list[Text]:
     rows = show_budget.comparison_lines(event.comparisons)
     texts = [line(title), *(line(f"    {row}") for row in rows)]
     if event.standin:
-        texts.append(line("    (measured by orch's SGLang stand-in, NOT SGLang: its figures are "
-                          "illustrative, the errors say nothing of the plan)"))  # fmt: skip
+        texts.append(
+            line(
+                "    (measured by orch's SGLang stand-in, NOT SGLang: its figures are "
+                "illustrative, the errors say nothing of the plan)"
+            )
+        )
     return texts
 
 
@@ -354,9 +360,13 @@ def _run_cells(view: RunsView, run: RunInfo) -> dict[str, Any]:
     if run.exit is not None and run.exit.cls != STOPPED:
         restart = restart_verdict(run.exit).removeprefix("restart ")
     return {
-        "ended_at": ended_at, "duration_s": length, "verdict": verdict, "restart": restart,
-        "state": current.state if current else None, "current": current is not None,
-    }  # fmt: skip
+        "ended_at": ended_at,
+        "duration_s": length,
+        "verdict": verdict,
+        "restart": restart,
+        "state": current.state if current else None,
+        "current": current is not None,
+    }
 
 
 def runs_table(view: RunsView) -> str:
@@ -368,10 +378,17 @@ def runs_table(view: RunsView) -> str:
         ready = None
         if run.ready_at is not None and run.started_at is not None:
             ready = run.ready_at - run.started_at
-        table.append((
-            run.run_id, utc(run.started_at), utc(cells["ended_at"]), duration(cells["duration_s"]),
-            duration(ready), cells["verdict"], cells["restart"],
-        ))  # fmt: skip
+        table.append(
+            (
+                run.run_id,
+                utc(run.started_at),
+                utc(cells["ended_at"]),
+                duration(cells["duration_s"]),
+                duration(ready),
+                cells["verdict"],
+                cells["restart"],
+            )
+        )
     text = grid(table)
     if view.skipped_events:
         text += (
@@ -385,22 +402,38 @@ def runs_json(view: RunsView) -> dict[str, Any]:
     rows = []
     for run in view.runs:
         cells = _run_cells(view, run)
-        rows.append({
-            "run_id": run.run_id, "log": run.log, "log_bytes": run.size, "pid": run.pid,
-            "started_at": run.started_at, "ready_at": run.ready_at, "ended_at": cells["ended_at"],
-            "duration_s": cells["duration_s"], "current": cells["current"],
-            "state": cells["state"],
-            "exit": None if run.exit is None else {
-                "class": run.exit.cls, "returncode": run.exit.returncode,
-                "signal": run.exit.signal, "message": run.exit.message,
-                "was_ready": run.exit.was_ready, "swept_pids": list(run.exit.swept_pids),
-                "restart_helps": run.exit.restart_helps, "restart_why": run.exit.restart_why,
-            },
-        })  # fmt: skip
+        rows.append(
+            {
+                "run_id": run.run_id,
+                "log": run.log,
+                "log_bytes": run.size,
+                "pid": run.pid,
+                "started_at": run.started_at,
+                "ready_at": run.ready_at,
+                "ended_at": cells["ended_at"],
+                "duration_s": cells["duration_s"],
+                "current": cells["current"],
+                "state": cells["state"],
+                "exit": None
+                if run.exit is None
+                else {
+                    "class": run.exit.cls,
+                    "returncode": run.exit.returncode,
+                    "signal": run.exit.signal,
+                    "message": run.exit.message,
+                    "was_ready": run.exit.was_ready,
+                    "swept_pids": list(run.exit.swept_pids),
+                    "restart_helps": run.exit.restart_helps,
+                    "restart_why": run.exit.restart_why,
+                },
+            }
+        )
     return {
-        "profile": view.profile, "host": view.host, "runs": rows,
+        "profile": view.profile,
+        "host": view.host,
+        "runs": rows,
         "skipped_events": view.skipped_events,
-    }  # fmt: skip
+    }
 
 
 def status_json(row: StatusRow) -> dict[str, object]:
@@ -420,8 +453,19 @@ FAILURE_WIDTH = 60  # the LAST FAILURE column without --wide; `orch status --wid
 
 
 def status_table(rows: Sequence[StatusRow], *, wide: bool = False) -> str:
-    header = ["PROFILE", "HOST", "STATE", "PID", "UPTIME", "RESTARTS", "PORT", "RUN",
-              "LAST FAILURE", "DIGEST", "COMMIT"]  # fmt: skip
+    header = [
+        "PROFILE",
+        "HOST",
+        "STATE",
+        "PID",
+        "UPTIME",
+        "RESTARTS",
+        "PORT",
+        "RUN",
+        "LAST FAILURE",
+        "DIGEST",
+        "COMMIT",
+    ]
     if wide:
         header.append("LAUNCHED FROM")
     table = [tuple(header)]
@@ -437,8 +481,7 @@ def status_table(rows: Sequence[StatusRow], *, wide: bool = False) -> str:
         name = row.profile if row.rank is None else f"{row.profile} r{row.rank}"
         if state is None:
             failure = row.error.message if row.error else "?"
-            cells = [name, row.host, _unknown(row), "-", "-", "-", "-", "-", cut(failure),
-                     "-", "-"]  # fmt: skip
+            cells = [name, row.host, _unknown(row), "-", "-", "-", "-", "-", cut(failure), "-", "-"]
         elif not state.deployed:
             cells = [name, row.host, "-", "-", "-", "-", "-", "-", "-", "-", "-"]
         else:
@@ -450,10 +493,18 @@ def status_table(rows: Sequence[StatusRow], *, wide: bool = False) -> str:
                 last = state.message if last == "-" else f"{state.message}; last: {last}"
             commit = (state.git_commit or "-")[:10] + ("+dirty" if state.git_dirty else "")
             cells = [
-                name, row.host, state_cell(state), str(state.pid or "-"),
-                duration(state.uptime_s), str(state.restarts), str(state.port or "-"),
-                state.run_id or "-", cut(last), state.launch_digest or "-", commit,
-            ]  # fmt: skip
+                name,
+                row.host,
+                state_cell(state),
+                str(state.pid or "-"),
+                duration(state.uptime_s),
+                str(state.restarts),
+                str(state.port or "-"),
+                state.run_id or "-",
+                cut(last),
+                state.launch_digest or "-",
+                commit,
+            ]
         if wide:
             origin = "-"
             if state is not None and state.profiles_dir:

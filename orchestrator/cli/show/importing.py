@@ -10,8 +10,18 @@ from orchestrator.commands.importing import Written
 from orchestrator.importing.check import CheckReport
 from orchestrator.profile.yamldoc import dump_yaml
 
-_SHOWN_KINDS = ("lost", "dropped", "unresolved", "renamed", "canonical", "secret", "default",
-                "host", "skipped", "warning")  # fmt: skip
+_SHOWN_KINDS = (
+    "lost",
+    "dropped",
+    "unresolved",
+    "renamed",
+    "canonical",
+    "secret",
+    "default",
+    "host",
+    "skipped",
+    "warning",
+)
 
 
 def written(items: Sequence[Written]) -> list[Text]:

@@ -38,10 +38,14 @@ def plan_text(
                 by = ", ".join(p.describe() for p in row.provenance) or "SGLang (no record)"
                 if row.why:
                     by += f": {row.why}"
-            table.append((
-                name, verify.display(row.profile, row.secret, width),
-                verify.display(row.effective, row.secret, width), by,
-            ))  # fmt: skip
+            table.append(
+                (
+                    name,
+                    verify.display(row.profile, row.secret, width),
+                    verify.display(row.effective, row.secret, width),
+                    by,
+                )
+            )
         lines.append(grid(table))
         changed = report.changed
         lines.append(
@@ -120,9 +124,11 @@ def lock_written(target: Path, document: dict[str, Any], report: plan.PlanReport
 def diff_text(report: verify.Report, *, wide: bool = False) -> str:
     width = WIDE if wide else VALUE_WIDTH
     found = {
-        "orch": "run by orch", "port": "found by its port", "pid": "given pid",
+        "orch": "run by orch",
+        "port": "found by its port",
+        "pid": "given pid",
         "url": "asked by --url",
-    }  # fmt: skip
+    }
     head = (
         f"{report.profile}: SGLang {report.sglang_version}, pid {report.pid or '-'} "
         f"({found.get(report.found_by, 'not running')}), resolved from "
@@ -137,21 +143,29 @@ def diff_text(report: verify.Report, *, wide: bool = False) -> str:
     for row in report.fields:
         name = row.field + (f" (as {row.requested_as})" if row.requested_as else "")
         lock_cell = (verify.display(row.locked, row.secret, width),) if locked else ()
-        table.append((
-            name,
-            verify.display(row.profile, row.secret, width),
-            *lock_cell,
-            verify.display(row.received, row.secret, width),
-            verify.display(row.resolved, row.secret, width),
-            row.verdict,
-            row.why or "",
-        ))  # fmt: skip
+        table.append(
+            (
+                name,
+                verify.display(row.profile, row.secret, width),
+                *lock_cell,
+                verify.display(row.received, row.secret, width),
+                verify.display(row.resolved, row.secret, width),
+                row.verdict,
+                row.why or "",
+            )
+        )
     for env in report.env:
-        table.append((
-            f"env {env.name}", verify.display(env.profile, False, width), *("",) * len(lock_head),
-            "-" if env.received is None else verify.display(env.received, False, width),
-            "", env.verdict, "",
-        ))  # fmt: skip
+        table.append(
+            (
+                f"env {env.name}",
+                verify.display(env.profile, False, width),
+                *("",) * len(lock_head),
+                "-" if env.received is None else verify.display(env.received, False, width),
+                "",
+                env.verdict,
+                "",
+            )
+        )
     lines = [head, grid(table)]
     lines += [f"unrecognised on the command line: {token}" for token in report.unknown_received]
     lines += [f"note: {note}" for note in report.notes]
@@ -162,8 +176,10 @@ def diff_text(report: verify.Report, *, wide: bool = False) -> str:
             lines.append(f"memory{at}, predicted at launch vs as SGLang logged it:")
             lines += ["  " + row for row in show_budget.comparison_lines(report.memory_rows)]
         else:
-            lines.append("memory as SGLang logged it (no prediction kept: orch up --no-plan, "
-                         "or a server orch did not start):")  # fmt: skip
+            lines.append(
+                "memory as SGLang logged it (no prediction kept: orch up --no-plan, "
+                "or a server orch did not start):"
+            )
             lines += ["  " + row for row in show_budget.measured_lines(report.memory_measured)]
     drift = report.drift
     lines.append(

@@ -59,9 +59,12 @@ def text(result: upgrade.Upgrade, *, wide: bool = False) -> str:
         for display, new in result.files.items():
             old = result.originals.get(display, "")
             diff = difflib.unified_diff(
-                old.splitlines(keepends=True), new.splitlines(keepends=True),
-                fromfile=display, tofile=display + " (upgraded)", n=1,
-            )  # fmt: skip
+                old.splitlines(keepends=True),
+                new.splitlines(keepends=True),
+                fromfile=display,
+                tofile=display + " (upgraded)",
+                n=1,
+            )
             lines += ["  " + line.rstrip("\n") for line in diff]
         if result.shared:
             lines.append(
@@ -77,10 +80,13 @@ def text(result: upgrade.Upgrade, *, wide: bool = False) -> str:
         table = [("FIELD", f"SGLANG {result.source_version}", f"SGLANG {result.target_version}")]
         for move in effective.moves:
             name = move.field + (" (pinned)" if move.pinned else "")
-            table.append((
-                name, _side(move.before, move.requested, move.adjusted, wide),
-                _side(move.after, move.requested, move.adjusted, wide),
-            ))  # fmt: skip
+            table.append(
+                (
+                    name,
+                    _side(move.before, move.requested, move.adjusted, wide),
+                    _side(move.after, move.requested, move.adjusted, wide),
+                )
+            )
         if len(table) > 1:
             lines += ["  " + row for row in grid(table).splitlines()]
         else:
@@ -88,10 +94,12 @@ def text(result: upgrade.Upgrade, *, wide: bool = False) -> str:
         whys = [
             (move.field, version, side.why)
             for move in effective.moves
-            for version, side in ((result.source_version, move.before),
-                                  (result.target_version, move.after))
+            for version, side in (
+                (result.source_version, move.before),
+                (result.target_version, move.after),
+            )
             if side.why
-        ]  # fmt: skip
+        ]
         for name, version, why in whys:
             lines.append(f"  {name} on {version}: SGLang logged: {_cut(why, 200)}")
         if effective.new_fields:
@@ -102,9 +110,12 @@ def text(result: upgrade.Upgrade, *, wide: bool = False) -> str:
         if effective.gone_fields:
             lines.append(
                 f"  gone in {result.target_version}: {', '.join(effective.gone_fields[:12])}"
-                + (f" and {len(effective.gone_fields) - 12} more"
-                   if len(effective.gone_fields) > 12 else "")
-            )  # fmt: skip
+                + (
+                    f" and {len(effective.gone_fields) - 12} more"
+                    if len(effective.gone_fields) > 12
+                    else ""
+                )
+            )
         for finding in effective.findings:
             lines += _finding(finding, located=False)
     if result.memory:

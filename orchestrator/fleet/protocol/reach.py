@@ -13,14 +13,39 @@ from orchestrator.fleet.protocol.common import Reader, Request
 def listen_request(bind: str, port: int, token: str, seconds: float, *, expect: int) -> Request:
     """A short-lived listener on ``bind:port``: it ends after ``expect`` exchanges (the port is
     the server's right after) or ``seconds``."""
-    return Request(("listen", "--bind", bind, "--port", str(port), "--token", token,
-                    "--seconds", f"{seconds:g}", "--expect", str(expect)))  # fmt: skip
+    return Request(
+        (
+            "listen",
+            "--bind",
+            bind,
+            "--port",
+            str(port),
+            "--token",
+            token,
+            "--seconds",
+            f"{seconds:g}",
+            "--expect",
+            str(expect),
+        )
+    )
 
 
 def reach_request(host: str, port: int, token: str, timeout: float) -> Request:
     """Connect from this node to ``host:port`` and exchange ``token``."""
-    return Request(("reach", "--host", host, "--port", str(port), "--token", token,
-                    "--timeout", f"{timeout:g}"), timeout=timeout + 60.0)  # fmt: skip
+    return Request(
+        (
+            "reach",
+            "--host",
+            host,
+            "--port",
+            str(port),
+            "--token",
+            token,
+            "--timeout",
+            f"{timeout:g}",
+        ),
+        timeout=timeout + 60.0,
+    )
 
 
 @dataclass(frozen=True)

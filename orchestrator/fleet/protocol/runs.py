@@ -43,9 +43,13 @@ def decode_runs_reply(document: Any) -> RunsReply:
         run = Reader(raw, f"agent runs.runs[{index}]")
         ended = run.child("exit")
         info = RunInfo(
-            run.text("run_id"), run.text("log"), run.opt_integer("size"),
-            started_at=run.opt_number("started_at"), ready_at=run.opt_number("ready_at"),
-            pid=run.opt_integer("pid"), exit=None if ended is None else exit_info(ended),
-        )  # fmt: skip
+            run.text("run_id"),
+            run.text("log"),
+            run.opt_integer("size"),
+            started_at=run.opt_number("started_at"),
+            ready_at=run.opt_number("ready_at"),
+            pid=run.opt_integer("pid"),
+            exit=None if ended is None else exit_info(ended),
+        )
         runs.append(info)
     return RunsReply(tuple(runs), reader.opt_number("now"), reader.integer("skipped_events", 0))

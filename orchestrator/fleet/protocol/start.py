@@ -76,8 +76,16 @@ def start_watch_args(
 ) -> tuple[str, ...]:
     """``start --watch``: the start, then its startup streamed on the same channel (the spec
     follows on stdin, see ``start_stdin``)."""
-    return ("start", "--dir", directory, "--spec", "-",
-            "--watch", f"{max(seconds, 1.0):.0f}", *inspect_at_ready_args(inspect))  # fmt: skip
+    return (
+        "start",
+        "--dir",
+        directory,
+        "--spec",
+        "-",
+        "--watch",
+        f"{max(seconds, 1.0):.0f}",
+        *inspect_at_ready_args(inspect),
+    )
 
 
 def adopt_request(directory: str) -> Request:

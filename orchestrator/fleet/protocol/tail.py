@@ -41,7 +41,11 @@ def decode_tail(document: Any) -> TailReply:
     except ValueError as exc:
         raise reader.bad("data", "base64") from exc
     return TailReply(
-        ok=reader.flag("ok", False), reason=reader.text("reason", ""),
-        run_id=reader.opt_text("run_id"), log=reader.opt_text("log"), data=data,
-        size=reader.opt_integer("size"), rotated_size=reader.opt_integer("rotated_size"),
-    )  # fmt: skip
+        ok=reader.flag("ok", False),
+        reason=reader.text("reason", ""),
+        run_id=reader.opt_text("run_id"),
+        log=reader.opt_text("log"),
+        data=data,
+        size=reader.opt_integer("size"),
+        rotated_size=reader.opt_integer("rotated_size"),
+    )

@@ -17,8 +17,18 @@ def watch_args(
     directory: str, run_id: str, offset: int, seconds: float, inspect: InspectRequest | None
 ) -> tuple[str, ...]:
     """The run's log from ``offset`` and its states, for ``seconds`` (at least one)."""
-    return ("watch", "--dir", directory, "--run", run_id, "--offset", str(offset),
-            "--seconds", f"{max(seconds, 1.0):.0f}", *inspect_at_ready_args(inspect))  # fmt: skip
+    return (
+        "watch",
+        "--dir",
+        directory,
+        "--run",
+        run_id,
+        "--offset",
+        str(offset),
+        "--seconds",
+        f"{max(seconds, 1.0):.0f}",
+        *inspect_at_ready_args(inspect),
+    )
 
 
 @dataclass(frozen=True)

@@ -42,9 +42,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         result = _dispatch(arguments)
     except UnsafePath as exc:
         result = {
-            "protocol": PROTOCOL, "ok": False, "refused": "unsafe-path",
-            "reason": exc.message, "hint": exc.hint,
-        }  # fmt: skip
+            "protocol": PROTOCOL,
+            "ok": False,
+            "refused": "unsafe-path",
+            "reason": exc.message,
+            "hint": exc.hint,
+        }
     finally:
         remove_env_file(env_file)
     sys.stdout.write(json.dumps(result, sort_keys=True) + "\n")

@@ -118,8 +118,14 @@ def _what_happened(
 # The root cause first: a rank's CUDA OOM, kernel fault or crash makes the other ranks'
 # collectives fail.
 _CAUSE_ORDER = (
-    IMPORT_ERROR, MODEL_NOT_FOUND, PORT_IN_USE, CONFIG_ERROR, CUDA_OOM, KERNEL_ERROR, NCCL,
-)  # fmt: skip
+    IMPORT_ERROR,
+    MODEL_NOT_FOUND,
+    PORT_IN_USE,
+    CONFIG_ERROR,
+    CUDA_OOM,
+    KERNEL_ERROR,
+    NCCL,
+)
 
 
 class _Failure(NamedTuple):

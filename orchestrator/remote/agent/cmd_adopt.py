@@ -63,9 +63,13 @@ def cmd_adopt(deployment_dir: str) -> dict[str, Any]:
     with contextlib.suppress(OSError), os.fdopen(open_append(str(state.get("log"))), "a") as log:
         log.write(note)
     supervisor.update(
-        server=server, pid=server["pid"], pgid=server["pid"], adopted=True, output_lost=True,
+        server=server,
+        pid=server["pid"],
+        pgid=server["pid"],
+        adopted=True,
+        output_lost=True,
         message=f"adopted: its supervisor (pid {dead}) died; its output since is lost",
-    )  # fmt: skip
+    )
     supervisor.event("adopted", run_id=state.get("run_id"), pid=server["pid"], previous=dead)
     supervise(supervisor, writer, Adopted(server, supervisor.world, supervisor.clock))
     return {}  # never reached

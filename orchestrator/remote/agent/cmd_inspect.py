@@ -40,8 +40,9 @@ def cmd_inspect(
         ended = state.get("last_exit")
         if isinstance(ended, dict) and ended.get("run_id") == state.get("run_id"):
             result["last_run"]["exit"] = {
-                "class": ended.get("class"), "message": ended.get("message"),
-            }  # fmt: skip
+                "class": ended.get("class"),
+                "message": ended.get("message"),
+            }
     server = recorded_identity(state, "server", deployment_dir) if state else None
     if pid is not None:
         result.update(pid=pid, found_by="pid")
@@ -63,10 +64,14 @@ def cmd_inspect(
         if received is not None and isinstance(received.get("argv"), list):
             env: dict[str, Any] = received["env"] if isinstance(received.get("env"), dict) else {}
             result.update(
-                pid=received.get("pid"), found_by="orch", alive=False, argv=received["argv"],
+                pid=received.get("pid"),
+                found_by="orch",
+                alive=False,
+                argv=received["argv"],
                 env={name: value for name, value in env.items() if name in env_names},
-                received_file=snapshot, received_at=received.get("at"),
-            )  # fmt: skip
+                received_file=snapshot,
+                received_at=received.get("at"),
+            )
     if result["alive"] and port:
         result.update(_server_info(host, int(port)))
     if log:

@@ -43,9 +43,10 @@ def cmd_listen(bind: str, port: int, token: str, seconds: float, expect: int) ->
     except OSError as exc:
         listener.close()
         return {
-            "protocol": PROTOCOL, "ok": False,
+            "protocol": PROTOCOL,
+            "ok": False,
             "reason": f"cannot listen on {address}: {exc.strerror or exc}",
-        }  # fmt: skip
+        }
     reader, writer = os.pipe()
     first = os.fork()
     if first:

@@ -80,10 +80,26 @@ def cmd_probe(
 # Variables of the host's own environment that shape a distributed run: a launch group's nodes
 # must agree on them (orch compares them across nodes), and a server inherits them silently.
 DISTRIBUTED_ENV_PREFIXES = (
-    "NCCL_", "GLOO_", "SGLANG_", "TORCH_", "PYTORCH_", "CUDA_", "NVSHMEM_", "UCX_", "HF_",
-    "TRANSFORMERS_", "FLASHINFER_", "TRITON_", "NVIDIA_", "MC_", "TP_SOCKET_IFNAME",
-    "MASTER_ADDR", "MASTER_PORT", "LD_LIBRARY_PATH", "OMP_NUM_THREADS",
-)  # fmt: skip
+    "NCCL_",
+    "GLOO_",
+    "SGLANG_",
+    "TORCH_",
+    "PYTORCH_",
+    "CUDA_",
+    "NVSHMEM_",
+    "UCX_",
+    "HF_",
+    "TRANSFORMERS_",
+    "FLASHINFER_",
+    "TRITON_",
+    "NVIDIA_",
+    "MC_",
+    "TP_SOCKET_IFNAME",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "LD_LIBRARY_PATH",
+    "OMP_NUM_THREADS",
+)
 _SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSW|KEY|CREDENTIAL", re.IGNORECASE)
 
 

@@ -33,13 +33,17 @@ def cmd_reach(host: str, port: int, token: str, timeout: float) -> dict[str, Any
             answer = read_probe_line(connection)
         except OSError as exc:
             return {
-                "protocol": PROTOCOL, "ok": False, "connect_ms": connect_ms,
+                "protocol": PROTOCOL,
+                "ok": False,
+                "connect_ms": connect_ms,
                 "reason": f"connected, then no answer: {connect_failure(exc, timeout)}",
-            }  # fmt: skip
+            }
     if not hmac.compare_digest(answer.strip(), b"ok " + token.encode()):
         return {
-            "protocol": PROTOCOL, "ok": False, "connect_ms": connect_ms,
+            "protocol": PROTOCOL,
+            "ok": False,
+            "connect_ms": connect_ms,
             "reason": f"wrong answer from {address}: another program holds the port, not "
             "orch's probe listener",
-        }  # fmt: skip
+        }
     return {"protocol": PROTOCOL, "ok": True, "connect_ms": connect_ms}

@@ -63,10 +63,17 @@ def cmd_runs(deployment_dir: str, events_bytes: int = 4 << 20) -> dict[str, Any]
         log = os.path.join(runs_dir, name, "server.log")
         size = os.path.getsize(log) if os.path.exists(log) else None
         known = events.get(name, {})
-        runs.append({
-            "run_id": name, "log": log, "size": size, "started_at": known.get("started_at"),
-            "ready_at": known.get("ready_at"), "pid": known.get("pid"), "exit": known.get("exit"),
-        })  # fmt: skip
+        runs.append(
+            {
+                "run_id": name,
+                "log": log,
+                "size": size,
+                "started_at": known.get("started_at"),
+                "ready_at": known.get("ready_at"),
+                "pid": known.get("pid"),
+                "exit": known.get("exit"),
+            }
+        )
     return {
         "protocol": PROTOCOL,
         "runs": runs,
@@ -93,15 +100,27 @@ def _event_record(raw: bytes) -> dict[str, Any] | None:
 
 def _exit_record(record: dict[str, Any]) -> dict[str, Any] | None:
     """An ``exit`` event as the agent writes it (see Supervisor.record_exit), else None."""
-    ended = {key: record.get(key) for key in (
-        "run_id", "returncode", "signal", "class", "message", "at", "was_ready",
-    )}  # fmt: skip
+    ended = {
+        key: record.get(key)
+        for key in (
+            "run_id",
+            "returncode",
+            "signal",
+            "class",
+            "message",
+            "at",
+            "was_ready",
+        )
+    }
     shaped = (
-        isinstance(ended["returncode"], int) and not isinstance(ended["returncode"], bool)
-        and isinstance(ended["class"], str) and isinstance(ended["message"], str)
-        and isinstance(ended["at"], (int, float)) and isinstance(ended["was_ready"], bool)
+        isinstance(ended["returncode"], int)
+        and not isinstance(ended["returncode"], bool)
+        and isinstance(ended["class"], str)
+        and isinstance(ended["message"], str)
+        and isinstance(ended["at"], (int, float))
+        and isinstance(ended["was_ready"], bool)
         and (ended["signal"] is None or isinstance(ended["signal"], str))
-    )  # fmt: skip
+    )
     return dict(ended, swept_pids=[]) if shaped else None
 
 

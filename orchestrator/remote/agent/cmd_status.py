@@ -55,13 +55,21 @@ def state_from_processes(paths: Paths, why: str) -> dict[str, Any]:
         "found " + " and ".join(found) if found else "nothing of the deployment runs"
     )
     rebuilt = AgentState(
-        deployment=spec.deployment, port=spec.port, meta=spec.meta,
+        deployment=spec.deployment,
+        port=spec.port,
+        meta=spec.meta,
         state=CORRUPT_STATE if supervisor or server else EXITED,
-        agent_pid=supervisor["pid"] if supervisor else None, agent=supervisor,
-        pid=server["pid"] if server else None, pgid=server["pid"] if server else None,
-        server=server, run_id=run_id, run_dir=run_dir, log=log, message=message,
+        agent_pid=supervisor["pid"] if supervisor else None,
+        agent=supervisor,
+        pid=server["pid"] if server else None,
+        pgid=server["pid"] if server else None,
+        server=server,
+        run_id=run_id,
+        run_dir=run_dir,
+        log=log,
+        message=message,
         extra={"corrupt_state": why},
-    )  # fmt: skip
+    )
     return rebuilt.to_json()
 
 

@@ -62,9 +62,13 @@ def cmd_tail(
 
     rotated_size, size = size_of(rotated), size_of(log)
     answer: dict[str, Any] = {
-        "protocol": PROTOCOL, "ok": size is not None, "run_id": run_id, "log": log,
-        "size": size, "rotated_size": rotated_size,
-    }  # fmt: skip
+        "protocol": PROTOCOL,
+        "ok": size is not None,
+        "run_id": run_id,
+        "log": log,
+        "size": size,
+        "rotated_size": rotated_size,
+    }
     if size is None:
         answer["reason"] = "no log"
         return answer

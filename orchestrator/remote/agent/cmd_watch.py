@@ -106,9 +106,18 @@ def cmd_watch(
                 and state.get("run_id") == run_id
                 and state.get("state") == READY
             ):
-                say({"inspect": cmd_inspect(
-                    deployment_dir, None, inspect.port, inspect.host, inspect.env_names, None
-                )})  # fmt: skip
+                say(
+                    {
+                        "inspect": cmd_inspect(
+                            deployment_dir,
+                            None,
+                            inspect.port,
+                            inspect.host,
+                            inspect.env_names,
+                            None,
+                        )
+                    }
+                )
             say({"state": state})
         now = time.monotonic()
         if state is not None:

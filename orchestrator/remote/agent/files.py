@@ -39,9 +39,12 @@ def os_error_text(exc: OSError) -> str:
 # files: state.json, a run's copies), the last error and when (the host's wall clock). ``status``
 # adds the filesystem's room now (``full``, ``free_bytes``).
 NO_DISK_TROUBLE: dict[str, Any] = {
-    "dropped_bytes": 0, "dropped_events": 0, "failed_writes": 0,
-    "last_error": None, "last_error_at": None,
-}  # fmt: skip
+    "dropped_bytes": 0,
+    "dropped_events": 0,
+    "failed_writes": 0,
+    "last_error": None,
+    "last_error_at": None,
+}
 DISK_LOOK_S = 1.0  # how often the supervisor brings its count of dropped output to state.json
 DISK_FULL_BYTES = 1 << 20  # less room than this on the deployment's filesystem reads "full"
 
@@ -118,10 +121,13 @@ class Paths:
     def files(self) -> tuple[tuple[str, str], ...]:
         """The files the supervisor writes or acts on, named for messages."""
         return (
-            ("state.json", self.state), ("events.jsonl", self.events),
-            ("agent.log", self.agent_log), ("spec.json", self.spec),
-            ("launch.sh", self.launch_script), (".lock", self.lock),
-        )  # fmt: skip
+            ("state.json", self.state),
+            ("events.jsonl", self.events),
+            ("agent.log", self.agent_log),
+            ("spec.json", self.spec),
+            ("launch.sh", self.launch_script),
+            (".lock", self.lock),
+        )
 
     def port_lock(self, port: int) -> str:
         # one level up: every deployment under the same workdir shares the port locks

@@ -124,9 +124,13 @@ LINE_SCAN_BYTES = 1 << 20
 # SGLang's startup memory lines (weights, pools, graphs, the capacity summary), in 0.5.11's and
 # 0.5.23's words; kept per run in MEMORY_FILE, at most MEMORY_LINES of them (TP ranks x ~8).
 MEMORY_MARKERS = (
-    "avail mem=", "KV Cache is allocated", "KV cache allocated", "Mamba Cache is allocated",
-    "max_total_num_tokens=", "is capped to",
-)  # fmt: skip
+    "avail mem=",
+    "KV Cache is allocated",
+    "KV cache allocated",
+    "Mamba Cache is allocated",
+    "max_total_num_tokens=",
+    "is capped to",
+)
 MEMORY_LINES = 400
 
 TAIL_LINE_CHARS = 16 << 10  # per line of the 400 kept for the exit verdict

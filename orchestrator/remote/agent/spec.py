@@ -211,8 +211,14 @@ def spec_for(paths: Paths, state: dict[str, Any]) -> Spec:
         return read_spec(paths.spec)
     except (OSError, ValueError, KeyError, TypeError):
         return Spec(
-            deployment=str(state.get("deployment") or os.path.basename(paths.root)), argv=(),
-            env={}, port=int(state.get("port") or 0), health_host="127.0.0.1",
-            health_endpoint="/health", health_interval_s=5.0, startup_timeout_s=1800.0,
-            restart=RestartPolicy(), meta=dict(state.get("meta") or {}),
-        )  # fmt: skip
+            deployment=str(state.get("deployment") or os.path.basename(paths.root)),
+            argv=(),
+            env={},
+            port=int(state.get("port") or 0),
+            health_host="127.0.0.1",
+            health_endpoint="/health",
+            health_interval_s=5.0,
+            startup_timeout_s=1800.0,
+            restart=RestartPolicy(),
+            meta=dict(state.get("meta") or {}),
+        )

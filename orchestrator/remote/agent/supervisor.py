@@ -147,10 +147,13 @@ class Supervisor:
         self.stop_requested = threading.Event()
         self.stop_grace_s: float | None = None  # this stop's grace, when `stop` gave one
         record = AgentState(
-            deployment=spec.deployment, port=spec.port, meta=spec.meta, agent_pid=os.getpid(),
+            deployment=spec.deployment,
+            port=spec.port,
+            meta=spec.meta,
+            agent_pid=os.getpid(),
             agent=self.world.identity(os.getpid()),  # checked before any "alive" or signal
             state_since=self.clock.wall(),
-        )  # fmt: skip
+        )
         self.journal = Journal(paths, record, self.clock)
         self.role: Role = Alone(self)
         self.exit_noticed: float | None = None  # monotonic: when _watch saw its server end
@@ -177,9 +180,14 @@ class Supervisor:
         own = self.record
         record = AgentState.from_json(recorded)
         record.update(
-            {"protocol": own.protocol, "agent_pid": own.agent_pid, "agent": own.agent,
-             "meta": own.meta, "identity_recorded": True}
-        )  # fmt: skip
+            {
+                "protocol": own.protocol,
+                "agent_pid": own.agent_pid,
+                "agent": own.agent,
+                "meta": own.meta,
+                "identity_recorded": True,
+            }
+        )
         self.journal.record = record
 
     # -- what it records --
@@ -217,9 +225,11 @@ class Supervisor:
         disk = self.record.disk or NO_DISK_TROUBLE
         if watcher is not None and dropped != disk.get("dropped_bytes"):
             error = watcher.write_error or disk.get("last_error")
-            self.update(disk=dict(
-                disk, dropped_bytes=dropped, last_error=error, last_error_at=self.clock.wall()
-            ))  # fmt: skip
+            self.update(
+                disk=dict(
+                    disk, dropped_bytes=dropped, last_error=error, last_error_at=self.clock.wall()
+                )
+            )
         else:
             self.journal.save_if_unsaved()
 
@@ -317,9 +327,14 @@ class Supervisor:
             why = f"cannot create the run's directory {run_dir}: {os_error_text(exc)}"
             self.journal.disk_trouble(exc, "failed_writes")
             self.update(
-                run_id=run_id, run_dir=None, log=None, started_at=self.clock.wall(),
-                starts=self.record.starts + 1, server=None, message=why,
-            )  # fmt: skip
+                run_id=run_id,
+                run_dir=None,
+                log=None,
+                started_at=self.clock.wall(),
+                starts=self.record.starts + 1,
+                server=None,
+                message=why,
+            )
             verdict = ExitVerdict(CRASHED, why)
             self.record_exit(run_id, 127, verdict)
             return verdict
@@ -339,9 +354,14 @@ class Supervisor:
             sink.close()
             # The run exists (its directory and log say why): up finds its verdict by run id.
             self.update(
-                run_id=run_id, run_dir=run_dir, log=log_path, started_at=self.clock.wall(),
-                starts=self.record.starts + 1, server=None, message=why,
-            )  # fmt: skip
+                run_id=run_id,
+                run_dir=run_dir,
+                log=log_path,
+                started_at=self.clock.wall(),
+                starts=self.record.starts + 1,
+                server=None,
+                message=why,
+            )
             verdict = ExitVerdict(SPAWN_FAILED, why)
             self.record_exit(run_id, 127, verdict)
             return verdict

@@ -55,11 +55,20 @@ def restart_for(cls: str, *, was_ready: bool = False) -> Restart:
         # SGLang's startup runs the same kernels on the same shapes on every start: weight repacks
         # (Marlin's tile checks) and Triton/JIT builds are functions of the model, the GPU and the
         # parallel sizes, and CUDA-graph capture replays a fixed list of batch sizes.
-        return Restart(False, "a GPU kernel failed during startup (loading, building kernels or "
-                       "capturing CUDA graphs runs the same kernels on the same shapes each "
-                       "start): it repeats at this configuration")  # fmt: skip
-    return Restart(True, _MAY_PASS.get(cls, "nothing shows a cause that repeats: restarted by "
-                                       "the policy, bounded by its start limit"))  # fmt: skip
+        return Restart(
+            False,
+            "a GPU kernel failed during startup (loading, building kernels or "
+            "capturing CUDA graphs runs the same kernels on the same shapes each "
+            "start): it repeats at this configuration",
+        )
+    return Restart(
+        True,
+        _MAY_PASS.get(
+            cls,
+            "nothing shows a cause that repeats: restarted by "
+            "the policy, bounded by its start limit",
+        ),
+    )
 
 
 _REPEATS = {

@@ -344,8 +344,14 @@ def ask_memory_loads(host: str, port: int) -> dict[str, Any]:
     loads = document.get("loads") if isinstance(document, dict) else None
     if not isinstance(loads, list):
         return {"memory_loads_error": "/v1/loads: no loads in the answer"}
-    kept = ("dp_rank", "memory", "max_total_num_tokens", "max_running_requests",
-            "num_running_reqs", "token_usage")  # fmt: skip
+    kept = (
+        "dp_rank",
+        "memory",
+        "max_total_num_tokens",
+        "max_running_requests",
+        "num_running_reqs",
+        "token_usage",
+    )
     return {
         "memory_loads": [
             {key: load[key] for key in kept if key in load}

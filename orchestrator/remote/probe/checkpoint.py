@@ -29,10 +29,11 @@ def read_text_config(model_path: str) -> dict[str, Any]:
     architectures = config.get("architectures") or [None]
     return {
         "text_config": text if isinstance(text, dict) else config,
-        "text_config_key": "text_config" if isinstance(config.get("text_config"), dict) else (
-            "llm_config" if isinstance(text, dict) else None),
+        "text_config_key": "text_config"
+        if isinstance(config.get("text_config"), dict)
+        else ("llm_config" if isinstance(text, dict) else None),
         "config_architecture": architectures[0] if isinstance(architectures, list) else None,
-    }  # fmt: skip
+    }
 
 
 def checkpoint_size(path: str) -> dict[str, Any] | None:

@@ -77,8 +77,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         result = plan(request)
     except ImportError as exc:
-        result = {"protocol": PROTOCOL, "ok": False, "error": {
-            "stage": "import", "type": type(exc).__name__, "message": str(exc)}}  # fmt: skip
+        result = {
+            "protocol": PROTOCOL,
+            "ok": False,
+            "error": {"stage": "import", "type": type(exc).__name__, "message": str(exc)},
+        }
     sys.stdout.write(json.dumps(result, sort_keys=True) + "\n")
     sys.stdout.flush()
     return 0

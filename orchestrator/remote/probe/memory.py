@@ -41,8 +41,10 @@ def memory_section(
     parts: list[tuple[Callable[[], dict[str, Any]], Callable[[str], dict[str, Any]]]] = [
         (
             lambda: _default_mfs(module, args, result),
-            lambda why: {"default_mem_fraction_static": None,
-                         "default_mem_fraction_static_error": why},
+            lambda why: {
+                "default_mem_fraction_static": None,
+                "default_mem_fraction_static_error": why,
+            },
         ),
         (
             lambda: _model_part(server_args),
@@ -60,7 +62,7 @@ def memory_section(
             lambda: _gpus(request.get("simulate_gpu")),
             lambda why: {"gpus": [], "gpu_error": why},
         ),
-    ]  # fmt: skip
+    ]
     out: dict[str, Any] = {}
     logs = io.StringIO()
     with captured(logs):
@@ -121,8 +123,13 @@ def _gpus(simulated: Mapping[str, Any] | None) -> dict[str, Any]:
     if simulated:
         total = int(float(simulated["memory_mib"]) * MIB)
         name = str(simulated.get("name", "simulated GPU"))
-        gpu = {"index": 0, "name": name, "total_bytes": total, "free_bytes": None,
-               "basis": "simulated"}  # fmt: skip
+        gpu = {
+            "index": 0,
+            "name": name,
+            "total_bytes": total,
+            "free_bytes": None,
+            "basis": "simulated",
+        }
         return {"gpus": [gpu], "gpu_error": None}
     reading = host_gpus.read(os.environ.get("CUDA_VISIBLE_DEVICES"))
     basis = f"NVML on {os.uname().nodename}"

@@ -79,9 +79,11 @@ def _rank_parallel_state(view: Any, sizes: Mapping[str, Any]) -> Iterator[None]:
         with contextlib.suppress(ImportError):
             state = importlib.import_module("sglang.srt.distributed.parallel_state")
         groups = {
-            "_TP": sizes["tp_size"], "_ATTN_TP": sizes["attn_tp_size"],
-            "_ATTN_CP": sizes["attn_cp_size"], "_PP": sizes["pp_size"],
-        }  # fmt: skip
+            "_TP": sizes["tp_size"],
+            "_ATTN_TP": sizes["attn_tp_size"],
+            "_ATTN_CP": sizes["attn_cp_size"],
+            "_PP": sizes["pp_size"],
+        }
         for name, width in groups.items():
             if state is not None and name in vars(state) and getattr(state, name) is None:
                 group = types.SimpleNamespace(
@@ -183,9 +185,11 @@ def _draft_config(
     )
     eagle = (nextn if nextn is not None else layers) if path else target_nextn
     out.update(
-        architecture=architectures[0], nextn_predict_layers=nextn, layers=layers,
+        architecture=architectures[0],
+        nextn_predict_layers=nextn,
+        layers=layers,
         eagle_draft_layers=eagle,
-    )  # fmt: skip
+    )
     return out
 
 
@@ -273,10 +277,15 @@ def _dtype_name(dtype: Any) -> str:
 # --kv-cache-dtype -> torch dtype, as ModelRunner.configure_kv_cache_dtype (0.5.11) and
 # mem_cache/kv_cache_dtype.py (0.5.23) map them on CUDA; "auto" is the model's dtype
 KV_DTYPES = {
-    "fp8_e5m2": "float8_e5m2", "fp8_e4m3": "float8_e4m3fn", "mxfp8": "float8_e4m3fn",
-    "bf16": "bfloat16", "bfloat16": "bfloat16", "fp4_e2m1": "float4_e2m1fn_x2",
-    "nvfp4": "float4_e2m1fn_x2", "fp4_mx_block16": "float4_e2m1fn_x2",
-}  # fmt: skip
+    "fp8_e5m2": "float8_e5m2",
+    "fp8_e4m3": "float8_e4m3fn",
+    "mxfp8": "float8_e4m3fn",
+    "bf16": "bfloat16",
+    "bfloat16": "bfloat16",
+    "fp4_e2m1": "float4_e2m1fn_x2",
+    "nvfp4": "float4_e2m1fn_x2",
+    "fp4_mx_block16": "float4_e2m1fn_x2",
+}
 
 
 def _kv_cell(
@@ -314,10 +323,12 @@ def _kv_cell(
     arch = getattr(config_module, "AttentionArch", None)
     mla = arch is not None and model_config.attention_arch == arch.MLA
     out: dict[str, Any] = {
-        "kv_cache_dtype": requested, "kv_dtype": _dtype_name(kv_dtype),
-        "kv_dtype_bytes": dtype_bytes, "attention": "MLA" if mla else "MHA",
+        "kv_cache_dtype": requested,
+        "kv_dtype": _dtype_name(kv_dtype),
+        "kv_dtype_bytes": dtype_bytes,
+        "attention": "MLA" if mla else "MHA",
         "full_attention_layers": layers,
-    }  # fmt: skip
+    }
     if mla:
         width = int(model_config.kv_lora_rank) + int(model_config.qk_rope_head_dim)
         formula = width * layers * dtype_bytes
@@ -335,10 +346,14 @@ def _kv_cell(
         formula = heads * (head_dim + v_head_dim) * layers * dtype_bytes
         out.update(kv_heads_per_rank=heads, head_dim=head_dim, v_head_dim=v_head_dim)
     runner = types.SimpleNamespace(
-        model_config=model_config, kv_cache_dtype=kv_dtype, kv_cache_dtype_str=requested,
-        use_mla_backend=mla, server_args=server_args, is_draft_worker=False,
+        model_config=model_config,
+        kv_cache_dtype=kv_dtype,
+        kv_cache_dtype_str=requested,
+        use_mla_backend=mla,
+        server_args=server_args,
+        is_draft_worker=False,
         model_dtype=model_config.dtype,
-    )  # fmt: skip
+    )
     try:
         pools: Any = importlib.import_module("sglang.srt.model_executor.pool_configurator")
         configurator = object.__new__(pools.DefaultPoolConfigurator)

@@ -75,14 +75,24 @@ def simulated_gpu(facts: Mapping[str, Any] | None) -> Iterator[None]:
         # 0.5.19+: SGLang's own "one place to override" the machine's facts, and the memory
         # hook's capacity probe; the device itself is passed as --device cuda (see plan()).
         facts = {
-            "is_cuda": True, "is_hip": False, "is_npu": False, "is_xpu": False,
-            "is_musa": False, "is_mps": False, "is_sm90": major == 9,
-            "is_sm100": major == 10, "is_sm100_or_sm110": major in (10, 11),
-            "is_sm110": major == 11, "is_sm120": major == 12,
-            "is_blackwell": major in (10, 11, 12), "is_hopper_with_cuda_12_3": major == 9,
-            "has_amx": False, "has_flashinfer": True, "device_sm": major * 10 + minor,
+            "is_cuda": True,
+            "is_hip": False,
+            "is_npu": False,
+            "is_xpu": False,
+            "is_musa": False,
+            "is_mps": False,
+            "is_sm90": major == 9,
+            "is_sm100": major == 10,
+            "is_sm100_or_sm110": major in (10, 11),
+            "is_sm110": major == 11,
+            "is_sm120": major == 12,
+            "is_blackwell": major in (10, 11, 12),
+            "is_hopper_with_cuda_12_3": major == 9,
+            "has_amx": False,
+            "has_flashinfer": True,
+            "device_sm": major * 10 + minor,
             "device_capability": (major, minor),
-        }  # fmt: skip
+        }
         known = set(getattr(runtime_context, "_PLATFORM_PROBES", {})) | set(
             getattr(runtime_context, "_PLATFORM_VALUES", {})
         )

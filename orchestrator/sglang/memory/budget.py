@@ -84,8 +84,9 @@ class Budget:
 
     def segments_for(self, gpu: GpuMemory) -> tuple[tuple[str, float], ...]:
         """One GPU's split: its own size and what others use on it, the ranks' pools alike."""
-        return self.segments_on(gpu.total_bytes / GIB, max(0.0, gpu.free_bytes / GIB
-                                                            - CUDA_CONTEXT_GIB))  # fmt: skip
+        return self.segments_on(
+            gpu.total_bytes / GIB, max(0.0, gpu.free_bytes / GIB - CUDA_CONTEXT_GIB)
+        )
 
     def segments_on(self, total_gib: float, pre_load_gib: float) -> tuple[tuple[str, float], ...]:
         used_before = max(0.0, total_gib - pre_load_gib)
@@ -344,9 +345,12 @@ def budget_for(
     if answer.default_error:
         notes.append(f"SGLang's default mem_fraction_static unknown: {answer.default_error}")
     budget = plan_budget(
-        model, gpus, inputs, version=version,
+        model,
+        gpus,
+        inputs,
+        version=version,
         default_mem_fraction_static=answer.default_mem_fraction_static,
-    )  # fmt: skip
+    )
     if len(gpus) > 1:
         most = max(gpu.free_bytes for gpu in gpus)
         least = min(gpu.free_bytes for gpu in gpus)

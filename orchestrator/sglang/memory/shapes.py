@@ -117,8 +117,9 @@ def mirrored_model(
     kv_heads = _count(config, "num_key_value_heads") or heads
     hidden = _count(config, "hidden_size") or 0
     head_dim = _count(config, "head_dim") or (hidden // heads if heads else 0)
-    model_dtype = str(config.get("dtype") or config.get("torch_dtype") or top.get("torch_dtype")
-                      or "bfloat16")  # fmt: skip
+    model_dtype = str(
+        config.get("dtype") or config.get("torch_dtype") or top.get("torch_dtype") or "bfloat16"
+    )
     kv = model_dtype if kv_dtype in (None, "auto") else str(kv_dtype)
     kv_bytes = DTYPE_BYTES.get(kv.removeprefix("torch."), 2)
     kv_per_rank = max(1, kv_heads // attention_tp) if kv_heads >= attention_tp else 1
@@ -136,12 +137,18 @@ def mirrored_model(
     multimodal = isinstance(top.get("vision_config"), Mapping)
     if interval is None or _count(config, "linear_num_value_heads") is None:
         return ModelMemory(
-            basis=basis, architecture=architecture, context_len=context,
-            attention_tp=attention_tp, full_attention_layers=layers,
-            kv_cell_bytes=kv_per_rank * head_dim * 2 * layers * kv_bytes, kv_dtype=kv,
-            hybrid=False, draft_kv_layers=draft, draft_worker_layers=worker,
+            basis=basis,
+            architecture=architecture,
+            context_len=context,
+            attention_tp=attention_tp,
+            full_attention_layers=layers,
+            kv_cell_bytes=kv_per_rank * head_dim * 2 * layers * kv_bytes,
+            kv_dtype=kv,
+            hybrid=False,
+            draft_kv_layers=draft,
+            draft_worker_layers=worker,
             multimodal=multimodal,
-        )  # fmt: skip
+        )
     full = [i for i in range(layers) if (i + 1) % interval == 0]
     linear = layers - len(full)
     key_heads = _count(config, "linear_num_key_heads") or 0
@@ -180,6 +187,8 @@ def nominal_gpu(name: str, memory_gb: int) -> GpuMemory:
     """A GPU known only by its type: the size the plan's simulated GPU tells SGLang, all free."""
     total = memory_gb * GIB
     return GpuMemory(
-        name=f"NVIDIA {name}", total_bytes=total, free_bytes=total,
+        name=f"NVIDIA {name}",
+        total_bytes=total,
+        free_bytes=total,
         basis=f"nominal size of gpu.type {name}, all free: no NVML here",
-    )  # fmt: skip
+    )

@@ -122,9 +122,12 @@ def open_persistent(
     try:
         server = subprocess.Popen(
             [sys.executable, "-m", "orchestrator.transport.mux"],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-            start_new_session=True, close_fds=True,
-        )  # fmt: skip
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+            close_fds=True,
+        )
     except OSError:
         return None
     if server.stdin is None or server.stdout is None:  # pragma: no cover - PIPEs above
@@ -221,13 +224,14 @@ class MuxTransport:
         if client is None:
             return self._fallback().run(argv, stdin=stdin, timeout=timeout)
         self.commands_run += 1
-        request = {"op": "run", "argv": list(argv), "stdin": b64(stdin or b""),
-                   "timeout": timeout}  # fmt: skip
+        request = {"op": "run", "argv": list(argv), "stdin": b64(stdin or b""), "timeout": timeout}
         answer = self._exchange(client, request, timeout)
         return CommandResult(
-            tuple(argv), int(answer["returncode"]), unb64(answer["stdout"]),
+            tuple(argv),
+            int(answer["returncode"]),
+            unb64(answer["stdout"]),
             unb64(answer["stderr"]),
-        )  # fmt: skip
+        )
 
     def stream(
         self, argv: Sequence[str], *, stdin: bytes | None = None, hold_stdin: bool = False
@@ -237,8 +241,12 @@ class MuxTransport:
             return self._fallback().stream(argv, stdin=stdin, hold_stdin=hold_stdin)
         self.commands_run += 1
         try:
-            request = {"op": "stream", "argv": list(argv), "stdin": b64(stdin or b""),
-                       "hold_stdin": hold_stdin}  # fmt: skip
+            request = {
+                "op": "stream",
+                "argv": list(argv),
+                "stdin": b64(stdin or b""),
+                "hold_stdin": hold_stdin,
+            }
             client.sendall(json.dumps(request).encode() + b"\n")
         except OSError as exc:
             client.close()
@@ -385,8 +393,12 @@ def encode_error(exc: BaseException) -> dict[str, Any]:
     if isinstance(exc, ProgramNotFound):
         return {"type": "ProgramNotFound", "program": exc.program, "reason": exc.reason}
     if isinstance(exc, RemoteCommandError):
-        return {"type": "RemoteCommandError", "argv": list(exc.argv),
-                "returncode": exc.returncode, "stderr": exc.stderr_tail}  # fmt: skip
+        return {
+            "type": "RemoteCommandError",
+            "argv": list(exc.argv),
+            "returncode": exc.returncode,
+            "stderr": exc.stderr_tail,
+        }
     if isinstance(exc, FileNotFoundError):
         return {"type": "FileNotFoundError", "message": str(exc)}
     if isinstance(exc, ConnectError):

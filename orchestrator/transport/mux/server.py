@@ -123,8 +123,11 @@ class MuxServer:
             result = transport.run(
                 request["argv"], stdin=unb64(request["stdin"]), timeout=float(request["timeout"])
             )
-            return {"returncode": result.returncode, "stdout": b64(result.stdout),
-                    "stderr": b64(result.stderr)}  # fmt: skip
+            return {
+                "returncode": result.returncode,
+                "stdout": b64(result.stdout),
+                "stderr": b64(result.stderr),
+            }
         if op == "home":
             return {"home": transport.home()}
         with self.files:

@@ -108,10 +108,15 @@ class Coordinator(GroupRank):
             rank, message = rendezvous_shortfall(progress, group)
             coordinator.gate_failed(
                 GroupFailure(
-                    rank, group.nodes[rank], GROUP_RENDEZVOUS_TIMEOUT, message, None,
-                    progress.generation, now,
+                    rank,
+                    group.nodes[rank],
+                    GROUP_RENDEZVOUS_TIMEOUT,
+                    message,
+                    None,
+                    progress.generation,
+                    now,
                 )
-            )  # fmt: skip
+            )
             self.show()
 
     def _open_gate(
@@ -137,9 +142,12 @@ class Coordinator(GroupRank):
             after = now - progress.started
             coordinator.gate_activated(progress.generation, supervisor.clock.wall(), after)
             supervisor.event(
-                "group-gate-activated", generation=progress.generation, url=gate.url,
-                ranks=gate.world_size, elapsed_s=round(after, 3),
-            )  # fmt: skip
+                "group-gate-activated",
+                generation=progress.generation,
+                url=gate.url,
+                ranks=gate.world_size,
+                elapsed_s=round(after, 3),
+            )
             self.show()
             return
         tries = "1 attempt" if gate.attempts == 1 else f"{gate.attempts} attempts"
@@ -200,10 +208,15 @@ class Coordinator(GroupRank):
                 )
                 self.fail_for_good(
                     GroupFailure(
-                        missing[0], group.nodes[missing[0]], GROUP_NEVER_JOINED, message, None,
-                        coordinator.generation, supervisor.clock.monotonic(),
+                        missing[0],
+                        group.nodes[missing[0]],
+                        GROUP_NEVER_JOINED,
+                        message,
+                        None,
+                        coordinator.generation,
+                        supervisor.clock.monotonic(),
                     )
-                )  # fmt: skip
+                )
                 coordinator.shutdown(message, reply_s)
                 return 0
             self._interrupted_by = supervisor.exit_noticed = None
@@ -276,10 +289,16 @@ class Coordinator(GroupRank):
                 noticed = supervisor.clock.monotonic()
             own.append(
                 GroupFailure(
-                    0, group.nodes[0], verdict.cls, f"{group.name(0)}: {verdict.message}",
-                    returncode, generation, noticed, verdict.judged,
+                    0,
+                    group.nodes[0],
+                    verdict.cls,
+                    f"{group.name(0)}: {verdict.message}",
+                    returncode,
+                    generation,
+                    noticed,
+                    verdict.judged,
                 )
-            )  # fmt: skip
+            )
             reason = f"group failure: {own[0].message}"
             supervisor.update(message=f"{reason}: stopping every member")
             coordinator.stop_members(reason)
@@ -298,11 +317,12 @@ class Coordinator(GroupRank):
             # rank 0's run ended for the failed rank: its verdict is that rank's
             supervisor.update(
                 last_exit=dict(
-                    last_exit, **{"class": failure.cls, "message": failure.message},
+                    last_exit,
+                    **{"class": failure.cls, "message": failure.message},
                     restart_helps=failure.verdict.restart_helps,
                     restart_why=failure.verdict.restart_why,
                 )
-            )  # fmt: skip
+            )
         self.show()
         supervisor.event("group-failure", **failure.as_dict())
         return failure
@@ -316,9 +336,13 @@ class Coordinator(GroupRank):
         self.failure = failure
         coordinator.shutdown(message, reply_s)
         self.supervisor.change_state(
-            EXITED, pid=None, pgid=None, message=message, next_start_at=None,
+            EXITED,
+            pid=None,
+            pgid=None,
+            message=message,
+            next_start_at=None,
             group=self.view(),
-        )  # fmt: skip
+        )
         self.supervisor.event("stopped", reason=message)
         return 0
 

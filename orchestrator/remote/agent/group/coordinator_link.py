@@ -59,10 +59,16 @@ class MemberSeen:
 
     def view(self) -> dict[str, Any]:
         return {
-            "rank": self.rank, "node": self.node, "connected": self.connected,
-            "state": self.state, "run_id": self.run_id, "pid": self.pid, "ready": self.ready,
-            "generation": self.generation, "message": self.message,
-        }  # fmt: skip
+            "rank": self.rank,
+            "node": self.node,
+            "connected": self.connected,
+            "state": self.state,
+            "run_id": self.run_id,
+            "pid": self.pid,
+            "ready": self.ready,
+            "generation": self.generation,
+            "message": self.message,
+        }
 
 
 @dataclass(eq=False)
@@ -193,13 +199,18 @@ class GroupCoordinator:
             now = self._clock.monotonic()
             self._failures = [
                 GroupFailure(
-                    rank, member.node, GROUP_MEMBER_LOST,
+                    rank,
+                    member.node,
+                    GROUP_MEMBER_LOST,
                     f"{self.group.name(rank)}: lost (connection closed before generation "
-                    f"{generation} started)", LOST_RETURNCODE, generation, now,
+                    f"{generation} started)",
+                    LOST_RETURNCODE,
+                    generation,
+                    now,
                 )
                 for rank, member in self.members.items()
                 if rank not in self._links
-            ]  # fmt: skip
+            ]
             self._running, self._stopping = True, False
             if self.group.gate is not None:
                 self._gate = GateProgress.begin(self.group.gate, generation, now)
@@ -397,16 +408,20 @@ class GroupCoordinator:
         handshake = _Handshake(link, str(peer[0]), "", self._clock.monotonic())
         pending.append(handshake)
         index = evicted_pending(
-            [(h.peer, h.accepted) for h in pending], handshake.peer,
-            per_source=GROUP_PENDING_PER_SOURCE, total=GROUP_PENDING_MAX,
-        )  # fmt: skip
+            [(h.peer, h.accepted) for h in pending],
+            handshake.peer,
+            per_source=GROUP_PENDING_PER_SOURCE,
+            total=GROUP_PENDING_MAX,
+        )
         if index is not None:
             oldest = pending[index]
             crowded = sum(1 for h in pending if h.peer == oldest.peer)
             self._drop_handshake(
-                oldest, selector, pending,
+                oldest,
+                selector,
+                pending,
                 f"evicted: {crowded} connections from {oldest.peer} without a hello",
-            )  # fmt: skip
+            )
         try:
             handshake.nonce = challenge_member(link)
         except LinkBroken as exc:
@@ -428,9 +443,11 @@ class GroupCoordinator:
         selector.unregister(handshake.link.connection)
         pending.remove(handshake)
         threading.Thread(
-            target=self._serve, args=(handshake.link, rank, handshake.peer), name="group-member",
+            target=self._serve,
+            args=(handshake.link, rank, handshake.peer),
+            name="group-member",
             daemon=True,
-        ).start()  # fmt: skip
+        ).start()
 
     def _drop_handshake(
         self,
@@ -498,13 +515,19 @@ class GroupCoordinator:
                 helps = message.get("restart_helps")  # a member of an older agent sends none
                 restart = (
                     Restart(helps, short_text(message.get("restart_why")))
-                    if isinstance(helps, bool) else None
-                )  # fmt: skip
+                    if isinstance(helps, bool)
+                    else None
+                )
                 failure = GroupFailure(
-                    rank, member.node, cls, f"{name}: {why}",
+                    rank,
+                    member.node,
+                    cls,
+                    f"{name}: {why}",
                     LOST_RETURNCODE if returncode is None else returncode,
-                    generation or 0, self._clock.monotonic(), restart,
-                )  # fmt: skip
+                    generation or 0,
+                    self._clock.monotonic(),
+                    restart,
+                )
                 # An old generation's end is no cause of this one's (messages in flight).
                 if self._running and generation == self.generation:
                     self._failures.append(failure)
@@ -513,9 +536,11 @@ class GroupCoordinator:
                 ranks = message.get("ranks")
                 progress = self._gate
                 if (
-                    progress is not None and isinstance(ranks, list) and self._running
+                    progress is not None
+                    and isinstance(ranks, list)
+                    and self._running
                     and generation == progress.generation
-                ):  # fmt: skip
+                ):
                     reported = (integer(r) for r in ranks)
                     self._gate = progress.arrive(rank, (r for r in reported if r is not None))
             elif kind == "stopped" and generation is not None:
@@ -526,9 +551,14 @@ class GroupCoordinator:
             elif kind == "leaving":
                 why = short_text(message.get("reason"), "stopped on request")
                 failure = GroupFailure(
-                    rank, member.node, STOPPED, f"{name}: {why}", 0, self.generation,
+                    rank,
+                    member.node,
+                    STOPPED,
+                    f"{name}: {why}",
+                    0,
+                    self.generation,
                     self._clock.monotonic(),
-                )  # fmt: skip
+                )
                 if self.left is None:
                     self.left = failure
                 if self._running:
@@ -553,11 +583,15 @@ class GroupCoordinator:
             if self._running and not self._stopping:
                 self._failures.append(
                     GroupFailure(
-                        rank, member.node, GROUP_MEMBER_LOST,
-                        f"{self.group.name(rank)}: lost ({why})", LOST_RETURNCODE,
-                        self.generation, self._clock.monotonic(),
+                        rank,
+                        member.node,
+                        GROUP_MEMBER_LOST,
+                        f"{self.group.name(rank)}: lost ({why})",
+                        LOST_RETURNCODE,
+                        self.generation,
+                        self._clock.monotonic(),
                     )
-                )  # fmt: skip
+                )
             self._lock.notify_all()
         if not expected:
             self._on_event("group-member-lost", rank=rank, node=member.node, reason=why)

@@ -49,10 +49,15 @@ class GroupFailure:
 
     def as_dict(self) -> dict[str, Any]:
         return {
-            "rank": self.rank, "node": self.node, "cls": self.cls, "message": self.message,
-            "returncode": self.returncode, "generation": self.generation,
-            "restart_helps": self.verdict.restart_helps, "restart_why": self.verdict.restart_why,
-        }  # fmt: skip
+            "rank": self.rank,
+            "node": self.node,
+            "cls": self.cls,
+            "message": self.message,
+            "returncode": self.returncode,
+            "generation": self.generation,
+            "restart_helps": self.verdict.restart_helps,
+            "restart_why": self.verdict.restart_why,
+        }
 
 
 def decisive_failure(failures: Sequence[GroupFailure]) -> GroupFailure | None:

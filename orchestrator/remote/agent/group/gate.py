@@ -74,13 +74,17 @@ class GateProgress:
         else:
             status = "waiting"
         return {
-            "generation": self.generation, "url": self.gate.url,
-            "world_size": self.gate.world_size, "timeout_s": self.gate.timeout_s,
-            "status": status, "waiting": sorted(waiting),
+            "generation": self.generation,
+            "url": self.gate.url,
+            "world_size": self.gate.world_size,
+            "timeout_s": self.gate.timeout_s,
+            "status": status,
+            "waiting": sorted(waiting),
             "missing": [r for r in range(self.gate.world_size) if r not in waiting],
             "by_node": {str(rank): sorted(ranks) for rank, ranks in enumerate(self.arrived)},
-            "activated_at": self.activated_at, "activated_after_s": self.activated_after_s,
-        }  # fmt: skip
+            "activated_at": self.activated_at,
+            "activated_after_s": self.activated_after_s,
+        }
 
 
 def rank_runs(ranks: Iterable[int]) -> str:

@@ -83,12 +83,16 @@ class Member(GroupRank):
         view: dict[str, Any] = {}
         if group.gate is not None:
             view["gate"] = {
-                "generation": self.generation, "ranks": list(group.gate.node_ranks[group.rank]),
-                "waiting": sorted(self._gate_seen[0]), "activated": self._gate_seen[1],
-            }  # fmt: skip
+                "generation": self.generation,
+                "ranks": list(group.gate.node_ranks[group.rank]),
+                "waiting": sorted(self._gate_seen[0]),
+                "activated": self._gate_seen[1],
+            }
         view["coordinator"] = {
-            "rank": 0, "node": group.nodes[0], "connected": link is not None and link.connected,
-        }  # fmt: skip
+            "rank": 0,
+            "node": group.nodes[0],
+            "connected": link is not None and link.connected,
+        }
         return view
 
     def _tend_gate(self, link: GroupMemberLink, watcher: OutputWatcher | None) -> None:
@@ -120,9 +124,14 @@ class Member(GroupRank):
             problem = link.connect()
             if problem is not None:
                 failure = GroupFailure(
-                    0, group.nodes[0], GROUP_COORDINATOR_UNREACHABLE, problem, None, 0,
+                    0,
+                    group.nodes[0],
+                    GROUP_COORDINATOR_UNREACHABLE,
+                    problem,
+                    None,
+                    0,
                     supervisor.clock.monotonic(),
-                )  # fmt: skip
+                )
                 self.fail_for_good(failure)
                 return 0
             if link.connected:
@@ -167,11 +176,15 @@ class Member(GroupRank):
             message = f"stopped by the group (generation {generation}): waiting for the next start"
         else:
             link.send(
-                "exited", generation=generation, run_id=run_id, cls=verdict.cls,
-                message=verdict.message[:GROUP_TEXT_MAX], returncode=returncode,
+                "exited",
+                generation=generation,
+                run_id=run_id,
+                cls=verdict.cls,
+                message=verdict.message[:GROUP_TEXT_MAX],
+                returncode=returncode,
                 restart_helps=verdict.restart_helps,
                 restart_why=verdict.restart_why[:GROUP_TEXT_MAX],
-            )  # fmt: skip
+            )
             message = f"exited ({verdict.cls}): waiting for the group coordinator"
         if supervisor.record.state == BACKOFF:  # a spawn that failed leaves it there
             supervisor.update(message=message, next_start_at=None)
@@ -195,9 +208,14 @@ class Member(GroupRank):
             # A rank without its group is useless and holds its GPUs (NCCL would hang).
             message = f"{group.coordinator} was lost ({end[1]}): stopped this rank"
             self.failure = GroupFailure(
-                0, group.nodes[0], GROUP_COORDINATOR_LOST, message, None, self.generation,
+                0,
+                group.nodes[0],
+                GROUP_COORDINATOR_LOST,
+                message,
+                None,
+                self.generation,
                 supervisor.clock.monotonic(),
-            )  # fmt: skip
+            )
             supervisor.event("group-coordinator-lost", reason=end[1])
         supervisor.change_state(
             EXITED, pid=None, pgid=None, message=message, next_start_at=None, group=self.view()

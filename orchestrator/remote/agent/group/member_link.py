@@ -91,16 +91,25 @@ class GroupMemberLink:
         """Tell the coordinator this rank's state when it changed (it shows it in its
         ``status``)."""
         snapshot = (
-            record.state, record.run_id, record.pid, bool(record.ready), record.message,
+            record.state,
+            record.run_id,
+            record.pid,
+            bool(record.ready),
+            record.message,
             generation,
-        )  # fmt: skip
+        )
         if snapshot == self._reported or not self.connected:
             return
         self._reported = snapshot
         self.send(
-            "state", state=snapshot[0], run_id=snapshot[1], pid=snapshot[2], ready=snapshot[3],
-            message=short_text(snapshot[4]), generation=generation,
-        )  # fmt: skip
+            "state",
+            state=snapshot[0],
+            run_id=snapshot[1],
+            pid=snapshot[2],
+            ready=snapshot[3],
+            message=short_text(snapshot[4]),
+            generation=generation,
+        )
 
     def next_command(self, timeout: float) -> dict[str, Any] | None:
         """The coordinator's next ``start`` or ``stop``, waiting at most ``timeout``."""
@@ -138,9 +147,10 @@ class GroupMemberLink:
                 generation = integer(message.get("generation"))
                 if kind in ("start", "stop") and generation is not None:
                     command = {
-                        "type": kind, "generation": generation,
+                        "type": kind,
+                        "generation": generation,
                         "reason": short_text(message.get("reason")),
-                    }  # fmt: skip
+                    }
                     with self._lock:
                         self._commands.append(command)
                         self._lock.notify_all()

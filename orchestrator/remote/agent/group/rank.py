@@ -25,12 +25,16 @@ class GroupRank:
         one, and what the role adds (its members, or its coordinator)."""
         group = self.group
         view: dict[str, Any] = {
-            "id": group.group_id, "rank": group.rank, "nnodes": group.nnodes,
-            "node": group.nodes[group.rank], "nodes": list(group.nodes),
+            "id": group.group_id,
+            "rank": group.rank,
+            "nnodes": group.nnodes,
+            "node": group.nodes[group.rank],
+            "nodes": list(group.nodes),
             "role": "coordinator" if group.is_coordinator else "member",
-            "control": group.control_address, "generation": self.shown_generation(),
+            "control": group.control_address,
+            "generation": self.shown_generation(),
             "failure": None if self.failure is None else self.failure.as_dict(),
-        }  # fmt: skip
+        }
         view.update(self.own_view())
         return view
 
