@@ -25,7 +25,7 @@ test: $(STAMP)
 # agent's recorded answers), the supervisor's logic on an injected clock. No server, no agent, no
 # shell per example (the property tier); at most 20 s on 2 cores. `make test` runs every tier.
 test-fast: $(STAMP)
-	$(BIN)/python -m pytest -q -m unit
+	$(BIN)/python -m pytest -q -m unit -n 2
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -245,19 +245,30 @@ _BOUNDARY = r"(?<![A-Za-z0-9_-])"
 # sk-svcacct-), Anthropic (sk-ant-api03-), GitHub (ghp_/gho_/ghu_/ghs_/ghr_ + 36,
 # github_pat_), GitLab (glpat- + 20), Slack (xoxb-/xoxp-/xoxa-/xoxr-/xoxs-), AWS access key ids
 # (AKIA/ASIA + 16), Google API keys (AIza + 35), JSON Web Tokens.
-_TOKEN_FORMATS: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
-    (what, re.compile(_BOUNDARY + pattern))
-    for what, pattern in (
-        ("a Hugging Face token", r"hf_[A-Za-z0-9]{30,}"),
-        ("an Anthropic API key", r"sk-ant-[A-Za-z0-9_-]{20,}"),
-        ("an OpenAI API key", r"sk-(?:proj-|svcacct-|admin-)?[A-Za-z0-9_-]{20,}"),
-        ("a GitHub token", r"github_pat_[A-Za-z0-9_]{22,}"),
-        ("a GitHub token", r"gh[pousr]_[A-Za-z0-9]{30,}"),
-        ("a GitLab token", r"glpat-[A-Za-z0-9_-]{20,}"),
-        ("a Slack token", r"xox[abprs]-[A-Za-z0-9-]{10,}"),
-        ("an AWS access key id", r"(?:AKIA|ASIA)[A-Z0-9]{16}(?![A-Za-z0-9])"),
-        ("a Google API key", r"AIza[A-Za-z0-9_-]{35}"),
-        ("a JSON Web Token", r"eyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}"),
+# Each with the literal every match holds: a text without it is not scanned (a substring
+# search runs at memory speed; the patterns' leading lookbehind keeps re from searching for
+# their literal prefix itself, ~30 ns a character per pattern).
+_TOKEN_FORMATS: tuple[tuple[str, tuple[str, ...], re.Pattern[str]], ...] = tuple(
+    (what, markers, re.compile(_BOUNDARY + pattern))
+    for what, markers, pattern in (
+        ("a Hugging Face token", ("hf_",), r"hf_[A-Za-z0-9]{30,}"),
+        ("an Anthropic API key", ("sk-ant-",), r"sk-ant-[A-Za-z0-9_-]{20,}"),
+        ("an OpenAI API key", ("sk-",), r"sk-(?:proj-|svcacct-|admin-)?[A-Za-z0-9_-]{20,}"),
+        ("a GitHub token", ("github_pat_",), r"github_pat_[A-Za-z0-9_]{22,}"),
+        ("a GitHub token", ("ghp_", "gho_", "ghu_", "ghs_", "ghr_"), r"gh[pousr]_[A-Za-z0-9]{30,}"),
+        ("a GitLab token", ("glpat-",), r"glpat-[A-Za-z0-9_-]{20,}"),
+        ("a Slack token", ("xox",), r"xox[abprs]-[A-Za-z0-9-]{10,}"),
+        (
+            "an AWS access key id",
+            ("AKIA", "ASIA"),
+            r"(?:AKIA|ASIA)[A-Z0-9]{16}(?![A-Za-z0-9])",
+        ),
+        ("a Google API key", ("AIza",), r"AIza[A-Za-z0-9_-]{35}"),
+        (
+            "a JSON Web Token",
+            ("eyJ",),
+            r"eyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}",
+        ),
     )
 )
 # Every repetition below is bounded, or starts only where a boundary allows one start per run:
@@ -289,13 +300,20 @@ def secrets_in(text: str) -> tuple[Hit, ...]:
     """Every secret inside ``text`` by its shape or by what surrounds it (a URL's password, a
     JSON or ``key=value`` credential), in order, each once."""
     hits: list[Hit] = []
-    for what, pattern in _TOKEN_FORMATS:
-        hits.extend(Hit(what, m.group(0)) for m in pattern.finditer(text))
-    for match in _PEM_RE.finditer(text):
-        hits.append(Hit(f"a PEM {match.group(1).lower()}", match.group(0).strip()))
-    hits.extend(Hit("a bearer token", m.group(1)) for m in _BEARER_RE.finditer(text))
-    hits.extend(Hit("a password in a URL", m.group(1)) for m in _URL_PASSWORD_RE.finditer(text))
-    hits.extend(Hit("sshpass -p's value", m.group(1)) for m in _PASSWORD_OPTION_RE.finditer(text))
+    for what, markers, pattern in _TOKEN_FORMATS:
+        if any(marker in text for marker in markers):
+            hits.extend(Hit(what, m.group(0)) for m in pattern.finditer(text))
+    if "-----BEGIN " in text:
+        for match in _PEM_RE.finditer(text):
+            hits.append(Hit(f"a PEM {match.group(1).lower()}", match.group(0).strip()))
+    if "Bearer" in text or "Basic" in text:
+        hits.extend(Hit("a bearer token", m.group(1)) for m in _BEARER_RE.finditer(text))
+    if "://" in text:
+        hits.extend(Hit("a password in a URL", m.group(1)) for m in _URL_PASSWORD_RE.finditer(text))
+    if "sshpass" in text:
+        hits.extend(
+            Hit("sshpass -p's value", m.group(1)) for m in _PASSWORD_OPTION_RE.finditer(text)
+        )
     document = _json(text)
     if document is not None:
         with contextlib.suppress(RecursionError):  # deeper than any configuration: not read

@@ -229,6 +229,8 @@ _ANGLE_WORD_RE = re.compile(r"(?<![<\w$])<[A-Za-z_][^\s<>|&;()'\"`$]*>[^\s|&;()]
 def placeholders(file: str, text: str, launches: Sequence[Launch]) -> list[ScriptProblem]:
     problems: list[ScriptProblem] = []
     for number, line in enumerate(text.splitlines(), start=1):
+        if "<" not in line:
+            continue
         for match in _ANGLE_WORD_RE.finditer(line):
             before = line[: match.start()]
             if before.lstrip().startswith("#") or _quoted_at(before):

@@ -238,7 +238,11 @@ class CommandReader(Expander):
     def continuation_break(self, node: Any) -> ContinuationBreak | None:
         """A statement that ends in a backslash escaping a blank or a carriage return, with
         nothing but blanks (or a comment) after it on the line: bash ends the command there."""
-        match = _BROKEN_END_RE.search(self.source[node.start_byte : node.end_byte])
+        statement = self.source[node.start_byte : node.end_byte]
+        end = statement[:-1] if statement.endswith(b"\n") else statement  # where $ matches
+        if end[-2:-1] != b"\\" or end[-1:] not in (b" ", b"\t", b"\r"):
+            return None  # the regex would search the whole statement for its anchored end
+        match = _BROKEN_END_RE.search(statement)
         if match is None or not _LINE_END_RE.match(self.source, node.end_byte):
             return None
         offset = node.start_byte + match.start(1)

@@ -225,7 +225,8 @@ def as_bash_reads(source: bytes) -> bytes:
     ``\\<space>`` at the end of a line passes ``' '`` and ends the command: the broken
     continuation of a CRLF file, or of a stray blank after the backslash). Every position and
     every slice of the real text stay as they are: only the parser sees the stand-in."""
-    if b"\r" not in source and not _ESCAPED_BLANK_RE.search(source):
+    escaped_blank = b"\\ " in source or b"\\\t" in source  # a substring search is ~10x faster
+    if b"\r" not in source and not (escaped_blank and _ESCAPED_BLANK_RE.search(source)):
         return source
     stand_in = next((b for b in _STAND_INS if b not in source), None)
     if stand_in is None:  # every control byte used: a binary file, not a launch script
