@@ -4,11 +4,14 @@ real log formats; the full SGLang stand-in is exercised in tests/e2e."""
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,6 +20,8 @@ from typing import Any
 import psutil
 import pytest
 
+from orchestrator.fleet.bootstrap import bootstrap_argv
+from orchestrator.fleet.client import agent_bundle
 from orchestrator.fleet.protocol.runs import decode_runs_reply
 from orchestrator.fleet.protocol.start import decode_start
 from orchestrator.fleet.protocol.status import decode_state
@@ -27,8 +32,21 @@ from orchestrator.remote.agent.sglang_log import READY_LINE
 from orchestrator.remote.agent.states import EXITED, INITIAL_STATE, TRANSITIONS
 from orchestrator.remote.agent.verdict import STOPPED
 
-# The agent as a host runs it: its package's __main__, in a process of its own.
-AGENT = (sys.executable, "-m", "orchestrator.remote.agent")
+
+def _agent_prefix() -> tuple[str, ...]:
+    """The agent as a host runs it: orch's bundle of its package, written once into a private
+    directory (0700) and run through the checking bootstrap from the bytes it checked. The
+    directory goes at exit: a detached supervisor still running then holds its code in memory."""
+    bundle = agent_bundle()
+    home = Path(tempfile.mkdtemp(prefix="orch-agent-bundle-"))
+    atexit.register(shutil.rmtree, home, ignore_errors=True)
+    path = home / bundle.file_name
+    path.write_bytes(bundle.data)
+    path.chmod(0o600)
+    return bootstrap_argv(sys.executable, str(path), bundle.sha256, ())
+
+
+AGENT = _agent_prefix()
 
 PRELUDE = "import os, sys, time, signal\nsys.stdout.reconfigure(line_buffering=True)\n"
 CONFIG_LINE = "print('[2026-11-29 07:42:55] server_args=ServerArgs(model_path=\"/m\")')\n"
