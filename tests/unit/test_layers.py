@@ -2,10 +2,11 @@
 contracts in pyproject.toml), the pushed programs import nothing of orch's, and nothing in
 orchestrator/ or bench/ imports itself round a circle, lazy imports counted (an import inside
 a function is an import: hiding a circle behind one is still a circle). scripts/ are programs
-that only import orch, never imported back."""
+that only import orch, never imported back (nor one another), checked here too."""
 
 from __future__ import annotations
 
+import ast
 import sys
 from pathlib import Path
 
@@ -79,3 +80,37 @@ def test_the_circle_finder_finds_one(tmp_path: Path, monkeypatch: pytest.MonkeyP
     monkeypatch.syspath_prepend(str(tmp_path))
     assert _circles("circular_pkg") == [["circular_pkg.a", "circular_pkg.b"]]
     sys.modules.pop("circular_pkg", None)
+
+
+def _imported_names(path: Path) -> set[str]:
+    """Every module ``path`` imports, lazily or not (absolute imports: scripts/ has no package)."""
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            names.add(node.module)
+    return names
+
+
+def test_scripts_are_programs_nothing_imports_and_they_import_no_other_script() -> None:
+    scripts = {path.stem for path in (REPO / "scripts").glob("*.py")}
+    assert scripts  # the check sees them
+    sources = [
+        path
+        for tree in ("orchestrator", "bench", "scripts", "tests")
+        for path in (REPO / tree).rglob("*.py")
+    ]
+    importing = {
+        f"{path.relative_to(REPO)} imports {name}"
+        for path in sources
+        for name in _imported_names(path)
+        if name.split(".")[0] == "scripts" or name.split(".")[0] in scripts
+    }
+    assert importing == set()
+
+
+def test_the_script_import_finder_sees_a_lazy_one(tmp_path: Path) -> None:
+    program = tmp_path / "x.py"
+    program.write_text("def f():\n    import argtables\n    from scripts.argtables import g\n")
+    assert _imported_names(program) == {"argtables", "scripts.argtables"}
