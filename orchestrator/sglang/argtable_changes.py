@@ -1,7 +1,8 @@
 """What changed in SGLang's command line between two releases, read off their argument tables.
 
-Used by ``scripts/argtables.py`` (docs/sglang-versions.md and the release check that fails when
-``argtable.RENAMES`` misses a rename) and by ``orch upgrade`` (what a profile's fields become).
+Used by ``scripts/argtables.py`` only: docs/sglang-versions.md, and the release check that fails
+when ``argtable.RENAMES`` misses a rename. ``orch upgrade`` reads ``RENAMES`` (kept complete by
+that check), never this module: a user's command never diffs two whole tables.
 
 A rename is seen two ways: an old flag that now stores into another field whose own field is gone
 (0.5.14: ``--mamba-scheduler-strategy`` became a deprecated alias of
