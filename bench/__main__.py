@@ -315,7 +315,7 @@ def argument_tables(runs: int) -> list[Row]:
         for d in documents.values()
     )
     probe = (
-        "import time\nstarted = time.perf_counter()\nfrom orchestrator import argtable\n"
+        "import time\nstarted = time.perf_counter()\nfrom orchestrator.sglang import argtable\n"
         "argtable.load_table('0.5.11')\nprint(time.perf_counter() - started)"
     )
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
@@ -469,7 +469,7 @@ def ready_with_long_line(root: Path, sizes: Sequence[int], runs: int) -> Section
         )
     return Section(
         "READY with a long line",
-        "The agent (`agent.py start`, a real process) supervising a server that logs its config "
+        "The agent (`agent start`, a real process) supervising a server that logs its config "
         "line, then one line of the given size without a newline, then serves /health and logs "
         "SGLang's ready line; from the server's start to READY as the agent recorded it. The "
         "pump notes at most the first 1 MiB of a line and writes all of it to the log; with "

@@ -242,7 +242,7 @@ class Verdict:
     exited: float
 
 
-VERDICT_LINE = "server failed:"  # show.py's failure line
+VERDICT_LINE = "server failed:"  # cli/show's failure line
 
 
 def orch_death_to_verdict(lab: Lab, host: str, name: str, die_after: float) -> Verdict | None:
@@ -257,7 +257,7 @@ def orch_death_to_verdict(lab: Lab, host: str, name: str, die_after: float) -> V
     process = lab.orch_process("up", name, "--no-plan")
     assert process.stdout is not None
     printed_at = None
-    for line in process.stdout:  # unbuffered enough: show.py flushes after the verdict
+    for line in process.stdout:  # unbuffered enough: cli/show flushes after the verdict
         if printed_at is None and VERDICT_LINE in line:
             printed_at = time.time()
     process.wait(timeout=180)

@@ -177,13 +177,13 @@ class Recorder:
         return self.call(*args)
 
     def plan(self) -> Any:
-        """SGLang's plan of the launch on this host (``sglang_probe.py -``), as it answered."""
+        """SGLang's plan of the launch on this host (the probe, ``-``), as it answered."""
         member = self.launch.primary
         arguments = sglang_config.sglang_arguments(member.argv) or ()
         request = json.dumps(plan.probe_request(arguments, member.env)).encode()
         probe = self.agent.deployment.probe_path
         result = self.agent.run_pushed(probe_bundle(), probe, ("-",), 300.0, request)
-        return last_json_line(result.stdout, result.stderr, result.returncode, "sglang_probe.py")
+        return last_json_line(result.stdout, result.stderr, result.returncode, "the probe")
 
     def state_file(self) -> Any:
         return json.loads(self.agent.transport.read(self.agent.deployment.state_path))

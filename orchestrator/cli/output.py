@@ -53,7 +53,7 @@ class RedactingStream:
 
     def control(self, sequence: str) -> None:
         """orch's own terminal control (a colour, a progress bar's carriage return), written as
-        is after what is held back: never a value from outside (show.py builds it from
+        is after what is held back: never a value from outside (cli/show builds it from
         constants)."""
         self._release()
         self._stream.write(sequence)

@@ -1,4 +1,4 @@
-"""What ``up`` reports as it goes: values, never text (``show.py`` words them)."""
+"""What ``up`` reports as it goes: values, never text (``cli/show`` words them)."""
 
 from __future__ import annotations
 

@@ -227,7 +227,7 @@ def _holds(state: RunState) -> bool:
 
 
 def group_spec(launch: Launch, rank: int, key: str) -> dict[str, Any]:
-    """The ``group`` part of rank ``rank``'s spec (``agent.py``'s Spec.from_json reads it)."""
+    """The ``group`` part of rank ``rank``'s spec (the agent's Spec.from_json reads it)."""
     group = _group(launch)
     spec: dict[str, Any] = {
         "id": launch.digest,

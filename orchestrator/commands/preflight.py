@@ -1,4 +1,4 @@
-"""Preflight: the host's facts (``agent.py probe``) checked against the launch, before anything
+"""Preflight: the host's facts (``agent probe``) checked against the launch, before anything
 starts: the python and its SGLang version, the port, the model path, the GPUs."""
 
 from __future__ import annotations

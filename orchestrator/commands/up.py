@@ -154,7 +154,7 @@ def _up(
 
 
 def _adopt(agent: HostAgent) -> RunState | None:
-    """A new supervisor for the running server whose supervisor died (``agent.py adopt``);
+    """A new supervisor for the running server whose supervisor died (``agent adopt``);
     None when it cannot be adopted (it ended meanwhile ...): then it is stopped and started."""
     reply = agent.adopt()
     return reply.state if reply.ok else None

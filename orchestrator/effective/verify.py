@@ -1,6 +1,6 @@
 """What the server received and what SGLang resolved, compared with the profile field by field.
 
-Pure: the agent gathers the facts on the host (``agent.py inspect``) and
+Pure: the agent gathers the facts on the host (``agent inspect``) and
 :mod:`orchestrator.sglang.config` reads SGLang's text back; this module sets the readings against
 the rendered plan. Three layers:
 
@@ -146,7 +146,7 @@ def _path_like(text: str) -> bool:
 
 @dataclass(frozen=True)
 class Observation:
-    """What the agent found on the host (see ``agent.py inspect``)."""
+    """What the agent found on the host (see ``agent inspect``)."""
 
     pid: int | None
     # "orch" (its supervisor), "port" (the listener), "pid" (given), "url" (--url), "" (none)

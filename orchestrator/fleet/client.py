@@ -77,7 +77,7 @@ from orchestrator.transport import Stream, Transport, expand_home
 
 
 class PendingStart:
-    """``agent.py start --watch`` opened before its spec is known (``Agent.open_start``)."""
+    """``agent start --watch`` opened before its spec is known (``Agent.open_start``)."""
 
     def __init__(self, agent: Agent, args: tuple[str, ...]) -> None:
         self._agent = agent
@@ -240,13 +240,13 @@ class Agent:
     def watch(
         self, run_id: str, offset: int, seconds: float, inspect: InspectRequest | None = None
     ) -> Generator[dict[str, Any], None, None]:
-        """The agent's ``watch`` stream for one run (``agent.py watch``): each event as it
+        """The agent's ``watch`` stream for one run (``agent watch``): each event as it
         happens, on one channel. Ends with the stream; WatchSilent when the host said nothing
         for WATCH_SILENCE_S (the watcher beats every second: the connection is in trouble)."""
         return self._stream(watch_args(self.deployment.dir, run_id, offset, seconds, inspect))
 
     def open_start(self, seconds: float, inspect: InspectRequest | None = None) -> PendingStart:
-        """``start`` and ``watch`` in one command (``agent.py start --watch``), its channel
+        """``start`` and ``watch`` in one command (``agent start --watch``), its channel
         opened now, on a thread, while orch still checks the launch; ``PendingStart.send``
         gives it the spec, ``cancel`` calls it off (the agent then does nothing). The opening,
         and sshd's opening of the channel's window for stdin, overlap the probe's round trips."""
@@ -407,7 +407,7 @@ class Agent:
 
     def adopt(self) -> StartReply:
         """A new supervisor for a server whose supervisor died: it verifies the server's
-        identity and watches it without restarting it (see ``agent.py adopt``)."""
+        identity and watches it without restarting it (see ``agent adopt``)."""
         return decode_start(self.ask(adopt_request(self.deployment.dir)))
 
     def status(self) -> RunState:
@@ -432,7 +432,7 @@ class Agent:
 
     def tail(self, lines: int, bytes_per_line: int, run_id: str | None = None) -> TailReply:
         """The last ``lines`` of a run's log (default the current run, else the newest), in
-        one command (``agent.py tail``)."""
+        one command (``agent tail``)."""
         request = tail_request(self.deployment.dir, lines, bytes_per_line, run_id)
         return decode_tail(self.ask(request))
 
@@ -462,7 +462,7 @@ class Agent:
         pid: int | None = None,
         log: str | None = None,
     ) -> tuple[Observation, LastRun | None]:
-        """What the server received and resolved (see ``agent.py inspect``)."""
+        """What the server received and resolved (see ``agent inspect``)."""
         request = inspect_request(
             self.deployment.dir, port=port, host=host, env_names=env_names, pid=pid, log=log
         )
@@ -473,12 +473,12 @@ class Agent:
     def listen(
         self, bind: str, port: int, token: str, seconds: float, *, expect: int
     ) -> ProbeAnswer:
-        """A short-lived listener on ``bind:port`` (``agent.py listen``, detached): what the
+        """A short-lived listener on ``bind:port`` (``agent listen``, detached): what the
         other nodes of a group try to reach before any server starts. It ends after ``expect``
         exchanges (the port is the server's right after) or ``seconds``."""
         request = listen_request(bind, port, token, seconds, expect=expect)
         return decode_probe_answer(self.ask(request), "listen")
 
     def reach(self, host: str, port: int, token: str, timeout: float) -> ProbeAnswer:
-        """Connect from this node to ``host:port`` and exchange ``token`` (``agent.py reach``)."""
+        """Connect from this node to ``host:port`` and exchange ``token`` (``agent reach``)."""
         return decode_probe_answer(self.ask(reach_request(host, port, token, timeout)), "reach")

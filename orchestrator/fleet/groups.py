@@ -64,7 +64,7 @@ def compare_nodes(
     nodes: Sequence[str], facts: Sequence[HostFacts], declared: frozenset[str]
 ) -> list[NodeDifference]:
     """How the nodes' facts differ: SGLang version, python version, and every variable of the
-    servers' inherited environment (the ones ``agent.py probe`` reports) the profile does not
+    servers' inherited environment (the ones ``agent probe`` reports) the profile does not
     set itself."""
     out: list[NodeDifference] = []
 

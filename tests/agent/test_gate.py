@@ -306,7 +306,7 @@ def test_the_gate_opens_once_when_every_rank_of_every_node_waits_then_both_are_r
         "activated": True,
     }
     assert rank1["group"]["failure"] is None
-    status = cmd_status(coordinator.supervisor.paths.root)  # what `agent.py status` shows
+    status = cmd_status(coordinator.supervisor.paths.root)  # what `agent status` shows
     assert status["group"]["gate"]["status"] == "activated"
 
 

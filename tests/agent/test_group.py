@@ -1,7 +1,7 @@
 """Launch groups: the supervisors of one server over N nodes, coordinating over real TCP on
 127.0.0.1. Ranks run as in-process Supervisors (threads; the real clock and world) whose servers
 are small Python programs printing SGLang's lines; one test runs both ranks as detached agents
-(``agent.py start``). Heartbeats and the lost timeout are short here (the spec's ``heartbeat_s``
+(``agent start``). Heartbeats and the lost timeout are short here (the spec's ``heartbeat_s``
 and ``lost_after_s``, which orch never writes)."""
 
 from __future__ import annotations
@@ -327,14 +327,14 @@ def test_group_starts_together_reports_members_and_a_stop_of_rank0_stops_every_r
     assert "Dummy health check server started" in Path(rank1["log"]).read_text()
     assert "key" not in json.dumps(rank0["group"])
 
-    status = cmd_status(coordinator.supervisor.paths.root)  # what `agent.py status` shows
+    status = cmd_status(coordinator.supervisor.paths.root)  # what `agent status` shows
     assert status["group"]["members"]["1"]["state"] == agent_states.READY
     kinds = [event["event"] for event in coordinator.events()]
     assert "group-join" in kinds
     assert "group-start" in kinds
     assert "group-join" in [event["event"] for event in member.events()]
 
-    coordinator.supervisor.stop_requested.set()  # `agent.py stop`, i.e. orch down
+    coordinator.supervisor.stop_requested.set()  # `agent stop`, i.e. orch down
     assert coordinator.ended()["state"] == EXITED
     final = member.ended()
     assert final["state"] == EXITED
@@ -758,7 +758,7 @@ def test_a_lost_coordinator_stops_the_member_server(ranks: Ranks, how: str) -> N
 def test_detached_ranks_form_a_group_and_a_killed_coordinator_takes_the_member_down(
     tmp_path: Path,
 ) -> None:
-    """Both ranks as `agent.py start` starts them (orch starts every rank at once): each answers
+    """Both ranks as `agent start` starts them (orch starts every rank at once): each answers
     once its server is spawned; SIGKILL of rank 0's supervisor stops rank 1's server."""
     plan = GroupPlan(_free_port(), secrets.token_hex(32))
     dirs = [tmp_path / "workdir" / f"r{rank}" for rank in (0, 1)]

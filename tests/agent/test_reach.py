@@ -1,5 +1,5 @@
-"""The rendezvous reachability probe: ``agent.py listen`` (a detached, short-lived listener) and
-``agent.py reach`` (one exchange from another node), run as the real agent over 127.0.0.1."""
+"""The rendezvous reachability probe: ``agent listen`` (a detached, short-lived listener) and
+``agent reach`` (one exchange from another node), run as the real agent over 127.0.0.1."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """The reports' text and ``--json`` shapes: ``orch plan``, ``orch lock``, ``orch
-diff-effective`` (``show.py`` holds the rest: up, status, runs, logs, down). Nothing prints."""
+diff-effective`` (``core`` holds the rest: up, status, runs, logs, down). Nothing prints."""
 
 from __future__ import annotations
 

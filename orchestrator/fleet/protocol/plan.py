@@ -1,4 +1,4 @@
-"""``sglang_probe.py``: SGLang's own parsing and resolution of a command line on the host, and its
+"""The probe: SGLang's own parsing and resolution of a command line on the host, and its
 ``memory`` section (the model's shapes, the checkpoint's bytes, the GPUs)."""
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ def plan_request(request: Mapping[str, Any], timeout: float) -> Request:
 
 
 def decode_plan_answer(document: Any) -> PlanAnswer:
-    """``sglang_probe.py``: SGLang's own parsing and resolution of a command line."""
+    """The probe: SGLang's own parsing and resolution of a command line."""
     reader = Reader(document, "sglang_probe answer")
     provenance: dict[str, tuple[Provenance, ...]] = {}
     for name, entries in reader.mapping("provenance").items():

@@ -29,7 +29,7 @@ def build_spec(
     meta: Mapping[str, Any],
     group: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The run spec for ``agent.py start`` (read there by ``Spec.from_json``); ``profile`` as
+    """The run spec for ``agent start`` (read there by ``Spec.from_json``); ``profile`` as
     its node runs it (``Profile.for_rank``), ``group`` the rank's part in a launch group."""
     spec = {
         "protocol": PROTOCOL,
@@ -89,7 +89,7 @@ def start_watch_args(
 
 
 def adopt_request(directory: str) -> Request:
-    """A new supervisor for a server whose supervisor died (``agent.py adopt``)."""
+    """A new supervisor for a server whose supervisor died (``agent adopt``)."""
     return Request(("adopt", "--dir", directory))
 
 

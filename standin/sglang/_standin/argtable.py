@@ -76,8 +76,9 @@ def tables_dir() -> Path:
 
 
 def load_table(version: str) -> Table:
-    """The release's table from orch's pack (``orchestrator/argtable_pack.py``: every distinct
-    record once, per release the lines it is made of); an unknown release gets the fallback's."""
+    """The release's table from orch's pack (``orchestrator/sglang/argtable_pack.py``: every
+    distinct record once, per release the lines it is made of); an unknown release gets the
+    fallback's."""
     directory = tables_dir()
     index = json.loads((directory / "releases.json").read_text(encoding="utf-8"))["releases"]
     if version not in index:

@@ -6,7 +6,7 @@ made up for an H200 (139.81 GiB, 139.20 free before loading) and the shipped 27B
 move the figures the way they move the real ones (pool budget = free after weights - total * (1 -
 mem_fraction_static); a hybrid model's mamba state pool takes its share of the budget first, the
 KV pool the rest; max_running_requests is capped by the mamba slots), but it is the stand-in's
-own, simpler than SGLang's and independent of orch's prediction (orchestrator/memory.py).
+own, simpler than SGLang's and independent of orch's prediction (orchestrator/sglang/memory/).
 """
 
 from __future__ import annotations
