@@ -17,8 +17,9 @@ PARTS = {
     "other": ("o", "90", "used before SGLang (CUDA context, other tenants)"),
     "weights": ("W", "34", "weights"),
     "mamba": ("M", "35", "mamba state pool"),
-    "spec": ("S", "95", "speculative reserve"),
+    "spec": ("S", "95", "speculative states"),
     "kv": ("K", "32", "KV pool"),
+    "draft": ("D", "36", "draft worker"),
     "graphs": ("G", "33", "CUDA graphs + activations (estimated)"),
     "free": (".", "0", "headroom"),
 }
@@ -101,8 +102,8 @@ def _budget_rows(budget: Budget | None, notes: tuple[str, ...]) -> list[str | Ba
     if budget is None:
         return [f"memory: {note}" for note in notes] or ["memory: no budget"]
     lines: list[str | Bar] = [
-        f"memory per GPU: {budget.verdict.upper()} (SGLang's sizing as of {budget.family}: "
-        f"{budget.source})"
+        f"memory per GPU: {budget.verdict.upper()}: {budget.deciding}",
+        f"  (SGLang's sizing as of {budget.family}: {budget.source})",
     ]
     rows = [
         (
@@ -131,11 +132,18 @@ def _budget_rows(budget: Budget | None, notes: tuple[str, ...]) -> list[str | Ba
             )
         )
         if mamba.spec_reserve_gib:
+            unused = mamba.spec_reserve_gib - budget.spec_allocated_gib
             rows.append(
                 (
-                    "speculative reserve",
-                    f"{gib(mamba.spec_reserve_gib)} (intermediate "
-                    "SSM/conv states for verification)",
+                    "speculative states",
+                    f"{gib(budget.spec_allocated_gib)} (intermediate SSM/conv states for "
+                    "verification)"
+                    + (
+                        f"; {gib(mamba.spec_reserve_gib)} subtracted from the budget, "
+                        f"{gib(unused)} of it never allocated"
+                        if unused > 0.05
+                        else ""
+                    ),
                 )
             )
     rows += [
@@ -155,17 +163,41 @@ def _budget_rows(budget: Budget | None, notes: tuple[str, ...]) -> list[str | Ba
                 else ""
             ),
         ),
+    ]
+    if budget.draft_in_slack_gib:
+        rows.append(
+            ("draft worker KV", f"{gib(budget.draft_in_slack_gib)} (one pool, after the target's)")
+        )
+    if budget.draft_weights_in_slack_gib:
+        rows.append(("draft weights", gib(budget.draft_weights_in_slack_gib)))
+    estimate = budget.estimate
+    rows.append(
         (
-            "graphs+activations",
-            f"~{gib(budget.graphs_gib + budget.activations_gib)} estimated"
+            "left outside pools",
+            f"{gib(budget.left_for_estimates_gib)} = slack {budget.slack_gib:.1f}"
+            + (f" + unused {budget.unused_in_pools_gib:.1f}" if budget.unused_in_pools_gib else "")
             + (
-                f", + draft KV {gib(budget.draft_in_slack_gib)}"
-                if budget.draft_in_slack_gib
+                f" - draft {budget.draft_in_slack_gib + budget.draft_weights_in_slack_gib:.1f}"
+                if budget.draft_in_slack_gib or budget.draft_weights_in_slack_gib
                 else ""
             ),
-        ),
-        ("headroom", gib(budget.headroom_gib)),
-    ]
+        )
+    )
+    if estimate is not None:
+        rows.append(
+            (
+                "graphs+activations",
+                f"{estimate.low_gib:.1f} / {estimate.expected_gib:.1f} / "
+                f"{estimate.high_gib:.1f} GiB (low / expected / SGLang's reserve; estimated)",
+            )
+        )
+    rows.append(
+        (
+            "headroom",
+            f"{gib(budget.headroom_gib)} expected (from {budget.headroom_worst_gib:.1f} to "
+            f"{budget.headroom_best_gib:.1f})",
+        )
+    )
     lines += ["  " + text for text in grid(rows).splitlines()]
     gpus = budget.gpus or ()
     if len(gpus) > 1:
@@ -188,6 +220,7 @@ def budget_json(budget: Budget | None, notes: tuple[str, ...]) -> dict[str, Any]
     if budget is None:  # the same keys a consumer checks first, none of the figures
         return {"verdict": None, "failure": None, "notes": list(notes)}
     document = dataclasses.asdict(budget)
+    document["headroom_range_gib"] = budget.headroom_range
     document["segments_gib"] = {name: round(part, 3) for name, part in budget.segments}
     document["notes"] = list(notes)
     return document

@@ -1,6 +1,6 @@
 """One rank's memory budget, step by step as SGLang's code does it (``plan_budget``), for a
-plan's probe answer (``budget_for``), with its verdict: fits, tight, or will fail with SGLang's
-own error.  [pure]"""
+plan's probe answer (``budget_for``), with its verdict (``verdict.decide``): fits, tight, or will
+fail with SGLang's own error, and the term that decides it.  [pure]"""
 
 from __future__ import annotations
 
@@ -9,13 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from orchestrator.sglang.memory.pools import (
-    MambaPool,
-    mamba_pool,
-    max_running_requests,
-    mib,
-    sglang_reserve_terms,
-)
+from orchestrator.sglang.memory.pools import MambaPool, mamba_pool, max_running_requests, mib
 from orchestrator.sglang.memory.rules import BudgetInputs, inputs_from, rules_for
 from orchestrator.sglang.memory.shapes import (
     GIB,
@@ -23,6 +17,21 @@ from orchestrator.sglang.memory.shapes import (
     MemoryAnswer,
     ModelMemory,
     mirrored_model,
+)
+from orchestrator.sglang.memory.verdict import (
+    CHECKPOINT,
+    ESTIMATE,
+    FAILS,
+    FITS,
+    SGLANG_CODE,
+    TIGHT,
+    Decision,
+    EstimateRange,
+    Term,
+    decide,
+    estimate_range,
+    reserve_terms,
+    spec_allocated_gib,
 )
 
 # A CUDA context plus NCCL's buffers are taken before SGLang measures its free memory ``P``:
@@ -32,7 +41,7 @@ CUDA_CONTEXT_GIB = 0.6
 # (SGLANG_VLM_CACHE_SIZE_MB default): mm_runtime_reservation_gb.
 VLM_CACHE_MIB = 100
 
-FITS, TIGHT, FAILS = "fits", "tight", "will fail"
+__all__ = ["FAILS", "FITS", "TIGHT", "Budget", "budget_for", "plan_budget"]
 
 
 @dataclass(frozen=True)
@@ -63,19 +72,39 @@ class Budget:
     limited_by: str
     graphs_gib: float  # estimate, SGLang's own reserve heuristic
     activations_gib: float  # estimate, same basis
-    draft_in_slack_gib: float  # 0.5.11: the draft's KV pool comes out of the slack
-    headroom_gib: float  # slack - (graphs + activations + draft_in_slack)
+    draft_in_slack_gib: float  # 0.5.11: the draft worker's KV pool comes out of the slack
+    headroom_gib: float  # expected: what is left outside the pools - graphs and activations
     verdict: str
     failure: str | None  # SGLang's own error, predicted
     warnings: tuple[str, ...]
     hints: tuple[str, ...]
     estimates: tuple[str, ...]  # what is estimated, and its basis
     gpus: tuple[GpuMemory, ...] = ()  # every GPU of the ranks, for one bar each
+    deciding: str = ""  # the term that decides the verdict, in a sentence
+    # what the pools leave unused: 0.5.11's reserve for requests the mamba cap never admits,
+    # the KV budget --max-total-tokens leaves, page rounding
+    spec_allocated_gib: float = 0.0  # the intermediate states SGLang really allocates
+    unused_in_pools_gib: float = 0.0
+    draft_weights_in_slack_gib: float = 0.0  # 0.5.11-0.5.13: a separate draft checkpoint's
+    left_for_estimates_gib: float = 0.0  # slack + unused - what SGLang's code puts in the slack
+    estimate: EstimateRange | None = None
+    headroom_worst_gib: float = 0.0  # left - SGLang's own reserve (the high estimate)
+    headroom_best_gib: float = 0.0  # left - the low estimate
+    terms: tuple[Term, ...] = ()
 
     @property
     def refusal(self) -> str | None:
         """The one line ``plan`` and ``up`` refuse with (None when SGLang would not fail)."""
         return f"the memory plan says SGLang will fail: {self.failure}" if self.failure else None
+
+    @property
+    def headroom_range(self) -> dict[str, float]:
+        """The headroom for the estimate's high, expected and low ends, in GiB."""
+        return {
+            "worst": round(self.headroom_worst_gib, 3),
+            "expected": round(self.headroom_gib, 3),
+            "best": round(self.headroom_best_gib, 3),
+        }
 
     @property
     def segments(self) -> tuple[tuple[str, float], ...]:
@@ -91,14 +120,14 @@ class Budget:
     def segments_on(self, total_gib: float, pre_load_gib: float) -> tuple[tuple[str, float], ...]:
         used_before = max(0.0, total_gib - pre_load_gib)
         mamba = self.mamba.pool_gib if self.mamba else 0.0
-        spec = self.mamba.spec_reserve_gib if self.mamba else 0.0
         wanted = [
             ("other", used_before),
             ("weights", self.weights_gib or 0.0),
             ("mamba", mamba),
-            ("spec", spec),
+            ("spec", self.spec_allocated_gib),
             ("kv", self.kv_gib),
-            ("graphs", self.graphs_gib + self.activations_gib + self.draft_in_slack_gib),
+            ("draft", self.draft_in_slack_gib + self.draft_weights_in_slack_gib),
+            ("graphs", self.graphs_gib + self.activations_gib),
         ]
         parts: list[tuple[str, float]] = []
         left = total_gib
@@ -221,38 +250,76 @@ def plan_budget(
             "halve the state size with --mamba-ssm-dtype bfloat16"
         )
 
-    graphs, activations = sglang_reserve_terms(inputs)
+    graphs, activations = reserve_terms(inputs)
     draft_in_slack = 0.0
-    drafted = model.draft_worker_layers
+    drafted = _draft_worker_kv_layers(model)
     if not rules.draft_kv_in_pool and inputs.draft_kv and drafted and tokens > 0:
         layers = max(1, model.full_attention_layers)
         draft_in_slack = tokens * int(model.kv_cell_bytes * drafted / layers) / GIB
-        estimates.append(
-            "0.5.11's draft worker sizes its KV pool from the target's token count after the "
-            "target's pools (inferred from init_memory_pool): it comes out of the slack"
-        )
-    estimates.append(
-        "CUDA graphs and activations: the terms of SGLang's own reserved_mem heuristic "
-        "(cuda_graph_max_bs x 2 MiB; 512 MiB + chunked_prefill_size x 1.5 MiB + tp*pp/8 GiB)"
+    draft_weights = 0.0
+    if not rules.draft_kv_in_pool and inputs.draft_kv and model.draft_weights_bytes:
+        # before 0.5.14 a separate draft checkpoint loads after the target's pools are sized
+        draft_weights = model.draft_weights_bytes / ranks / GIB
+    spec_reserved = mamba.spec_reserve_gib if mamba is not None else 0.0
+    spec_allocated = spec_reserved
+    if mamba is not None and spec_reserved > 0:
+        drafts = inputs.speculative_num_draft_tokens or 0
+        spec_allocated = min(spec_reserved, spec_allocated_gib(mamba.slot_bytes, requests, drafts))
+    unused = (spec_reserved - spec_allocated) + max(0.0, max(0.0, rest) - kv_gib)
+    left = slack + unused - draft_in_slack - draft_weights
+    estimate = estimate_range(
+        inputs, total_gib=total, default_mem_fraction_static=default_mem_fraction_static
     )
-    headroom = slack - graphs - activations - draft_in_slack
-    if default_slack is not None and slack < default_slack - 1e-6:
+    estimates.append(
+        "CUDA graphs and activations: low = the fixed terms of SGLang's reserved_mem heuristic "
+        "(512 MiB + tp*pp/8 GiB); expected = its terms (+ cuda_graph_max_bs x 2 MiB + "
+        f"max(chunked_prefill_size, 2048) x 1.5 MiB); high = {estimate.high_basis}"
+    )
+    terms = _terms(
+        model,
+        weights,
+        mamba,
+        spec_allocated,
+        kv_gib,
+        draft_in_slack,
+        draft_weights,
+        estimate,
+        reserve,
+    )
+    if failure is not None:
+        decision = Decision(FAILS, failure, failure)
+    else:
+        decision = decide(
+            slack_gib=slack,
+            left_gib=left,
+            slack_takers=tuple(
+                term for term in terms if term.basis != ESTIMATE and term.within == "slack"
+            ),
+            estimate=estimate,
+            mem_fraction_static=mfs,
+        )
+        failure = decision.failure
+    if spec_reserved - spec_allocated > 0.05:
+        warnings.append(
+            f"SGLang {rules.release} subtracts a speculative reserve of {spec_reserved:.1f} GiB "
+            f"for every resolved request but allocates {spec_allocated:.1f} GiB for the "
+            f"{requests} the mamba cap admits: {spec_reserved - spec_allocated:.1f} GiB of the "
+            "pools' budget stays unused (the KV pool is that much smaller)"
+        )
+    if default_slack is not None and left < estimate.high_gib and slack < default_slack - 1e-6:
         warnings.append(
             f"mem_fraction_static {mfs:g} leaves {slack:.1f} GiB for CUDA graphs and "
             f"activations; SGLang's own default ({default_mem_fraction_static:g}) would leave "
             f"{default_slack:.1f} GiB on this GPU"
         )
-    if failure is not None:
-        verdict = FAILS
-    elif headroom < 0 or (default_slack is not None and slack < default_slack - 1e-6):
-        verdict = TIGHT
-        if headroom < 0:
-            hints.append(
-                "lower --mem-fraction-static, --cuda-graph-max-bs or --chunked-prefill-size "
-                "(SGLang's advice for OOM in graph capture or prefill)"
-            )
-    else:
-        verdict = FITS
+    slack_decides = failure is not None and failure.startswith("torch.OutOfMemoryError: CUDA out")
+    if (decision.verdict == TIGHT) or slack_decides:
+        hints.append(
+            "lower --mem-fraction-static, --cuda-graph-max-bs or --chunked-prefill-size "
+            "(SGLang's advice for OOM in graph capture or prefill); orch plan --fit searches"
+        )
+    verdict = decision.verdict
+    headroom = left - estimate.expected_gib
     return Budget(
         family=rules.release,
         source=rules.source,
@@ -282,10 +349,62 @@ def plan_budget(
         headroom_gib=headroom,
         verdict=verdict,
         failure=failure,
+        deciding=decision.deciding,
+        spec_allocated_gib=spec_allocated,
+        unused_in_pools_gib=unused,
+        draft_weights_in_slack_gib=draft_weights,
+        left_for_estimates_gib=left,
+        estimate=estimate,
+        headroom_worst_gib=left - estimate.high_gib,
+        headroom_best_gib=left - estimate.low_gib,
+        terms=terms,
         warnings=tuple(warnings),
         hints=tuple(dict.fromkeys(hints)),
         estimates=tuple(estimates),
     )
+
+
+def _draft_worker_kv_layers(model: ModelMemory) -> int | None:
+    """The KV layers 0.5.11's draft worker allocates for itself: ONE for a hybrid model
+    (model_runner_kv_cache_mixin._init_pools builds its HybridLinearKVPool with
+    ``full_attention_layer_ids=[0] if self.is_draft_worker``), else the draft config's own
+    layers (its MTP layers, or all of a separate draft's)."""
+    if model.hybrid:
+        return 1 if model.draft_worker_layers else None
+    return model.draft_worker_layers
+
+
+def _terms(
+    model: ModelMemory,
+    weights: float | None,
+    mamba: MambaPool | None,
+    spec_allocated: float,
+    kv_gib: float,
+    draft_kv: float,
+    draft_weights: float,
+    estimate: EstimateRange,
+    multimodal_reserve: float,
+) -> tuple[Term, ...]:
+    """Every part the plan counts, with its basis: SGLang's code, the checkpoint, or an
+    estimate."""
+    terms = [Term("weights", weights or 0.0, CHECKPOINT, "pools")]
+    if mamba is not None:
+        terms.append(Term("the mamba state pool", mamba.pool_gib, SGLANG_CODE, "pools"))
+        if spec_allocated:
+            terms.append(
+                Term("the speculative intermediate states", spec_allocated, SGLANG_CODE, "pools")
+            )
+    if multimodal_reserve:
+        terms.append(Term("the multimodal cache", multimodal_reserve, SGLANG_CODE, "pools"))
+    terms.append(Term("the KV pool", kv_gib, SGLANG_CODE, "pools"))
+    if draft_kv:
+        terms.append(Term("the draft worker's KV pool", draft_kv, SGLANG_CODE, "slack"))
+    if draft_weights:
+        terms.append(Term("the draft checkpoint's weights", draft_weights, CHECKPOINT, "slack"))
+    terms.append(
+        Term("CUDA graphs and activations (expected)", estimate.expected_gib, ESTIMATE, "slack")
+    )
+    return tuple(terms)
 
 
 def budget_for(

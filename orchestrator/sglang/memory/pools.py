@@ -46,16 +46,6 @@ def mib(value: float) -> float:
     return value / 1024
 
 
-def sglang_reserve_terms(inputs: BudgetInputs) -> tuple[float, float]:
-    """(CUDA graphs, activations) in GiB from the terms of SGLang's own ``reserved_mem``
-    heuristic (_handle_gpu_memory_settings: 512 MiB + max(chunked, 2048) * 1.5 MiB +
-    cuda_graph_max_bs * 2 MiB + tp*pp/8 GiB): an estimate, not a measurement."""
-    graphs = 0.0 if inputs.disable_cuda_graph else mib((inputs.cuda_graph_max_bs or 0) * 2.0)
-    chunked = max(inputs.chunked_prefill_size or 0, 2048)
-    activations = mib(512 + chunked * 1.5 + inputs.ranks / 8 * 1024)
-    return graphs, activations
-
-
 def mamba_pool(
     rules: Rules, per: int, inputs: BudgetInputs, rest: float
 ) -> tuple[MambaPool, float]:
