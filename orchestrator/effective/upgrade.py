@@ -377,11 +377,12 @@ def memory_rows(before: Budget | None, after: Budget | None) -> tuple[MemoryRow,
             gib(budget.weights_gib),
             f"{budget.mem_fraction_static:.3g}",
             gib(mamba.pool_gib) if mamba is not None else "-",
-            gib(mamba.spec_reserve_gib) if mamba is not None else "-",
+            gib(budget.spec_allocated_gib) if mamba is not None else "-",
             f"{budget.kv_tokens:,} tokens, {gib(budget.kv_gib)}",
             f"{budget.max_running_requests} ({budget.limited_by})",
-            gib(budget.headroom_gib),
-            budget.verdict if budget.failure is None else f"fails: {budget.failure}",
+            f"{gib(budget.headroom_gib)} ({budget.headroom_worst_gib:.1f} to "
+            f"{budget.headroom_best_gib:.1f})",
+            f"{budget.verdict}: {budget.deciding}",
         ]
 
     return tuple(
@@ -395,7 +396,7 @@ _MEMORY_LABELS = (
     "weights",
     "mem_fraction_static",
     "mamba pool",
-    "speculative reserve",
+    "speculative states",
     "KV cache",
     "max running requests",
     "headroom",

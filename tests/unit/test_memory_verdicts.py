@@ -85,7 +85,8 @@ def test_a_draft_pool_larger_than_the_slack_will_fail_and_is_named() -> None:
     assert budget.verdict == FAILS
     assert budget.draft_in_slack_gib == pytest.approx(50.0, abs=0.01)
     assert budget.deciding.startswith("the draft worker's KV pool, 50.0 GiB, exceeds the 10.0 GiB")
-    assert budget.refusal is not None and "the draft worker's KV pool" in budget.refusal
+    assert budget.refusal is not None
+    assert "the draft worker's KV pool" in budget.refusal
     assert budget.left_for_estimates_gib < 0
 
 
@@ -98,7 +99,8 @@ def test_a_hybrid_draft_worker_in_0511_holds_one_kv_layer() -> None:
 def test_0511_counts_the_reserve_it_never_allocates_as_left_outside_the_pools() -> None:
     # reserve 0.25 x 48 x 4 = 48 GiB subtracted; allocated 0.25 x (4 capped + 1) x 4 = 5 GiB
     budget = plan_budget(_hybrid(), (_gpu(),), EAGLE, version=(0, 5, 11))
-    assert budget.mamba is not None and budget.mamba.spec_reserve_gib == pytest.approx(48.0)
+    assert budget.mamba is not None
+    assert budget.mamba.spec_reserve_gib == pytest.approx(48.0)
     assert budget.spec_allocated_gib == pytest.approx(5.0)
     assert budget.unused_in_pools_gib == pytest.approx(43.0, abs=0.01)
     assert any("43.0 GiB of the pools' budget stays unused" in w for w in budget.warnings)
@@ -108,7 +110,8 @@ def test_even_the_low_estimate_not_fitting_will_fail() -> None:
     # mem_fraction_static 0.996: slack 0.4 GiB < the fixed 512 MiB + 1/8 GiB
     inputs = BudgetInputs(**{**PLAIN.__dict__, "mem_fraction_static": 0.996})
     budget = plan_budget(_dense(), (_gpu(),), inputs, version=(0, 5, 23))
-    assert budget.estimate is not None and budget.estimate.low_gib == pytest.approx(0.625)
+    assert budget.estimate is not None
+    assert budget.estimate.low_gib == pytest.approx(0.625)
     assert budget.verdict == FAILS
     assert budget.deciding.startswith("even the low estimate of CUDA graphs and activations")
 

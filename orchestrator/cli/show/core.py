@@ -217,8 +217,10 @@ def budget_in_up(report: plan.PlanReport) -> list[Text]:
             f"  memory: {budget.verdict} on {budget.gpu_name} (SGLang {budget.family}+ sizing): "
             f"weights {budget.weights_gib or 0:.1f} GiB, KV {budget.kv_tokens:,} tokens{mamba}, "
             f"max_running_requests {budget.max_running_requests}, headroom "
-            f"{budget.headroom_gib:.1f} GiB"
-        )
+            f"{budget.headroom_gib:.1f} GiB ({budget.headroom_worst_gib:.1f} to "
+            f"{budget.headroom_best_gib:.1f})"
+        ),
+        line(f"    {budget.deciding}"),
     ]
     for warning in budget.warnings:
         texts += finding(Finding(Severity.NOTICE, f"memory: {warning}"))

@@ -435,10 +435,10 @@ def budget_for(
             env=seen,
         )
         if model is not None:
-            notes.append(
-                "model shapes from orch's mirror of SGLang's code "
-                f"({answer.shapes_error or 'SGLang classes unavailable'})"
-            )
+            why = answer.shapes_error or ""
+            if not why or why.startswith(("ModuleNotFoundError", "ImportError")):
+                why = "SGLang's model classes are not importable where the plan ran"
+            notes.append(f"model shapes from orch's mirror of SGLang's code ({why})")
     if model is None:
         why = answer.shapes_error or "the model's config.json was not readable"
         return None, (f"no memory budget: no model shapes ({why})",)

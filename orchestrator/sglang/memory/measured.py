@@ -65,7 +65,8 @@ FIGURES = (
 def predicted_figures(budget: Budget) -> dict[str, float | None]:
     """The budget's figures that SGLang logs too: what ``up`` keeps with the run (its agent's
     state) so that ``diff-effective`` compares with the prediction made at launch."""
-    after_pools = budget.slack_gib  # what the pools leave: the slack (rounding aside)
+    # what the pools leave: the slack, and what they subtracted but never allocated
+    after_pools = budget.slack_gib + budget.unused_in_pools_gib
     return {
         "free before loading": round(budget.pre_load_gib, 3),
         "weights": None if budget.weights_gib is None else round(budget.weights_gib, 3),
@@ -74,7 +75,7 @@ def predicted_figures(budget: Budget) -> dict[str, float | None]:
         "max_running_requests": float(budget.max_running_requests),
         "free after the pools": round(after_pools, 3),
         "free after CUDA graphs": round(
-            after_pools - budget.graphs_gib - budget.draft_in_slack_gib, 3
+            budget.left_for_estimates_gib - budget.graphs_gib - budget.activations_gib, 3
         ),
     }
 
