@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
 
-.PHONY: setup test test-fast lint type check demo bench argtables sglang-release-check skypilot-venv clean
+.PHONY: setup test test-fast lint type check demo bench calibrate argtables sglang-release-check skypilot-venv clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -53,6 +53,14 @@ demo: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python -m bench
+
+# orch's memory plan against real SGLang (--load-format dummy) on this box's GPUs: each profile
+# this box can host planned, started, read and stopped; predicted vs measured per term into
+# bench/results.md's calibration section and bench/calibration.json. Where there is no GPU, one
+# line says why and it exits 0 (scripts/calibrate-memory --require-gpu: 3).
+#   make calibrate SGLANG_PYTHON=/opt/venvs/sglang/bin/python MODEL=/models/Qwen3.6-27B
+calibrate: $(STAMP)
+	$(BIN)/python scripts/calibrate-memory $(if $(SGLANG_PYTHON),--python $(SGLANG_PYTHON)) $(if $(MODEL),--model $(MODEL)) $(CALIBRATE_ARGS)
 
 # The optional tier that reads `orch export skypilot` tasks with SkyPilot's own parser (460 MB).
 SKYPILOT_VENV ?= $(HOME)/.cache/orch/skypilot-venv

@@ -39,6 +39,7 @@ from bench.lab import (
     time_to_verdict,
 )
 from bench.latency import latency
+from orchestrator.cli.show import calibration
 from orchestrator.commands.context import Context, UpOptions
 from orchestrator.commands.events import Outcome
 from orchestrator.commands.up import up
@@ -769,7 +770,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     took = time.monotonic() - started
     print(render_table(sections))
     command = "python -m bench " + shlex.join(argv if argv is not None else sys.argv[1:])
-    args.out.write_text(render_markdown(sections, command.strip(), took))
+    text = render_markdown(sections, command.strip(), took)
+    # scripts/calibrate-memory's section (measured on a GPU box) is not this run's: kept as it is
+    kept = calibration.section_of(args.out.read_text()) if args.out.is_file() else None
+    args.out.write_text(calibration.replace_section(text, kept) if kept else text)
     print(f"\nwritten {args.out} ({took:.0f} s)")
     return 0
 
