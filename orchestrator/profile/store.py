@@ -21,8 +21,8 @@ from orchestrator.errors import InvalidProfile, ProfileError, ProfileNotFound
 from orchestrator.model import Finding, Host, Profile
 from orchestrator.profile.checks import ProfileChecker
 from orchestrator.profile.fields import check_fields
-from orchestrator.profile.launch_pitfalls import check_pitfalls
 from orchestrator.profile.inventory import INVENTORY_FILE, NAME_RE, read_inventory
+from orchestrator.profile.launch_pitfalls import check_pitfalls
 from orchestrator.profile.layout import check_parallelism
 from orchestrator.profile.yamldoc import KeyPath, Position, YamlDoc, parse_yaml
 from orchestrator.sglang.argtable import ArgTable

@@ -128,7 +128,9 @@ def speculative_triple(facts: LaunchFacts) -> list[Pitfall]:
     if algorithm not in _EAGLE_FAMILY or facts.resolved:
         return []
     steps, topk, drafts = (facts.get(name) for name in TRIPLE)
-    given = [name for name, value in zip(TRIPLE, (steps, topk, drafts)) if value is not None]
+    given = [
+        name for name, value in zip(TRIPLE, (steps, topk, drafts), strict=True) if value is not None
+    ]
     if not given or len(given) == 3:
         if topk == 1 and drafts is not None and steps is not None and drafts != steps + 1:
             return [
@@ -164,7 +166,7 @@ def speculative_triple(facts: LaunchFacts) -> list[Pitfall]:
     ]
 
 
-# -- 2. Qwen3.5-family speculative decoding on <= 0.5.13 ----------------------------------------------
+# -- 2. Qwen3.5-family speculative decoding on <= 0.5.13 ------------------------------------------
 
 
 def architecture(config: Mapping[str, Any] | None) -> str | None:
@@ -230,7 +232,7 @@ def qwen35_speculative(facts: LaunchFacts) -> list[Pitfall]:
     return out
 
 
-# -- 3. switches that became a value of another flag ------------------------------------------------
+# -- 3. switches that became a value of another flag ----------------------------------------------
 
 
 def replaced_switches(facts: LaunchFacts) -> list[Pitfall]:
@@ -265,7 +267,7 @@ def replaced_switches(facts: LaunchFacts) -> list[Pitfall]:
     return out
 
 
-# -- 4. piecewise CUDA graphs longer than the context ------------------------------------------------
+# -- 4. piecewise CUDA graphs longer than the context ---------------------------------------------
 
 
 def piecewise_state(facts: LaunchFacts) -> tuple[bool, int | None, str]:
@@ -322,7 +324,7 @@ def piecewise_context(facts: LaunchFacts) -> list[Pitfall]:
     ]
 
 
-# -- 5. parallelism against the model's shapes --------------------------------------------------------
+# -- 5. parallelism against the model's shapes ----------------------------------------------------
 
 
 def _count(config: Mapping[str, Any], *names: str) -> tuple[str, int] | None:
@@ -390,7 +392,7 @@ def _not_divisible(found: tuple[str, int], what: str, by: int, field: str) -> Pi
     )
 
 
-# -- 7. DeepGEMM's JIT cache ---------------------------------------------------------------------------
+# -- 7. DeepGEMM's JIT cache ----------------------------------------------------------------------
 
 
 def uses_deepgemm(facts: LaunchFacts) -> bool:
@@ -447,11 +449,17 @@ def _ephemeral(directory: str) -> bool:
     return any(path == root or path.startswith(root + "/") for root in _EPHEMERAL_ROOTS)
 
 
-# -- 6. concurrency capped by the mamba state cache (the budget's numbers) --------------------------
+# -- 6. concurrency capped by the mamba state cache (the budget's numbers) ------------------------
 
 
 def mamba_cap(
-    requested: int | None, cap: int, slots: int, per_request: int, version: str
+    requested: int | None,
+    cap: int,
+    slots: int,
+    per_request: int,
+    version: str,
+    *,
+    whose: str = "requested",
 ) -> Pitfall | None:
     """A requested max_running_requests above what the mamba state slots admit: SGLang caps it
     (silently before 0.5.17), so the concurrency asked for is never reached."""
@@ -460,7 +468,7 @@ def mamba_cap(
     return Pitfall(
         "capped-by-mamba",
         WARNING,
-        f"capped by mamba: max_running_requests {requested} requested, SGLang {version} runs at "
+        f"capped by mamba: max_running_requests {requested} {whose}, SGLang {version} runs at "
         f"most {cap} ({slots} mamba state slots // {per_request} slots per request)",
         "raise max_mamba_cache_size (or mamba_full_memory_ratio), or halve the state with "
         f"mamba_ssm_dtype bfloat16; or request {cap}",
