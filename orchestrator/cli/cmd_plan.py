@@ -27,6 +27,14 @@ def handle_plan(args: argparse.Namespace, output: Output) -> int:
         output.write(
             show_reports.plan_text(report, args.all, wide=args.wide, tty=output.out.isatty())
         )
+    blocking = report.blocking_pitfalls
+    if blocking:
+        if not args.json:
+            for pitfall in blocking:  # orch's reading first: SGLang's own error says less
+                output.error(OrchError(f"{pitfall.message} [{pitfall.kind}]", pitfall.hint))
+            if report.error is not None:
+                output.error(OrchError(report.refusal(), report.error.hint))
+        return ExitCode.PLAN_REFUSED
     if report.error is not None:
         if not args.json:
             output.error(OrchError(report.refusal(), report.error.hint))

@@ -16,7 +16,8 @@ from typing import Any
 from orchestrator.commands import lockfile
 from orchestrator.commands.context import Context, Launch
 from orchestrator.commands.events import Planned, UpEvent, Warn
-from orchestrator.effective import plan, verify
+from orchestrator.effective import launch_pitfalls, plan, verify
+from orchestrator.effective.launch_pitfalls import plan_pitfalls
 from orchestrator.errors import PlanRefused, PreflightError, ProfileError
 from orchestrator.fleet.bootstrap import local_home, run_here
 from orchestrator.fleet.client import probe_bundle
@@ -42,6 +43,7 @@ def predict(ctx: Context, launch: Launch, *, local: LocalSGLang | None = None) -
     member = launch.primary
     table = launch.table
     arguments = sglang_config.sglang_arguments(member.argv) or ()
+    model_config: tuple[str, dict[str, Any]] | None = None
     if local is None:
         request = plan.probe_request(arguments, member.env)
         answer = ctx.agent(profile).plan(request)
@@ -100,7 +102,16 @@ def predict(ctx: Context, launch: Launch, *, local: LocalSGLang | None = None) -
             nominal=nominal_gpu(gpu.name, gpu.memory_gb) if gpu is not None else None,
         )
         report = dataclasses.replace(report, budget=budget, budget_notes=notes)
-    return report
+    given = model_config[1] if local is not None and model_config is not None else None
+    pitfalls = plan_pitfalls(
+        profile,
+        table,
+        report.effective if report.ok else {},
+        member.env,
+        config=launch_pitfalls.model_config(given, answer.memory),
+        budget=report.budget,
+    )
+    return dataclasses.replace(report, pitfalls=pitfalls)
 
 
 def gate(
@@ -115,7 +126,11 @@ def gate(
     problem: str | None = None
     hint = ""
     budget = report.budget
-    if report.error is not None:
+    blocking = report.blocking_pitfalls
+    if blocking:
+        problem = f"{blocking[0].message} [{blocking[0].kind}]"
+        hint = blocking[0].hint
+    elif report.error is not None:
         problem = report.refusal()
         hint = report.error.hint or "the server would fail the same way at startup"
     elif budget is not None and budget.refusal is not None and replacing:

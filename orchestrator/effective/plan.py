@@ -22,6 +22,7 @@ from orchestrator.sglang import config as sglang_config
 from orchestrator.sglang.argtable import RENAMES, ArgTable, format_version, spell
 from orchestrator.sglang.memory.budget import Budget
 from orchestrator.sglang.memory.shapes import MemoryAnswer
+from orchestrator.sglang.pitfalls import ERROR, Pitfall
 
 LOCK_FORMAT = "orch.lock/1"
 # Values SGLang draws at random or that name this machine: never part of a lock.
@@ -109,6 +110,12 @@ class PlanReport:
     notes: tuple[str, ...] = ()
     budget: Budget | None = None  # SGLang's pools predicted (planning.predict)
     budget_notes: tuple[str, ...] = ()  # what the budget rests on, or why there is none
+    # launch pitfalls (effective/launch_pitfalls.py), errors first: shown before SGLang's error
+    pitfalls: tuple[Pitfall, ...] = ()
+
+    @property
+    def blocking_pitfalls(self) -> tuple[Pitfall, ...]:
+        return tuple(p for p in self.pitfalls if p.severity == ERROR)
 
     @property
     def ok(self) -> bool:

@@ -13,6 +13,7 @@ from orchestrator.profile.doccheck import DocChecker
 from orchestrator.profile.yamldoc import KeyPath, format_path
 from orchestrator.sglang import argtable
 from orchestrator.sglang.argtable import ArgTable, BadValue
+from orchestrator.sglang.pitfalls import REPLACEMENT_REMOVED_IN, replacement_for
 
 # SGLang fields a profile sets through its own structured keys, in render order.
 STRUCTURED_FIELDS: dict[str, KeyPath] = {
@@ -80,6 +81,9 @@ def check_fields(checker: DocChecker, profile: Profile, table: ArgTable) -> None
     for field in requested_fields(profile):
         path = tuple(field.key_path.split("."))
         spelling = argtable.spell(table, field.name)
+        replaced = replacement_for(field.name) is not None
+        if spelling is None and replaced and table.parsed_version >= REPLACEMENT_REMOVED_IN:
+            continue  # a switch that became a value: the pitfall check says what to write
         if spelling is None:
             names = argtable.known_names(table)
             close = difflib.get_close_matches(field.name, names, n=1, cutoff=0.7)
@@ -121,7 +125,7 @@ def check_fields(checker: DocChecker, profile: Profile, table: ArgTable) -> None
                 f"SGLang {version} spells this {spelling.flag} ({spelling.rename.describe()})",
                 None,
             )
-        elif spelling.option.deprecated:
+        elif spelling.option.deprecated and not replaced:
             checker.note(
                 Severity.WARNING,
                 path,

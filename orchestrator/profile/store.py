@@ -22,6 +22,7 @@ from orchestrator.model import Finding, Host, Profile
 from orchestrator.profile.checks import ProfileChecker
 from orchestrator.profile.fields import check_fields
 from orchestrator.profile.inventory import INVENTORY_FILE, NAME_RE, read_inventory
+from orchestrator.profile.launch_pitfalls import check_pitfalls
 from orchestrator.profile.layout import check_parallelism
 from orchestrator.profile.yamldoc import KeyPath, Position, YamlDoc, parse_yaml
 from orchestrator.sglang.argtable import ArgTable
@@ -129,6 +130,7 @@ class ProfileStore:
         if profile is not None:
             check_fields(checker, profile, table)
             check_parallelism(checker, profile)
+            check_pitfalls(checker, profile, table)
         if checker.errors or profile is None:
             raise InvalidProfile(checker.errors)
         return LoadedProfile(profile, table, tuple(checker.findings))

@@ -53,10 +53,21 @@ def plan_text(
             if changed
             else "SGLang keeps every field the profile sets"
         )
-    texts = [line(text) for text in lines]
+    # the pitfalls right under the heading: orch's reading comes before SGLang's
+    texts = [line(lines[0]), *(line(text) for text in pitfall_lines(report))]
+    texts += [line(text) for text in lines[1:]]
     if report.error is None:
         texts += show_budget.budget_texts(report.budget, report.budget_notes, tty=tty)
     return texts + [line(f"note: {note}") for note in report.notes]
+
+
+def pitfall_lines(report: plan.PlanReport) -> list[str]:
+    """The launch pitfalls, errors first, each with what to write instead."""
+    out = []
+    for pitfall in report.pitfalls:
+        out.append(f"pitfall ({pitfall.severity}) {pitfall.kind}: {pitfall.message}")
+        out.append(f"  hint: {pitfall.hint}")
+    return out
 
 
 def plan_json(report: plan.PlanReport, include_defaulted: bool) -> dict[str, object]:
@@ -90,6 +101,16 @@ def plan_json(report: plan.PlanReport, include_defaulted: bool) -> dict[str, obj
         "standin": report.standin,
         "mode": report.mode,
         "ok": failure is None,
+        "pitfalls": [
+            {
+                "kind": p.kind,
+                "severity": p.severity,
+                "message": p.message,
+                "hint": p.hint,
+                "fields": list(p.fields),
+            }
+            for p in report.pitfalls
+        ],
         "error": None
         if failure is None
         else {
