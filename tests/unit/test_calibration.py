@@ -44,6 +44,10 @@ PLAN_MEMORY: dict[str, Any] = {
     "slack_gib": 4.25,
     "graphs_gib": 0.5,
     "draft_in_slack_gib": 0.25,
+    "activations_gib": 0.0,
+    "unused_in_pools_gib": 0.0,
+    "spec_allocated_gib": 0.0,
+    "left_for_estimates_gib": 4.0,  # the slack less the draft worker's pool
     "verdict": "tight",
 }
 

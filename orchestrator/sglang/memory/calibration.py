@@ -45,19 +45,26 @@ def predicted_terms(memory: Mapping[str, Any] | None) -> dict[str, float | None]
     mamba = mamba if isinstance(mamba, Mapping) else {}
     slack = _number(memory.get("slack_gib"))
     graphs = _number(memory.get("graphs_gib"))
-    draft_in_slack = _number(memory.get("draft_in_slack_gib")) or 0.0
-    after_graphs = None if slack is None or graphs is None else slack - graphs - draft_in_slack
+    unused = _number(memory.get("unused_in_pools_gib")) or 0.0
+    left = _number(memory.get("left_for_estimates_gib"))
+    activations = _number(memory.get("activations_gib")) or 0.0
+    # the pools leave the slack and what they subtracted but never allocated (0.5.11's
+    # speculative reserve beyond the capped requests); the draft worker's pool comes after
+    after_pools = None if slack is None else slack + unused
+    after_graphs = None if left is None or graphs is None else left - graphs - activations
+    spec = _number(memory.get("spec_allocated_gib"))
+    if spec is None:  # a plan from before the allocated states were told apart
+        spec = _number(mamba.get("spec_reserve_gib"))
     return {
         "free before loading": _number(memory.get("pre_load_gib")),
         "weights": _number(memory.get("weights_gib")),
         "mamba slots": _number(mamba.get("slots")),
         "mamba pool": _number(mamba.get("pool_gib")),
-        "speculative mamba states": _number(mamba.get("spec_reserve_gib")),
+        "speculative mamba states": spec,
         "KV tokens": _number(memory.get("kv_tokens")),
         "KV pool": _number(memory.get("kv_gib")),
         "max_running_requests": _number(memory.get("max_running_requests")),
-        # what the pools leave is the slack (SGLang's rounding of the KV pool to pages aside)
-        "free after the pools": slack,
+        "free after the pools": after_pools,
         "CUDA graphs": graphs,
         "free after CUDA graphs": after_graphs,
     }
