@@ -7,7 +7,9 @@ local plan). The key is an HMAC-SHA256, under a random salt kept in that directo
 that decides the answer (``key_facts``):
 
 - the request itself (the SGLang arguments, the server's environment, the simulated GPU, a
-  supplied config.json ...), less the cache's own settings;
+  supplied config.json ...), less the cache's own settings; and the variables of the probe's own
+  environment (the host's login shell's) that reach SGLang, torch, transformers, CUDA or the
+  python (``ENV_PREFIXES``: not SSH's, which change with every connection);
 - the python (its path and version) and the probe's own code (a new orch answers differently);
 - the installed SGLang, read WITHOUT importing it: where ``sglang`` is and its files' sizes and
   times, the versions of the distributions its resolution reads through (sglang, transformers,
@@ -65,6 +67,21 @@ MODEL_FLAGS = (
 # the distributions SGLang's resolution reads through (transformers parses config.json)
 DISTRIBUTIONS = ("sglang", "transformers", "torch")
 PLUGIN_GROUP = "sglang.srt.plugins"
+# the probe's own environment's variables that may change an answer (the request's all do)
+ENV_PREFIXES = (
+    "SGLANG",
+    "SGL_",
+    "ORCH_STANDIN",
+    "PYTHON",
+    "CUDA",
+    "NVIDIA",
+    "HF_",
+    "HUGGINGFACE",
+    "TRANSFORMERS",
+    "TORCH",
+    "LD_LIBRARY_PATH",
+    "PATH",
+)
 NOT_KEYED = ("cache", "remove_request")  # the cache's own settings, how the request travelled
 
 
@@ -172,6 +189,7 @@ def key_facts(request: Mapping[str, Any], probe_digest: str, gpus: Any) -> dict[
     return {
         "format": FORMAT,
         "request": {k: v for k, v in sorted(request.items()) if k not in NOT_KEYED},
+        "environ": {k: v for k, v in sorted(os.environ.items()) if k.startswith(ENV_PREFIXES)},
         "python": [os.path.realpath(sys.executable), sys.version],
         "probe": probe_digest,
         "sglang": installed_sglang(),
