@@ -7,7 +7,7 @@ import json
 import os
 import stat
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -182,7 +182,7 @@ def home(tmp_path: Path) -> Path:
 @pytest.fixture
 def planned(
     installed: Callable[..., None], model: Path, home: Path
-) -> Iterator[Callable[..., dict[str, Any]]]:
+) -> Callable[..., dict[str, Any]]:
     """The cache's answer to a request, counting how often the plan itself ran."""
     runs: list[int] = []
 
