@@ -129,7 +129,10 @@ def plan_cache(runs: int) -> Section:
         "not imported). `--local-sglang` runs the probe bundle with the venv's python; 'on the "
         "host' is the host path (the bundle in the deployment's workdir, the cache in its "
         "`.orch/plan-cache/seed`), this machine as the host over orch's local transport: no "
-        "SSH round trip is in it (no sshd on this machine). The first run of each case, which "
+        "SSH round trip is in it (no sshd on this machine); with no GPU here, SGLang's answer "
+        "there is its refusal after the import (`RuntimeError: No accelerator`), which is kept "
+        "as any answer is (the NVML reading that failed is in the key). The first run of each "
+        "case, which "
         f"writes the bundle, is not counted. Median of {runs}.",
         rows,
     )
