@@ -39,6 +39,7 @@ from bench.lab import (
     time_to_verdict,
 )
 from bench.latency import latency
+from bench.plan_cache import plan_cache
 from orchestrator.cli.show import calibration
 from orchestrator.commands.context import Context, UpOptions
 from orchestrator.commands.events import Outcome
@@ -619,7 +620,18 @@ def render_markdown(sections: Sequence[Section], command: str, took: float) -> s
     return "\n".join(out) + "\n"
 
 
-BENCHMARKS = ("verdict", "up", "hosts", "cli", "logs", "ready", "memory", "groups", "latency")
+BENCHMARKS = (
+    "verdict",
+    "up",
+    "hosts",
+    "cli",
+    "logs",
+    "ready",
+    "memory",
+    "groups",
+    "latency",
+    "plancache",
+)
 
 
 # -- launch groups ------------------------------------------------------------------------------
@@ -758,6 +770,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             sections.append(ready_with_long_line(Path(scratch), (0, 30_000_000), 1 if quick else 3))
         if "memory" in args.only:
             sections.append(memory_plan(runs=1 if quick else 5))
+        if "plancache" in args.only:
+            sections.append(plan_cache(runs=1 if quick else 5))
         if "groups" in args.only:
             sections.append(launch_groups(lab, hosts, runs=1 if quick else 5))
         if "logs" in args.only:

@@ -445,6 +445,7 @@ def _launch_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--force", action="store_true", help="launch even when the plan fails or moves a pin"
     )
+    _no_cache_option(parser)
     _take_over_option(parser)
 
 
@@ -456,7 +457,16 @@ def _take_over_option(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _no_cache_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--no-cache",
+        action="store_true",
+        help="plan afresh, not from the plan cache (the new answer replaces the kept one)",
+    )
+
+
 def _local_sglang_arguments(parser: argparse.ArgumentParser) -> None:
+    _no_cache_option(parser)
     parser.add_argument(
         "--local-sglang",
         metavar="PYTHON",

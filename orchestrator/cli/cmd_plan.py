@@ -18,7 +18,7 @@ def handle_plan(args: argparse.Namespace, output: Output) -> int:
     ctx = context_for(args, output)
     try:
         launch = ctx.launch(args.profile, require_secrets=False)
-        report = planning.predict(ctx, launch, local=local_sglang(args))
+        report = planning.predict(ctx, launch, local=local_sglang(args), cache=not args.no_cache)
     finally:
         ctx.close()
     if args.json:
@@ -56,7 +56,9 @@ def handle_lock(args: argparse.Namespace, output: Output) -> int:
     ctx = context_for(args, output)
     try:
         launch = ctx.launch(args.profile)
-        target, document, report = planning.write_lock(ctx, launch, local=local_sglang(args))
+        target, document, report = planning.write_lock(
+            ctx, launch, local=local_sglang(args), cache=not args.no_cache
+        )
     finally:
         ctx.close()
     output.print(show_reports.lock_written(target, document, report))

@@ -24,6 +24,7 @@ def handle_up(args: argparse.Namespace, output: Output) -> int:
         check_plan=not args.no_plan,
         force=args.force,
         take_over=args.take_over,
+        plan_cache=not args.no_cache,
     )
     try:
         launch = ctx.launch(args.profile)

@@ -187,6 +187,7 @@ class UpOptions:
     check_plan: bool = True  # not --no-plan: SGLang's own plan gates the launch
     force: bool = False  # --force: launch what the plan refuses
     take_over: bool = False  # --take-over: a deployment launched from another repository
+    plan_cache: bool = True  # not --no-cache: the plan may come from the probe's cache
 
 
 def _make_launch(

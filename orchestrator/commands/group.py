@@ -180,7 +180,9 @@ def up(ctx: Context, launch: Launch, options: UpOptions) -> Iterator[UpEvent]:
     yield from _check_reachable(nodes, group, bool(running))
 
     if options.check_plan:
-        yield from planning.gate(ctx, launch, force=options.force, replacing=bool(running))
+        yield from planning.gate(
+            ctx, launch, force=options.force, replacing=bool(running), cache=options.plan_cache
+        )
     if running:
         yield Step(f"stopping the running group (--replace): {len(running)} node(s)")
         stop_group(nodes, profile.name)

@@ -37,16 +37,21 @@ class LocalSGLang:
     model_config: Path | None = None  # the model's config.json when its path is not local
 
 
-def predict(ctx: Context, launch: Launch, *, local: LocalSGLang | None = None) -> plan.PlanReport:
-    """What SGLang will make of the launch: its own parsing and resolution, no server."""
+def predict(
+    ctx: Context, launch: Launch, *, local: LocalSGLang | None = None, cache: bool = True
+) -> plan.PlanReport:
+    """What SGLang will make of the launch: its own parsing and resolution, no server.
+    ``cache``: the probe may answer from its plan cache (False: ``--no-cache``, plan afresh)."""
     profile = launch.profile
     member = launch.primary
     table = launch.table
     arguments = sglang_config.sglang_arguments(member.argv) or ()
     model_config: tuple[str, dict[str, Any]] | None = None
     if local is None:
-        request = plan.probe_request(arguments, member.env)
-        answer = ctx.agent(profile).plan(request)
+        agent = ctx.agent(profile)
+        use = plan.PlanCacheUse(agent.deployment.plan_cache_dir, read=cache)
+        request = plan.probe_request(arguments, member.env, cache=use)
+        answer = agent.plan(request)
         where = f"host {profile.host.name}"
     else:
         gpu = profile.gpu.type
@@ -57,7 +62,10 @@ def predict(ctx: Context, launch: Launch, *, local: LocalSGLang | None = None) -
                 "set gpu.type (B200, H200, ...), or plan on the host without --local-sglang",
             )
         model_config = _model_config_for(ctx, launch, local)
-        request = plan.probe_request(arguments, member.env, simulate=gpu, model_config=model_config)
+        use = plan.PlanCacheUse(str(local_plan_cache(profile.name)), read=cache)
+        request = plan.probe_request(
+            arguments, member.env, simulate=gpu, model_config=model_config, cache=use
+        )
         answer = _run_local_probe(local.python, request)
         where = f"local {local.python}"
     answered = answer.sglang_version or ""
@@ -115,13 +123,14 @@ def predict(ctx: Context, launch: Launch, *, local: LocalSGLang | None = None) -
 
 
 def gate(
-    ctx: Context, launch: Launch, *, force: bool, replacing: bool = False
+    ctx: Context, launch: Launch, *, force: bool, replacing: bool = False, cache: bool = True
 ) -> Generator[UpEvent, None, plan.PlanReport]:
     """Refuse to launch what SGLang itself rejects, what would not fit in the GPUs' memory, or
     what would change a pinned field; returns the plan. ``replacing``: a running server of this
-    deployment will be stopped first, so the memory it holds is not counted against the new one."""
+    deployment will be stopped first, so the memory it holds is not counted against the new one.
+    ``cache``: as ``predict``'s."""
     profile = launch.profile
-    report = predict(ctx, launch)
+    report = predict(ctx, launch, cache=cache)
     yield Planned(report)
     problem: str | None = None
     hint = ""
@@ -162,10 +171,10 @@ def gate(
 
 
 def write_lock(
-    ctx: Context, launch: Launch, *, local: LocalSGLang | None = None
+    ctx: Context, launch: Launch, *, local: LocalSGLang | None = None, cache: bool = True
 ) -> tuple[Path, dict[str, Any], plan.PlanReport]:
     name = launch.profile.name
-    report = predict(ctx, launch, local=local)
+    report = predict(ctx, launch, local=local, cache=cache)
     if report.error is not None:
         raise PlanRefused(
             f"{name}: cannot lock a plan SGLang rejects: {report.error.kind}: "
@@ -174,6 +183,12 @@ def write_lock(
         )
     document = plan.lock_document(launch.profile, report, launch.digest, launch.profile.gpu.type)
     return lockfile.write_lock(ctx.store.root, name, document), document, report
+
+
+def local_plan_cache(profile: str) -> Path:
+    """Where a local plan's probe keeps its answers: ``$XDG_CACHE_HOME/orch/plan-cache/<profile>``
+    (``~/.cache``), beside the bundles (``local_home``)."""
+    return local_home().parent / "plan-cache" / profile
 
 
 def _model_config_for(

@@ -120,7 +120,11 @@ def _up(
     standin = False
     if options.check_plan:
         planned = yield from planning.gate(
-            ctx, launch, force=options.force, replacing=replacing is not None
+            ctx,
+            launch,
+            force=options.force,
+            replacing=replacing is not None,
+            cache=options.plan_cache,
         )
         budget, standin = planned.budget, planned.standin
     if replacing is not None:

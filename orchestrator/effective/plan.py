@@ -46,8 +46,9 @@ def probe_request(
     *,
     simulate: GpuType | None = None,
     model_config: tuple[str, Mapping[str, Any]] | None = None,
+    cache: PlanCacheUse | None = None,
 ) -> dict[str, Any]:
-    return {
+    request: dict[str, Any] = {
         "args": list(arguments),
         "env": dict(env),
         "simulate_gpu": simulated_gpu(simulate) if simulate is not None else None,
@@ -56,6 +57,30 @@ def probe_request(
         ),
         "remove_request": True,
     }
+    if cache is not None:
+        request["cache"] = {"dir": cache.directory, "read": cache.read}
+    return request
+
+
+@dataclass(frozen=True)
+class PlanCacheUse:
+    """Where the probe keeps its answers (remote/probe/cache.py) and whether it may answer
+    from them (not ``--no-cache``: it plans afresh, and keeps that answer)."""
+
+    directory: str
+    read: bool = True
+
+
+@dataclass(frozen=True)
+class CachedAnswer:
+    """What the probe's answer says of the plan cache (its ``cache`` section)."""
+
+    hit: bool  # the answer is one kept from before: SGLang was not imported
+    stored: bool  # a fresh answer, kept for next time
+    key: str | None = None  # the key's first 16 hex digits
+    age_s: float | None = None  # how old the kept answer is
+    note: str | None = None  # why it was not used or kept
+    lookup_s: float | None = None  # what the key and the look-up cost
 
 
 @dataclass(frozen=True)
@@ -112,6 +137,7 @@ class PlanReport:
     budget_notes: tuple[str, ...] = ()  # what the budget rests on, or why there is none
     # launch pitfalls (effective/launch_pitfalls.py), errors first: shown before SGLang's error
     pitfalls: tuple[Pitfall, ...] = ()
+    cache: CachedAnswer | None = None  # whether SGLang's part came from the plan cache
 
     @property
     def blocking_pitfalls(self) -> tuple[Pitfall, ...]:
@@ -170,6 +196,7 @@ class PlanAnswer:
     # what the host knows for the memory budget (the probe's "memory" section); None from a
     # probe older than it, and when SGLang refused the command line
     memory: MemoryAnswer | None = None
+    cache: CachedAnswer | None = None  # None: the request asked for no cache (or an older probe)
 
 
 def report(
@@ -251,6 +278,7 @@ def report(
         effective=effective,
         defaults=answer.defaults,
         notes=notes,
+        cache=answer.cache,
     )
 
 

@@ -144,6 +144,7 @@ if not isinstance(codes, dict):
 import importlib.abc, importlib.machinery, importlib.util, runpy
 class Bundle(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     bundle_path = path
+    bundle_sha256 = want
     def __init__(self):
         self.names, self.sources, self.main = {}, None, None
         for name in codes:

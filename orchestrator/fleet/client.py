@@ -164,6 +164,11 @@ class Deployment:
         return posixpath.join(self.workdir, ".orch", probe_bundle().file_name)
 
     @property
+    def plan_cache_dir(self) -> str:
+        """The probe's cached answers for this deployment (remote/probe/cache.py)."""
+        return posixpath.join(self.workdir, ".orch", "plan-cache", self.name)
+
+    @property
     def state_path(self) -> str:
         return posixpath.join(self.dir, "state.json")
 

@@ -151,7 +151,8 @@ def test_every_orch_module_a_bundle_imports_is_in_it(made: Callable[[], bundle.B
     if built.name == "probe":  # the check finds one left out
         del modules["orchestrator.remote.host.gpus"]
         assert _missing(modules) == [
-            "orchestrator.remote.probe.memory imports gpus from orchestrator.remote.host"
+            "orchestrator.remote.probe.main imports gpus from orchestrator.remote.host",
+            "orchestrator.remote.probe.memory imports gpus from orchestrator.remote.host",
         ]
 
 

@@ -182,6 +182,7 @@ def plan_in_up(report: plan.PlanReport) -> list[Text]:
         return []  # the refusal (or the --force warning) says it
     who = "orch's stand-in (NOT SGLang)" if report.standin else f"SGLang {report.sglang_version}"
     changed = report.changed
+    cached = report.cache is not None and report.cache.hit
     texts = [
         line(
             f"  plan: {who} accepts the command line; "
@@ -190,9 +191,12 @@ def plan_in_up(report: plan.PlanReport) -> list[Text]:
                 if changed
                 else "no field the profile sets changes"
             )
+            + (" (from the plan cache; --no-cache plans afresh)" if cached else "")
         ),
         *budget_in_up(report),
     ]
+    if report.cache is not None and report.cache.note and not cached:
+        texts.append(line(f"  plan cache: {report.cache.note}"))
     for field in changed:
         by = ", ".join(p.source for p in field.provenance) or "SGLang"
         texts += finding(

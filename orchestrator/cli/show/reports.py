@@ -53,6 +53,9 @@ def plan_text(
             if changed
             else "SGLang keeps every field the profile sets"
         )
+    said = cache_text(report.cache)
+    if said is not None:
+        lines.insert(1, said)
     # the pitfalls right under the heading: orch's reading comes before SGLang's
     texts = [line(lines[0]), *(line(text) for text in pitfall_lines(report))]
     texts += [line(text) for text in lines[1:]]
@@ -68,6 +71,42 @@ def pitfall_lines(report: plan.PlanReport) -> list[str]:
         out.append(f"pitfall ({pitfall.severity}) {pitfall.kind}: {pitfall.message}")
         out.append(f"  hint: {pitfall.hint}")
     return out
+
+
+def cache_text(cache: plan.CachedAnswer | None) -> str | None:
+    """One line on the plan cache: an answer kept from before, or why it was not used or kept;
+    None for a fresh answer kept as it should be."""
+    if cache is None:
+        return None
+    if cache.hit:
+        return (
+            f"from the plan cache (key {cache.key or '?'}, planned {_age(cache.age_s)} ago; "
+            "SGLang not imported, the GPUs' free memory read now; --no-cache plans afresh)"
+        )
+    return f"plan cache: {cache.note}" if cache.note else None
+
+
+def cache_json(cache: plan.CachedAnswer | None) -> dict[str, object] | None:
+    if cache is None:
+        return None
+    return {
+        "hit": cache.hit,
+        "stored": cache.stored,
+        "key": cache.key,
+        "age_s": cache.age_s,
+        "note": cache.note,
+        "lookup_s": cache.lookup_s,
+    }
+
+
+def _age(seconds: float | None) -> str:
+    if seconds is None:
+        return "?"
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
 
 
 def plan_json(report: plan.PlanReport, include_defaulted: bool) -> dict[str, object]:
@@ -124,6 +163,7 @@ def plan_json(report: plan.PlanReport, include_defaulted: bool) -> dict[str, obj
         "defaulted": [row(f) for f in report.defaulted] if include_defaulted else [],
         "logs": list(report.logs),
         "notes": list(report.notes),
+        "cache": cache_json(report.cache),
         "memory": show_budget.budget_json(report.budget, report.budget_notes)
         if failure is None
         else None,
@@ -132,10 +172,12 @@ def plan_json(report: plan.PlanReport, include_defaulted: bool) -> dict[str, obj
 
 def lock_written(target: Path, document: dict[str, Any], report: plan.PlanReport) -> str:
     effective = document["effective"]
+    hit = report.cache is not None and report.cache.hit
     return (
         f"wrote {target}: SGLang {document['sglang']}, gpu {document['gpu_type'] or '-'}, "
         f"{len(effective)} fields differ from SGLang's defaults ({report.where})"
         + ("; predicted by orch's stand-in, NOT SGLang" if report.standin else "")
+        + ("; SGLang's answer from the plan cache (--no-cache plans afresh)" if hit else "")
     )
 
 

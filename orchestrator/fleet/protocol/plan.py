@@ -7,7 +7,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from orchestrator.effective.plan import PlanAnswer, Provenance
+from orchestrator.effective.plan import CachedAnswer, PlanAnswer, Provenance
 from orchestrator.fleet.protocol.common import Reader, Request
 from orchestrator.model import frozen_map
 from orchestrator.sglang.memory.shapes import GpuMemory, MemoryAnswer, ModelMemory
@@ -59,6 +59,21 @@ def decode_plan_answer(document: Any) -> PlanAnswer:
         logs=reader.texts("logs"),
         plugins=reader.texts("plugins"),
         memory=decode_memory(reader.child("memory")),
+        cache=decode_cache(reader.child("cache")),
+    )
+
+
+def decode_cache(reader: Reader | None) -> CachedAnswer | None:
+    """The probe's ``cache`` section (remote/probe/cache.py); None when it has none."""
+    if reader is None:
+        return None
+    return CachedAnswer(
+        hit=reader.flag("hit", False),
+        stored=reader.flag("stored", False),
+        key=reader.opt_text("key"),
+        age_s=reader.opt_number("age_s"),
+        note=reader.opt_text("note"),
+        lookup_s=reader.opt_number("lookup_s"),
     )
 
 

@@ -39,3 +39,30 @@ def home(package: str) -> str | None:
     loader = _loader(package)
     where = getattr(loader, "bundle_path", None) or getattr(loader, "archive", None)
     return os.path.dirname(os.path.abspath(where)) if isinstance(where, str) else None
+
+
+def digest(package: str) -> str:
+    """The sha256 of the program's own code: the checked bundle's (orch's bootstrap knows it),
+    the zip application's file, or, from a source tree, the ``.py`` files beside the package
+    (its own and ``host/``'s): a new orch is a new digest."""
+    import hashlib
+
+    loader = _loader(package)
+    known = getattr(loader, "bundle_sha256", None)
+    if isinstance(known, str):
+        return known
+    archive = getattr(loader, "archive", None)
+    hasher = hashlib.sha256()
+    if isinstance(archive, str):
+        with open(archive, "rb") as handle:
+            hasher.update(handle.read())
+        return hasher.hexdigest()
+    root = os.path.dirname(os.path.dirname(os.path.abspath(str(sys.modules[package].__file__))))
+    for directory, _, files in sorted(os.walk(root)):
+        for name in sorted(files):
+            if name.endswith(".py"):
+                path = os.path.join(directory, name)
+                hasher.update(os.path.relpath(path, root).encode() + b"\0")
+                with open(path, "rb") as handle:
+                    hasher.update(handle.read() + b"\0")
+    return hasher.hexdigest()

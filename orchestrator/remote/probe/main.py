@@ -9,8 +9,11 @@ import json
 import os
 import sys
 import tempfile
+from collections.abc import Mapping
+from typing import Any
 
-from orchestrator.remote.host import program
+from orchestrator.remote.host import gpus, program
+from orchestrator.remote.probe.cache import through_cache
 from orchestrator.remote.probe.resolve import plan
 from orchestrator.remote.probe.values import PROTOCOL
 
@@ -74,14 +77,24 @@ def main(argv: list[str] | None = None) -> int:
     if request.get("remove_request") and not source.startswith("/dev/fd/"):
         with contextlib.suppress(FileNotFoundError):
             os.unlink(source)  # it holds the server's environment (tokens)
+    # the cache is looked up before SGLang is imported (that import is what it saves)
+    result = through_cache(
+        request,
+        lambda: _planned(request),
+        probe_digest=lambda: program.digest(PACKAGE),
+        read_gpus=lambda: gpus.read(None),
+    )
+    sys.stdout.write(json.dumps(result, sort_keys=True) + "\n")
+    sys.stdout.flush()
+    return 0
+
+
+def _planned(request: Mapping[str, Any]) -> dict[str, Any]:
     try:
-        result = plan(request)
+        return plan(request)
     except ImportError as exc:
-        result = {
+        return {
             "protocol": PROTOCOL,
             "ok": False,
             "error": {"stage": "import", "type": type(exc).__name__, "message": str(exc)},
         }
-    sys.stdout.write(json.dumps(result, sort_keys=True) + "\n")
-    sys.stdout.flush()
-    return 0

@@ -131,20 +131,32 @@ def _gpus(simulated: Mapping[str, Any] | None) -> dict[str, Any]:
             "basis": "simulated",
         }
         return {"gpus": [gpu], "gpu_error": None}
-    reading = host_gpus.read(os.environ.get("CUDA_VISIBLE_DEVICES"))
+    return visible_gpus(host_gpus.read(None), os.environ.get("CUDA_VISIBLE_DEVICES"))
+
+
+def visible_gpus(reading: host_gpus.GpuReading, visible_devices: str | None) -> dict[str, Any]:
+    """The answer's ``gpus``/``gpu_error`` from NVML's reading of every device: those
+    ``visible_devices`` (``CUDA_VISIBLE_DEVICES``) leaves visible, the server's view (the plan
+    cache reads every device once, for its key and for a hit's free memory)."""
+    shown = host_gpus.visible(list(reading.gpus), visible_devices)
+    error = reading.error
+    if reading.gpus and not shown:
+        error = f"CUDA_VISIBLE_DEVICES={visible_devices!r} leaves no GPU visible"
     basis = f"NVML on {os.uname().nodename}"
-    shown = [
-        {
-            "index": gpu.index,
-            "name": gpu.name,
-            "uuid": gpu.uuid,
-            "total_bytes": gpu.total_bytes,
-            "free_bytes": gpu.free_bytes,
-            "basis": basis,
-        }
-        for gpu in reading.gpus
-    ]
-    return {"gpus": shown, "gpu_error": reading.error}
+    return {
+        "gpus": [
+            {
+                "index": gpu.index,
+                "name": gpu.name,
+                "uuid": gpu.uuid,
+                "total_bytes": gpu.total_bytes,
+                "free_bytes": gpu.free_bytes,
+                "basis": basis,
+            }
+            for gpu in shown
+        ],
+        "gpu_error": error,
+    }
 
 
 # -- SGLang's default mem_fraction_static
