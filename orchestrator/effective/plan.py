@@ -45,8 +45,13 @@ def probe_request(
     *,
     simulate: GpuType | None = None,
     model_config: tuple[str, Mapping[str, Any]] | None = None,
+    candidates: Sequence[Sequence[str]] = (),
 ) -> dict[str, Any]:
+    """The probe's request; ``candidates``: more command lines (SGLang's arguments each) planned
+    in the same process, each answered in the answer's ``candidates`` (orch plan --fit)."""
+    extra = {"candidates": [list(c) for c in candidates]} if candidates else {}
     return {
+        **extra,
         "args": list(arguments),
         "env": dict(env),
         "simulate_gpu": simulated_gpu(simulate) if simulate is not None else None,
@@ -163,6 +168,7 @@ class PlanAnswer:
     # what the host knows for the memory budget (the probe's "memory" section); None from a
     # probe older than it, and when SGLang refused the command line
     memory: MemoryAnswer | None = None
+    candidates: tuple[PlanAnswer, ...] = ()  # a batched request's other plans, in its order
 
 
 def report(

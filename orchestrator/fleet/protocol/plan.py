@@ -59,6 +59,7 @@ def decode_plan_answer(document: Any) -> PlanAnswer:
         logs=reader.texts("logs"),
         plugins=reader.texts("plugins"),
         memory=decode_memory(reader.child("memory")),
+        candidates=tuple(decode_plan_answer(candidate) for candidate in reader.items("candidates")),
     )
 
 
