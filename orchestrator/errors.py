@@ -36,6 +36,7 @@ class ExitCode(enum.IntEnum):
     # pinned field that would move); nothing was written
     WRITE = 18  # a file orch was asked to write is not one it may replace (a device, a FIFO, a
     # link to another's file, a directory every user may write) or cannot be written
+    NO_FIT = 19  # orch plan --fit: no edit of the searched fields plans as not will fail
     # The server died; one code per crash class, so scripts can tell them apart.
     CONFIG_ERROR = 20
     CUDA_OOM = 21

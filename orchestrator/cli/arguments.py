@@ -10,6 +10,7 @@ import os
 from pathlib import Path
 
 from orchestrator import __version__
+from orchestrator.errors import ExitCode
 from orchestrator.model import EXPORT_ENGINES
 from orchestrator.profile.bundled import bundled_profiles
 
@@ -274,6 +275,13 @@ def parser() -> argparse.ArgumentParser:
     plan.add_argument("--json", action="store_true", help="the stable machine-readable format")
     plan.add_argument("--all", action="store_true", help="also the defaults SGLang fills in")
     plan.add_argument("--wide", action="store_true", help="values whole, never cut")
+    plan.add_argument(
+        "--fit",
+        action="store_true",
+        help="suggest profile edits that make the launch fit, or leave more concurrency "
+        "(tp_size with gpu.devices, mem_fraction_static, the mamba cache ...), each planned "
+        f"through SGLang's own resolution; exit {ExitCode.NO_FIT} when none is found",
+    )
     _local_sglang_arguments(plan)
     plan.set_defaults(command="plan")
 
@@ -401,7 +409,8 @@ EXAMPLES: dict[str, str] = {
     "status": "orch status\n  orch status qwen36-mtp-b200 --json",
     "logs": "orch logs qwen36-mtp-b200 -f\n  orch logs qwen36-mtp-b200 --run -2 -n 500",
     "runs": "orch runs qwen36-mtp-b200",
-    "plan": "orch plan qwen36-mtp-b200\n  orch plan qwen36-mtp-b200 --local-sglang "
+    "plan": "orch plan qwen36-mtp-b200\n  orch plan qwen36-mtp-b200 --fit\n"
+    "  orch plan qwen36-mtp-b200 --local-sglang "
     "~/.cache/orch/sglang-venvs/0.5.11/bin/python --model-config config.json",
     "lock": "orch lock qwen36-mtp-b200 && git diff profiles/qwen36-mtp-b200.lock.json",
     "upgrade": "orch upgrade qwen36-mtp-b200 --to 0.5.23 --model-config config.json\n"

@@ -15,6 +15,8 @@ def handle_plan(args: argparse.Namespace, output: Output) -> int:
     from orchestrator.cli.show import reports as show_reports
     from orchestrator.commands import planning
 
+    if args.fit:
+        return _handle_fit(args, output)
     ctx = context_for(args, output)
     try:
         launch = ctx.launch(args.profile, require_secrets=False)
@@ -47,6 +49,30 @@ def handle_plan(args: argparse.Namespace, output: Output) -> int:
     if report.pinned_changes(launch.profile.pin, launch.table):
         return ExitCode.DRIFT
     return ExitCode.OK
+
+
+def _handle_fit(args: argparse.Namespace, output: Output) -> int:
+    """``plan --fit``: edits of the profile that plan as not will fail (exit 0), or none
+    (``NO_FIT``)."""
+    from orchestrator.cli.show import fit as show_fit
+    from orchestrator.commands import fitting
+
+    ctx = context_for(args, output)
+    try:
+        launch = ctx.launch(args.profile, require_secrets=False)
+        result = fitting.fit_launch(ctx, launch, local=local_sglang(args))
+    finally:
+        ctx.close()
+    if args.json:
+        output.print(json.dumps(show_fit.fit_json(result), indent=2, default=str))
+    else:
+        output.write(show_fit.fit_text(result))
+    if result.suggestions:
+        return ExitCode.OK
+    if not args.json:
+        problem, hint = show_fit.nothing_found(result)
+        output.error(OrchError(problem, hint))
+    return ExitCode.NO_FIT
 
 
 def handle_lock(args: argparse.Namespace, output: Output) -> int:

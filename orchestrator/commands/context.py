@@ -163,6 +163,12 @@ class Launch:
         loaded = dataclasses.replace(self.loaded, table=table)
         return _make_launch(loaded, environ, require_secrets=True)
 
+    def edited(self, profile: Profile, environ: Mapping[str, str]) -> Launch:
+        """The launch of an edited profile (``orch plan --fit``), rendered as it would load;
+        an unset secret is a placeholder, as for plan."""
+        loaded = dataclasses.replace(self.loaded, profile=profile)
+        return _make_launch(loaded, environ, require_secrets=False)
+
     def meta(self, origin: ProfilesOrigin) -> dict[str, object]:
         """What the agent keeps beside the run and echoes in its state: who launched what, from
         which profiles repository (``commands/ownership.py`` compares it before touching a

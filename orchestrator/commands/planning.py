@@ -26,7 +26,7 @@ from orchestrator.fleet.protocol.plan import decode_plan_answer
 from orchestrator.sglang import argtable
 from orchestrator.sglang import config as sglang_config
 from orchestrator.sglang.memory.budget import budget_for
-from orchestrator.sglang.memory.shapes import nominal_gpu
+from orchestrator.sglang.memory.shapes import MemoryAnswer, nominal_gpu
 
 
 @dataclass(frozen=True)
@@ -42,32 +42,63 @@ def predict(
 ) -> plan.PlanReport:
     """What SGLang will make of the launch: its own parsing and resolution, no server.
     ``cache``: the probe may answer from its plan cache (False: ``--no-cache``, plan afresh)."""
+    answer, where, model_config = ask(ctx, launch, local=local, cache=cache)
+    return report_for(launch, answer, where, local=local, model_config=model_config)
+
+
+def ask(
+    ctx: Context,
+    launch: Launch,
+    *,
+    local: LocalSGLang | None = None,
+    candidates: tuple[tuple[str, ...], ...] = (),
+    cache: bool = True,
+) -> tuple[plan.PlanAnswer, str, tuple[str, dict[str, Any]] | None]:
+    """The probe's answer for the launch (and for ``candidates``, other command lines of the
+    same launch, in the same probe process: ``orch plan --fit``), where it was asked, and the
+    model's config.json sent with a local plan."""
     profile = launch.profile
     member = launch.primary
-    table = launch.table
     arguments = sglang_config.sglang_arguments(member.argv) or ()
-    model_config: tuple[str, dict[str, Any]] | None = None
+    others = tuple(sglang_config.sglang_arguments(argv) or () for argv in candidates)
     if local is None:
         agent = ctx.agent(profile)
         use = plan.PlanCacheUse(agent.deployment.plan_cache_dir, read=cache)
-        request = plan.probe_request(arguments, member.env, cache=use)
-        answer = agent.plan(request)
-        where = f"host {profile.host.name}"
-    else:
-        gpu = profile.gpu.type
-        if gpu is None:
-            raise ProfileError(
-                f"{profile.name}: planning with a local SGLang simulates the profile's GPU, "
-                "and it names none",
-                "set gpu.type (B200, H200, ...), or plan on the host without --local-sglang",
-            )
-        model_config = _model_config_for(ctx, launch, local)
-        use = plan.PlanCacheUse(str(local_plan_cache(profile.name)), read=cache)
-        request = plan.probe_request(
-            arguments, member.env, simulate=gpu, model_config=model_config, cache=use
+        request = plan.probe_request(arguments, member.env, cache=use, candidates=others)
+        return agent.plan(request), f"host {profile.host.name}", None
+    gpu = profile.gpu.type
+    if gpu is None:
+        raise ProfileError(
+            f"{profile.name}: planning with a local SGLang simulates the profile's GPU, "
+            "and it names none",
+            "set gpu.type (B200, H200, ...), or plan on the host without --local-sglang",
         )
-        answer = _run_local_probe(local.python, request)
-        where = f"local {local.python}"
+    model_config = _model_config_for(ctx, launch, local)
+    use = plan.PlanCacheUse(str(local_plan_cache(profile.name)), read=cache)
+    request = plan.probe_request(
+        arguments,
+        member.env,
+        simulate=gpu,
+        model_config=model_config,
+        cache=use,
+        candidates=others,
+    )
+    return _run_local_probe(local.python, request), f"local {local.python}", model_config
+
+
+def report_for(
+    launch: Launch,
+    answer: plan.PlanAnswer,
+    where: str,
+    *,
+    local: LocalSGLang | None = None,
+    model_config: tuple[str, dict[str, Any]] | None = None,
+) -> plan.PlanReport:
+    """The plan report of ``launch`` from the probe's ``answer``, with its memory budget and
+    its launch pitfalls."""
+    profile = launch.profile
+    member = launch.primary
+    table = launch.table
     answered = answer.sglang_version or ""
     if answered and answered != table.version and not answer.standin:
         table = argtable.table_for(answered).table  # read the answer in the answering version
@@ -94,15 +125,8 @@ def predict(
         )
     if report.ok:
         gpu = profile.gpu.type
-        found = answer.memory
-        if local is not None and found is not None and found.weights_bytes is None:
-            beside = _weights_beside(local.model_config)
-            if beside is not None:  # the checkpoint is elsewhere; its index was given here
-                found = dataclasses.replace(
-                    found, weights_bytes=beside[0], weights_basis=beside[1], weights_error=None
-                )
         budget, notes = budget_for(
-            found,
+            memory_answer(answer, local),
             report.effective,
             member.env,
             version=argtable.parse_version(answered) if answered else table.parsed_version,
@@ -120,6 +144,19 @@ def predict(
         budget=report.budget,
     )
     return dataclasses.replace(report, pitfalls=pitfalls)
+
+
+def memory_answer(answer: plan.PlanAnswer, local: LocalSGLang | None) -> MemoryAnswer | None:
+    """The answer's memory section, the weights counted from the index beside
+    ``--model-config`` where the checkpoint is not on this machine."""
+    found = answer.memory
+    if local is not None and found is not None and found.weights_bytes is None:
+        beside = _weights_beside(local.model_config)
+        if beside is not None:  # the checkpoint is elsewhere; its index was given here
+            found = dataclasses.replace(
+                found, weights_bytes=beside[0], weights_basis=beside[1], weights_error=None
+            )
+    return found
 
 
 def gate(

@@ -47,8 +47,12 @@ def probe_request(
     simulate: GpuType | None = None,
     model_config: tuple[str, Mapping[str, Any]] | None = None,
     cache: PlanCacheUse | None = None,
+    candidates: Sequence[Sequence[str]] = (),
 ) -> dict[str, Any]:
+    """The probe's request; ``candidates``: more command lines (SGLang's arguments each) planned
+    in the same process, each answered in the answer's ``candidates`` (orch plan --fit)."""
     request: dict[str, Any] = {
+        **({"candidates": [list(c) for c in candidates]} if candidates else {}),
         "args": list(arguments),
         "env": dict(env),
         "simulate_gpu": simulated_gpu(simulate) if simulate is not None else None,
@@ -197,6 +201,7 @@ class PlanAnswer:
     # probe older than it, and when SGLang refused the command line
     memory: MemoryAnswer | None = None
     cache: CachedAnswer | None = None  # None: the request asked for no cache (or an older probe)
+    candidates: tuple[PlanAnswer, ...] = ()  # a batched request's other plans, in its order
 
 
 def report(

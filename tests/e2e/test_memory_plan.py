@@ -86,3 +86,26 @@ def test_without_a_plan_the_logged_memory_is_shown_alone(local_workspace: Worksp
         assert memory["measured"][0]["weights_gib"] == pytest.approx(51.1)
     finally:
         assert local_workspace.orch("down", name).code == ExitCode.OK
+
+
+def test_plan_fit_runs_through_the_entry_point_and_each_edit_is_planned(
+    local_workspace: Workspace,
+) -> None:
+    """``plan --fit`` against the stand-in (orch's, NOT SGLang): the weights cannot fit one
+    L40S; the edits come back as dotted profile keys, each planned through the probe's batch."""
+    name = local_workspace.profile("small-gpu-fit", "gpu:\n  type: L40S\n")
+    fitted = local_workspace.orch("plan", name, "--fit", "--json")
+    document = fitted.json()
+    assert document["as_is"]["verdict"] == "will fail"
+    assert document["planned"] >= 1
+    assert fitted.code == ExitCode.OK, fitted.err
+    assert document["standin"] is True
+    assert document["suggestions"]
+    for suggestion in document["suggestions"]:
+        assert suggestion["predicted"]["verdict"] != "will fail"
+        assert "args.tp_size" in suggestion["profile_changes"]  # 51.1 GiB needs two GPUs
+        assert all(key.startswith("args.") for key in suggestion["profile_changes"])
+    text = local_workspace.orch("plan", name, "--fit")
+    assert text.code == fitted.code
+    assert "searched" in text.out
+    assert "through SGLang's own resolution" in text.out

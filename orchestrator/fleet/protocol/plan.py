@@ -60,6 +60,7 @@ def decode_plan_answer(document: Any) -> PlanAnswer:
         plugins=reader.texts("plugins"),
         memory=decode_memory(reader.child("memory")),
         cache=decode_cache(reader.child("cache")),
+        candidates=tuple(decode_plan_answer(candidate) for candidate in reader.items("candidates")),
     )
 
 

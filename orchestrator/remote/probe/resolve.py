@@ -45,7 +45,40 @@ def raising_frame(tb: Any, sglang_root: str) -> dict[str, Any] | None:
 
 
 def plan(request: Mapping[str, Any]) -> dict[str, Any]:
-    args = [str(a) for a in request["args"]]
+    """The plan of ``request["args"]``; with ``"candidates": [[...arguments...], ...]`` (orch plan
+    --fit) also the plan of each candidate command line, in this one process: SGLang imported
+    once, each resolution as the single one does it (the simulated GPU patched and undone, the
+    model directory made anew), the environment put back after each, since SGLang's resolution
+    writes some of its values there (``envs.SGLANG_MAMBA_SSM_DTYPE.set`` ...)."""
+    candidates = request.get("candidates")
+    if not isinstance(candidates, list):
+        return _plan_one(request, [str(a) for a in request["args"]])
+    result = _isolated(request, request["args"])
+    result["candidates"] = [_isolated(request, args) for args in candidates]
+    return result
+
+
+def _isolated(request: Mapping[str, Any], args: Any) -> dict[str, Any]:
+    """One plan of a batch, the process's environment as it was before it."""
+    saved = dict(os.environ)
+    try:
+        if not isinstance(args, list):
+            raise TypeError(f"a candidate is a list of arguments, not {type(args).__name__}")
+        return _plan_one(request, [str(a) for a in args])
+    except ImportError:
+        raise  # no SGLang here: the whole answer says so (main)
+    except Exception as exc:  # noqa: BLE001 - one candidate's failure is its own answer
+        return {
+            "protocol": PROTOCOL,
+            "ok": False,
+            "error": {"stage": "candidate", "type": type(exc).__name__, "message": str(exc)},
+        }
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
+def _plan_one(request: Mapping[str, Any], args: list[str]) -> dict[str, Any]:
     result: dict[str, Any] = {"protocol": PROTOCOL, "ok": False}
     result["simulated_gpu"] = request.get("simulate_gpu")
     started = time.monotonic()
