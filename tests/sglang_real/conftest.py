@@ -12,7 +12,7 @@ import os
 import subprocess
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -67,3 +67,17 @@ def sglang_0511() -> Path:
 @pytest.fixture(scope="session")
 def sglang_0523() -> Path:
     return sglang_python("0.5.23")
+
+
+@pytest.fixture(autouse=True, scope="package")
+def _own_plan_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Local plans keep their answers under $XDG_CACHE_HOME/orch/plan-cache: this tier gets its
+    own for each run, so that what it asserts is SGLang's answer of this run, never one kept from
+    an earlier run on the machine (the venvs stay under ~/.cache, by HOME)."""
+    before = os.environ.get("XDG_CACHE_HOME")
+    os.environ["XDG_CACHE_HOME"] = str(tmp_path_factory.mktemp("xdg-cache"))
+    yield
+    if before is None:
+        os.environ.pop("XDG_CACHE_HOME", None)
+    else:
+        os.environ["XDG_CACHE_HOME"] = before
