@@ -367,6 +367,15 @@ def lock_document(
     }
     if report.standin:  # a reviewer must see that no SGLang made these predictions
         document["predicted_by"] = "orch's SGLang stand-in (NOT SGLang)"
+    budget = report.budget
+    if budget is not None:
+        # what the scheduler will run: effective.max_running_requests is the resolved argument,
+        # which the KV and mamba pools can lower (the figure plan, status and diff-effective show)
+        document["scheduler"] = {
+            "max_running_requests": budget.max_running_requests,
+            "limited_by": budget.limited_by,
+            "memory_verdict": budget.verdict,
+        }
     return document
 
 

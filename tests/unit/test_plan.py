@@ -132,6 +132,42 @@ def test_lock_keeps_non_default_values_sorted_without_random_or_host_facts() -> 
     assert plan.lock_text(document) == plan.lock_text(dict(reversed(list(document.items()))))
 
 
+def test_lock_records_what_the_scheduler_runs_beside_the_resolved_argument() -> None:
+    # the argument resolves to 48; the mamba pool (24 slots, 5 per request) lets 4 run
+    from dataclasses import replace
+
+    from orchestrator.sglang.memory.budget import plan_budget
+    from orchestrator.sglang.memory.rules import BudgetInputs
+    from orchestrator.sglang.memory.shapes import GIB, GpuMemory, ModelMemory
+
+    report = report_of(T0511, answer())
+    model = ModelMemory(
+        basis="test",
+        architecture="T",
+        context_len=8192,
+        attention_tp=1,
+        full_attention_layers=16,
+        kv_cell_bytes=65536,
+        kv_dtype="bfloat16",
+        hybrid=True,
+        mamba_layers=48,
+        mamba_slot_bytes=GIB // 8,
+        weights_bytes=40 * GIB,
+    )
+    gpu = GpuMemory("NVIDIA B200", 180 * GIB, 180 * GIB, "test")
+    inputs = BudgetInputs(
+        mem_fraction_static=0.9, max_running_requests=48, max_mamba_cache_size=24, extra_buffer=True
+    )
+    budget = plan_budget(model, (gpu,), inputs, version=(0, 5, 11))
+    document = plan.lock_document(
+        PROFILE, replace(report, budget=budget), "abc123", gpu_type("B200")
+    )
+    assert document["effective"]["max_running_requests"] == budget.max_running_requests_argument
+    assert document["scheduler"]["max_running_requests"] == budget.max_running_requests == 4
+    assert document["scheduler"]["limited_by"].startswith("mamba slots")
+    assert "scheduler" not in plan.lock_document(PROFILE, report, "abc123", gpu_type("B200"))
+
+
 def test_lock_problems_name_what_changed() -> None:
     report = report_of(T0511, answer())
     document = plan.lock_document(PROFILE, report, "abc123", PROFILE.gpu.type)

@@ -151,7 +151,15 @@ def _budget_rows(budget: Budget | None, notes: tuple[str, ...]) -> list[str | Ba
             "KV pool",
             f"{budget.kv_tokens:,} tokens x {size(budget.kv_cell_bytes)} = {gib(budget.kv_gib)}",
         ),
-        ("max_running_requests", f"{budget.max_running_requests} (limited by {budget.limited_by})"),
+        (
+            "max_running_requests",
+            f"{budget.max_running_requests} (limited by {budget.limited_by})"
+            + (
+                f"; the server argument resolves to {budget.max_running_requests_argument}"
+                if budget.max_running_requests_argument not in (None, budget.max_running_requests)
+                else ""
+            ),
+        ),
         (
             "slack",
             f"{gib(budget.slack_gib)} = P x (1 - {budget.mem_fraction_static:g})"

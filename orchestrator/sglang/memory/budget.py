@@ -91,6 +91,7 @@ class Budget:
     headroom_worst_gib: float = 0.0  # left - SGLang's own reserve (the high estimate)
     headroom_best_gib: float = 0.0  # left - the low estimate
     terms: tuple[Term, ...] = ()
+    max_running_requests_argument: int | None = None  # SGLang's resolved server argument
 
     @property
     def refusal(self) -> str | None:
@@ -358,6 +359,7 @@ def plan_budget(
         headroom_worst_gib=left - estimate.high_gib,
         headroom_best_gib=left - estimate.low_gib,
         terms=terms,
+        max_running_requests_argument=inputs.max_running_requests,
         warnings=tuple(warnings),
         hints=tuple(dict.fromkeys(hints)),
         estimates=tuple(estimates),
