@@ -78,7 +78,7 @@ def test_the_incident_profile_moves_to_0523_renamed_with_its_lock(
     assert "mamba_radix_cache_strategy" not in moves  # renamed, and the same value on both sides
     assert "mamba_scheduler_strategy" not in document["effective"]["gone_fields"]  # compared
     memory = {row["label"]: row for row in document["memory"]}
-    assert memory["speculative reserve"]["from"] != memory["speculative reserve"]["to"]
+    assert memory["speculative states"]["from"] != memory["speculative states"]["to"]
     assert memory["weights"]["from"] == memory["weights"]["to"]
 
     # --write: the three lines, the lock refreshed from 0.5.23's plan
