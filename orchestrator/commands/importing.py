@@ -224,7 +224,7 @@ def profile_text(profile: ImportedProfile) -> str:
         ("LOST (bash never passes these: fix the script):", ("lost",)),
         ("Dropped (orch does this itself):", ("dropped",)),
         ("Unresolved (placeholders `orch validate` refuses until given):", ("unresolved",)),
-        ("Read as:", ("canonical", "renamed", "default", "secret")),
+        ("Read as:", ("canonical", "renamed", "replaced", "default", "secret")),
         ("Check:", ("warning", "host", "skipped")),
     ):
         chosen = [n for n in profile.notes if n.kind in kinds]

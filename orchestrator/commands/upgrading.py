@@ -115,13 +115,20 @@ def _new_texts(
     own = store.display(store.path_of(request.name))
     changed: dict[str, str] = {}
     originals: dict[str, str] = {}
-    for display in {edit.source for edit in spelled.respellings} | {own}:
+    sources = {e.source for e in spelled.respellings} | {e.source for e in spelled.replacings}
+    for display in sources | {own}:
         original = _path(store, display).read_text(encoding="utf-8")
         edits = [edit for edit in spelled.respellings if edit.source == display]
+        replacings = [edit for edit in spelled.replacings if edit.source == display]
         try:
-            text = upgrade.respell_text(original, edits)
+            text = upgrade.respell_text(original, edits, replacings)
         except upgrade.EditError as exc:
-            raise ProfileError(f"{display}: {exc}", "run orch upgrade again") from exc
+            hint = "run orch upgrade again"
+            if replacings:
+                hint = "; ".join(f"{r.key_path}: write {r.written} by hand" for r in replacings) + (
+                    ", then orch upgrade again"
+                )
+            raise ProfileError(f"{display}: {exc}", hint) from exc
         if display == own:
             text = upgrade.set_version_text(text, request.to)
         if text != original:
@@ -181,9 +188,23 @@ def _shared_bases(
             sources = {where.source for where in store.written(other).values()}
             if not sources & set(texts):
                 continue
-            before, after = store.load(other), moved.load(other)
+            before = store.load(other)
         except OrchError:
             continue  # invalid already: validate says so
+        try:
+            after = moved.load(other)
+        except OrchError:
+            # a switch replaced by a value its own release lacks
+            findings.append(
+                upgrade.Finding(
+                    upgrade.ERROR,
+                    "extends",
+                    f"{other} is built on a file this upgrade edits, and would no longer "
+                    "validate on its own release",
+                    f"upgrade {other} too, or move the edited key into {name}'s own file",
+                )
+            )
+            continue
         if before.profile.abstract:
             shared.append(other)
             continue

@@ -5,8 +5,11 @@ module decides. Three layers, each read with the releases' own data:
 
 - **spelling** (the argument tables): a field the profile names by a renamed flag is re-spelled
   with the new name (``mamba_scheduler_strategy`` -> ``mamba_radix_cache_strategy``) where it is
-  written, its ``pin:`` entries too, as a minimal text edit that keeps comments and layout; a field
-  the target no longer has is an error; a deprecated one a warning;
+  written, its ``pin:`` entries too, as a minimal text edit that keeps comments and layout; a
+  switch the target replaced by a value of another field is written as that value
+  (``disable_piecewise_cuda_graph: true`` -> ``cuda_graph_backend_prefill: disabled``; a false one,
+  its default, is dropped); a field the target no longer has is an error; a deprecated one a
+  warning;
 - **effective configuration** (SGLang's real resolution of each release, ``plan``): every field
   whose effective value differs between the two, with SGLang's own provenance on each side, and
   the values the profile asks for that either release changes (the speculative draft-token
@@ -24,11 +27,13 @@ from typing import Any
 from orchestrator.effective import verify
 from orchestrator.effective.plan import PlanReport, Provenance
 from orchestrator.model import Profile
-from orchestrator.profile.fields import requested_fields
+from orchestrator.profile.fields import RequestedField, requested_fields
 from orchestrator.profile.yamldoc import Position
+from orchestrator.sglang import pitfalls
 from orchestrator.sglang.argtable import (
     RENAMES,
     ArgTable,
+    format_version,
     load_table,
     natural_flag,
     parse_version,
@@ -62,9 +67,30 @@ class Respelling:
 
 
 @dataclass(frozen=True)
+class Replacing:
+    """A switch of a profile file the target replaced by one value of another field: its line
+    rewritten as ``new: value``, or dropped (``value`` None: a false switch, or a true one whose
+    value the profile already sets)."""
+
+    key_path: str  # args.disable_piecewise_cuda_graph
+    old: str
+    new: str  # cuda_graph_backend_prefill
+    value: str | None
+    source: str
+    line: int
+    column: int
+    why: str
+
+    @property
+    def written(self) -> str:
+        return "(dropped)" if self.value is None else f"{self.new}: {self.value}"
+
+
+@dataclass(frozen=True)
 class Spelling:
     respellings: tuple[Respelling, ...]
     findings: tuple[Finding, ...]
+    replacings: tuple[Replacing, ...] = ()
 
 
 def spelling(
@@ -81,9 +107,19 @@ def spelling(
     """
     respellings: list[Respelling] = []
     findings: list[Finding] = []
-    for wanted in requested_fields(profile):
+    replacings: list[Replacing] = []
+    requested = requested_fields(profile)
+    for wanted in requested:
         if wanted.key_path.startswith("group."):
             continue  # orch's own fields (dist_init_addr ...): rendered for whatever release
+        replacement = pitfalls.replaced_in(target, wanted.name)
+        if replacement is not None:
+            replaced, problems = _replacing(
+                wanted, replacement, profile, requested, replacings, target, positions
+            )
+            replacings.extend(replaced)
+            findings.extend(problems)
+            continue
         to = spell(target, wanted.name)
         if to is None:
             gone = _first_without(wanted.name, source, versions, target)
@@ -136,7 +172,98 @@ def spelling(
                     f"the pinned field's new name in SGLang {target.version}",
                 )
             )
-    return Spelling(tuple(respellings), tuple(findings))
+    return Spelling(tuple(respellings), tuple(findings), tuple(replacings))
+
+
+def _replacing(
+    wanted: RequestedField,
+    replacement: pitfalls.Replacement,
+    profile: Profile,
+    requested: Sequence[RequestedField],
+    earlier: Sequence[Replacing],
+    target: ArgTable,
+    positions: Mapping[tuple[str | int, ...], Position],
+) -> tuple[list[Replacing], list[Finding]]:
+    """The edit for one replaced switch, or why it cannot be made without the user."""
+    old, new, value = replacement.old, replacement.new, replacement.value
+    removed = format_version(pitfalls.REPLACEMENT_REMOVED_IN)
+    why = (
+        f"SGLang {format_version(pitfalls.REPLACED_IN)} made {natural_flag(old)} a shorthand for "
+        f"{natural_flag(new)} {value}; {removed} removed it"
+    )
+    if old in profile.pin:
+        return [], [
+            Finding(
+                ERROR,
+                f"pin[{profile.pin.index(old)}]",
+                f"pinned switch {old} is replaced by {new}: {value} in SGLang {target.version}: "
+                "the pin cannot hold a field the release lacks",
+                f"remove {old} from pin:, run orch upgrade --write, then pin {new}",
+            )
+        ]
+    position = positions.get(("args", old))
+    if not wanted.key_path.startswith("args.") or position is None:
+        return [], [
+            Finding(
+                ERROR,
+                wanted.key_path,
+                f"{why}; orch cannot locate the switch to rewrite it",
+                f"write args.{replacement.write()} in place of it by hand",
+            )
+        ]
+    if not isinstance(wanted.value, bool):
+        return [], [
+            Finding(
+                ERROR,
+                wanted.key_path,
+                f"{old} is a switch (true or false), not {wanted.value!r}",
+                f"write args.{replacement.write()} for true, or remove the key",
+            )
+        ]
+
+    def edit(written: str | None, because: str) -> Replacing:
+        return Replacing(
+            wanted.key_path,
+            old,
+            new,
+            written,
+            position.source,
+            position.line,
+            position.column,
+            because,
+        )
+
+    if wanted.value is False:
+        return [edit(None, f"false is its default; {why}")], []
+    if not pitfalls.replacement_accepted(target, replacement):
+        option = target.option_for_name(new)
+        choices = ", ".join(str(c) for c in (option.choices or ())) if option else ""
+        return [], [
+            Finding(
+                ERROR,
+                wanted.key_path,
+                f"{why}, and SGLang {target.version}'s {natural_flag(new)} has no {value}"
+                + (f" (choices: {choices})" if choices else ""),
+                "remove the switch and choose one of those values, or keep the profile on "
+                "a release that has it",
+            )
+        ]
+    given = [w for w in requested if w.name == new and w.value is not None]
+    given_value = given[-1].value if given else None
+    given_value = next((e.value for e in earlier if e.new == new and e.value), given_value)
+    if given_value is not None and given_value != value:
+        return [], [
+            Finding(
+                ERROR,
+                wanted.key_path,
+                f"{old}: true means {new}: {value} ({why}), and the profile already sets "
+                f"{new}: {given_value}",
+                f"keep one: remove args.{old}, or set {new}: {value}",
+            )
+        ]
+    if given_value == value:
+        return [edit(None, f"the profile already sets {new}: {value}; {why}")], []
+    return [edit(value, why)], []
 
 
 def _new_name(name: str, version: tuple[int, ...]) -> str | None:
@@ -178,13 +305,20 @@ class EditError(Exception):
     """The file does not hold what the profile's positions say (edited meanwhile)."""
 
 
-def respell_text(text: str, edits: Iterable[Respelling]) -> str:
-    """Replace each key at its line and column, quoted or plain; nothing else changes."""
+def respell_text(
+    text: str, edits: Iterable[Respelling], replacings: Iterable[Replacing] = ()
+) -> str:
+    """Replace each key at its line and column, quoted or plain, and rewrite (or drop) each
+    replaced switch's line; nothing else changes."""
     lines = text.splitlines(keepends=True)
-    for edit in sorted(edits, key=lambda e: (e.line, e.column), reverse=True):
+    ordered: list[Respelling | Replacing] = [*edits, *replacings]
+    for edit in sorted(ordered, key=lambda e: (e.line, e.column), reverse=True):
         index, column = edit.line - 1, edit.column - 1
         if not 0 <= index < len(lines):
             raise EditError(f"line {edit.line} is not in the file")
+        if isinstance(edit, Replacing):
+            _replace_line(lines, index, column, edit)
+            continue
         line = lines[index]
         match = re.compile(r"""(["']?)""" + re.escape(edit.old) + r"\1").match(line, column)
         if match is None:
@@ -192,6 +326,57 @@ def respell_text(text: str, edits: Iterable[Respelling]) -> str:
         quote = match.group(1)
         lines[index] = line[:column] + quote + edit.new + quote + line[match.end() :]
     return "".join(lines)
+
+
+# a switch's key and its value on one line: `key: true  # comment`, in a block or a flow mapping
+_SWITCH_VALUE = r"""(["']?)KEY\1([ \t]*:[ \t]+)(["']?)(true|True|TRUE|false|False|FALSE)\3"""
+
+
+def _replace_line(lines: list[str], index: int, column: int, edit: Replacing) -> None:
+    line = lines[index]
+    match = re.compile(_SWITCH_VALUE.replace("KEY", re.escape(edit.old))).match(line, column)
+    if match is None:
+        raise EditError(
+            f"line {edit.line} does not hold `{edit.old}: true|false` at column {edit.column}"
+        )
+    if edit.value is not None:
+        quote = match.group(1)
+        lines[index] = (
+            line[:column]
+            + quote
+            + edit.new
+            + quote
+            + match.group(2)
+            + edit.value
+            + line[match.end() :]
+        )
+        return
+    rest = line[match.end() :]
+    if line[:column].strip() or (rest.strip() and not rest.strip().startswith("#")):
+        raise EditError(f"line {edit.line} holds more than {edit.old}: remove it by hand")
+    del lines[index]
+    _close_emptied_parent(lines, index, column)
+
+
+def _close_emptied_parent(lines: list[str], index: int, column: int) -> None:
+    """``args:`` left without a key reads as null: write ``args: {}`` then."""
+    following = next(
+        (ln for ln in lines[index:] if ln.strip() and not ln.lstrip().startswith("#")), ""
+    )
+    if following and len(following) - len(following.lstrip()) >= column:
+        return  # a sibling key follows
+    for above in range(index - 1, -1, -1):
+        line = lines[above]
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        indent = len(line) - len(line.lstrip())
+        if indent >= column:
+            return  # a sibling key precedes
+        match = re.match(r"""^([ \t]*["']?[\w.-]+["']?[ \t]*:)([ \t]*(#.*)?)$""", line.rstrip("\n"))
+        if match is not None:
+            ending = line[len(line.rstrip("\n")) :]
+            lines[above] = match.group(1) + " {}" + match.group(2) + ending
+        return
 
 
 _VERSION_LINE = re.compile(r"""^(sglang:[ \t]*)(["']?)([^"'\s#]+)\2""")
@@ -280,6 +465,10 @@ def effective(before: PlanReport, after: PlanReport, pins: Sequence[str]) -> Eff
     """Field by field under the target's names (renamed fields compared with each other)."""
     version = parse_version(after.sglang_version or "") or ()
     old_names = {_renamed_or_same(name, version): name for name in before.effective}
+    # a switch replaced by a value of another field, on before's side: compared as that value
+    stood_for = _replaced_switches(before, after)
+    for switch in stood_for.values():
+        old_names.pop(switch.old, None)
     pinned = {_renamed_or_same(name, version) for name in pins}
     moves: list[FieldMove] = []
     new_fields: list[str] = []
@@ -289,6 +478,10 @@ def effective(before: PlanReport, after: PlanReport, pins: Sequence[str]) -> Eff
         if name.startswith("_") or name in verify.SECRET_FIELDS:
             continue
         was = _side(before, old_names[name]) if name in old_names else Side(verify.ABSENT, "-")
+        if name in stood_for:
+            switch = stood_for[name]
+            said = _side(before, switch.old)
+            was = Side(switch.value, f"{switch.old}: true, {said.how}", said.why)
         now = _side(after, name) if name in after.effective else Side(verify.ABSENT, "-")
         asked = requested.get(name) or requested_before.get(name)
         adjusted = asked is not None and (
@@ -348,6 +541,20 @@ def effective(before: PlanReport, after: PlanReport, pins: Sequence[str]) -> Eff
                 )
             )
     return Effective(tuple(moves), tuple(new_fields), tuple(gone), tuple(findings))
+
+
+def _replaced_switches(before: PlanReport, after: PlanReport) -> dict[str, pitfalls.Replacement]:
+    """The replaced field -> the switch that is true on ``before``'s side and that ``after``'s
+    release expresses as a value of the field (``disable_piecewise_cuda_graph`` ->
+    ``cuda_graph_backend_prefill: disabled``)."""
+    found: dict[str, pitfalls.Replacement] = {}
+    for replacement in pitfalls.REPLACEMENTS:
+        if replacement.new in found or replacement.old in after.effective:
+            continue
+        value = verify.resolved_value(before.effective, replacement.old)
+        if value is True and replacement.new in after.effective:
+            found[replacement.new] = replacement
+    return found
 
 
 # -- memory ------------------------------------------------------------------------------------

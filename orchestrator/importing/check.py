@@ -59,6 +59,7 @@ _ARGUMENT_FIXES = {
     "unexpected-value": "a value without its flag, or a switch given a value",
     "unresolved-arguments": "or give it in the script",
     "removed-flag": "a profile states the field once and orch spells it for each version",
+    "replaced-flag": "orch import writes the value it became",
 }
 _READINESS_PROGRAMS = frozenset({"grep", "curl", "wget", "tail", "cat"})
 
@@ -201,7 +202,9 @@ def _rendezvous(launches: Sequence[tuple[Any, Launch]]) -> list[ScriptProblem]:
     return problems
 
 
-_VERSION_CODES = frozenset({"unknown-flag", "ambiguous-abbreviation", "removed-flag"})
+_VERSION_CODES = frozenset(
+    {"unknown-flag", "ambiguous-abbreviation", "removed-flag", "replaced-flag"}
+)
 
 
 def _target(launches: Sequence[tuple[object, Launch]], sglang: str | None) -> tuple[ArgTable, str]:

@@ -33,6 +33,7 @@ _ERRORS = frozenset(
         "wrong-entry-module",
         "unknown-flag",
         "removed-flag",
+        "replaced-flag",
         "prefix-reads-another-flag",
         "ambiguous-abbreviation",
         "bad-choice",

@@ -52,6 +52,12 @@ def profile_fields(
             context.note(
                 "renamed", f"{problem.message}: imported as its new name", problem.position
             )
+        elif problem.code == "replaced-flag":
+            context.note(
+                "replaced",
+                f"{problem.message}: imported as the value it became",
+                problem.position,
+            )
         elif problem.code == "duplicate-flag":
             context.note("warning", problem.message, problem.position)
         elif problem.code == "unresolved-arguments":

@@ -19,9 +19,9 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from orchestrator.importing.shell_words import Position, Word
-from orchestrator.sglang import argtable
-from orchestrator.sglang.argtable import ArgOption, ArgTable
+from orchestrator.importing.shell_words import Position, Word, literal
+from orchestrator.sglang import argtable, pitfalls
+from orchestrator.sglang.argtable import ArgOption, ArgTable, format_version, natural_flag
 
 
 @dataclass(frozen=True)
@@ -39,12 +39,13 @@ class Occurrence:
 @dataclass(frozen=True)
 class ArgProblem:
     code: str  # unknown-flag, ambiguous-abbreviation, missing-value, bad-choice, bad-value,
-    # invalid-json, duplicate-flag, unexpected-value, unresolved-arguments
+    # invalid-json, duplicate-flag, unexpected-value, unresolved-arguments, replaced-flag
     message: str
     position: Position
     fix: str | None = None
     flag: str | None = None
     unresolved: tuple[str, ...] = ()  # what hides the arguments (unresolved-arguments)
+    fix_value: object = None  # replaced-flag: the value of the field the switch became
 
 
 @dataclass(frozen=True)
@@ -165,6 +166,18 @@ def parse_arguments(
                 )
             problems.append(problem)
             options, abbreviated = [renamed.option], False
+        implied: Word | None = None
+        if (not options or abbreviated) and not has_equals:
+            replaced = _replaced(table, written, word.position)
+            if replaced is not None:
+                problem, option_found = replaced
+                problems.append(problem)
+                if option_found is None:
+                    index += 1
+                    continue
+                # the intent is known: read it as the value it became
+                options, abbreviated = [option_found], False
+                implied = literal(str(problem.fix_value), word.position)
         if not options:
             problem = _unknown(table, written, word.position, suggest)
             problems.append(problem)
@@ -191,12 +204,12 @@ def parse_arguments(
             index += 1
             continue
         option = options[0]
-        explicit: Word | None = word.without_first(len(written) + 1) if has_equals else None
+        explicit: Word | None = word.without_first(len(written) + 1) if has_equals else implied
         values: list[Word] = []
         index += 1
         arity = _arity(option)
         if explicit is not None:
-            if arity == (0, 0):
+            if arity == (0, 0) and implied is None:
                 problems.append(
                     ArgProblem(
                         "unexpected-value",
@@ -316,6 +329,44 @@ def _unknown(table: ArgTable, written: str, position: Position, suggest: bool) -
     )
 
 
+def _replaced(
+    table: ArgTable, written: str, position: Position
+) -> tuple[ArgProblem, ArgOption | None] | None:
+    """A switch this release no longer has that became one value of another field
+    (``--disable-piecewise-cuda-graph`` -> ``--cuda-graph-backend-prefill disabled``): the
+    problem, and the field's option when the release takes that value (else None: unknown)."""
+    if not written.startswith("--"):
+        return None
+    name = written[2:].replace("-", "_")
+    replacement = pitfalls.replaced_in(table, name)
+    if replacement is None or written in table.by_flag:
+        return None  # 0.5.14-0.5.19 still read it, as a deprecated shorthand
+    option = table.option_for_name(replacement.new)
+    became = (
+        f"{written} became {natural_flag(replacement.new)} {replacement.value} in SGLang "
+        f"{format_version(pitfalls.REPLACED_IN)}, removed in "
+        f"{format_version(pitfalls.REPLACEMENT_REMOVED_IN)}"
+    )
+    if option is None or not pitfalls.replacement_accepted(table, replacement):
+        choices = ", ".join(str(c) for c in (option.choices or ())) if option else ""
+        return ArgProblem(
+            "unknown-flag",
+            f"{became}, and SGLang {table.version} has no {replacement.value}"
+            + (f" (choices: {choices})" if choices else ""),
+            position,
+            f"remove it, or choose one of {natural_flag(replacement.new)}'s values",
+            written,
+        ), None
+    return ArgProblem(
+        "replaced-flag",
+        f"{became}: SGLang {table.version} rejects it",
+        position,
+        f"write {option.flag} {replacement.value} (in a profile: args.{replacement.write()})",
+        written,
+        fix_value=replacement.value,
+    ), option
+
+
 def _check_values(table: ArgTable, occurrence: Occurrence) -> list[ArgProblem]:
     option = occurrence.option
     problems: list[ArgProblem] = []
@@ -393,7 +444,11 @@ def first_version_accepting(
         parsed = parse_arguments(argtable.load_table(version), words, suggest=False)
         # a renamed flag is not a reason to go back: a profile names the field, and orch
         # spells it for each version
-        bad = sum(p.code in ("unknown-flag", "ambiguous-abbreviation") for p in parsed.problems)
+        # a replaced switch is: its value is the release's own (0.5.14-0.5.19 still read it)
+        bad = sum(
+            p.code in ("unknown-flag", "ambiguous-abbreviation", "replaced-flag")
+            for p in parsed.problems
+        )
         score = (bad, sum(o.abbreviated for o in parsed.occurrences))
         if score == (0, 0):
             return version, parsed  # (no unknown flag: nothing to suggest)

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from orchestrator.sglang.argtable import Version, format_version
+from orchestrator.sglang.argtable import ArgTable, Version, format_version
 
 ERROR, WARNING, NOTICE = "error", "warning", "notice"
 
@@ -65,6 +65,28 @@ REPLACEMENTS: tuple[Replacement, ...] = (
 
 def replacement_for(name: str) -> Replacement | None:
     return next((r for r in REPLACEMENTS if r.old == name), None)
+
+
+def replaced_in(table: ArgTable, name: str) -> Replacement | None:
+    """The replacement of switch ``name`` for ``table``'s release: from 0.5.14, where the switch
+    is a deprecated shorthand for the value (0.5.14-0.5.19) or gone (0.5.20+). None before, or
+    for a name that is no replaced switch."""
+    replacement = replacement_for(name)
+    if replacement is None or table.parsed_version < REPLACED_IN:
+        return None
+    switch = table.option_for_name(name)
+    if switch is not None and not switch.deprecated:
+        return None  # a release that still has it as its own switch (none known)
+    return replacement
+
+
+def replacement_accepted(table: ArgTable, replacement: Replacement) -> bool:
+    """Whether ``table``'s release takes the replacement's value (0.5.23's
+    --cuda-graph-backend-prefill has no tc_piecewise)."""
+    option = table.option_for_name(replacement.new)
+    if option is None:
+        return False
+    return not option.choices or replacement.value in option.choices
 
 
 # DeepGEMM compiles its kernels on first use: 10-20 min cold (sglang PR #15891's log line)

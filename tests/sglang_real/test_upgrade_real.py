@@ -141,3 +141,48 @@ def test_the_draft_token_adjustment_is_shown_on_both_sides_and_a_moved_pin_block
     assert (profiles / "qwen36-mtp-b200.yaml").read_text() == (
         REPO / "profiles" / "qwen36-mtp-b200.yaml"
     ).read_text()
+
+
+def test_a_replaced_switch_upgraded_to_0523_plans_with_the_prefill_graphs_still_disabled(
+    tmp_path: Path, sglang_0511: Path, sglang_0523: Path
+) -> None:
+    """0.5.11's disable_piecewise_cuda_graph: true is cuda_graph_backend_prefill: disabled from
+    0.5.14, and 0.5.20 removed the switch: the upgrade writes the value, SGLang 0.5.23 plans the
+    written profile and resolves its prefill CUDA graph backend to disabled, as 0.5.11 did."""
+    profiles = copy_examples(tmp_path / "profiles")
+    path = profiles / "piecewise.yaml"
+    path.write_text(
+        "extends: qwen36-mtp-b200\n"
+        "args:\n"
+        "  disable_piecewise_cuda_graph: true  # prefill graphs off\n"
+    )
+    result = _upgrade(profiles, "piecewise", sglang_0511, sglang_0523, "--write", "--json")
+    assert result.code == ExitCode.OK, result.err + result.out
+    document = json.loads(result.out)
+    assert [(r["old"], r["new"], r["value"]) for r in document["replacements"]] == [
+        ("disable_piecewise_cuda_graph", "cuda_graph_backend_prefill", "disabled")
+    ]
+    moves = _moves(document)
+    # the same behaviour on both sides: the switch on 0.5.11 is the value on 0.5.23
+    assert "cuda_graph_backend_prefill" not in moves
+    assert "disable_piecewise_cuda_graph" not in moves
+    assert "disable_piecewise_cuda_graph" not in document["effective"]["gone_fields"]
+    assert "  cuda_graph_backend_prefill: disabled  # prefill graphs off\n" in path.read_text()
+
+    planned = orch(
+        profiles,
+        "plan",
+        "piecewise",
+        "--local-sglang",
+        str(sglang_0523),
+        "--model-config",
+        str(MODEL_CONFIG),
+        "--all",
+        "--json",
+    )
+    assert planned.code == ExitCode.OK, planned.err + planned.out
+    plan = json.loads(planned.out)
+    assert plan["error"] is None
+    rows = {row["field"]: row for row in (*plan["fields"], *plan["defaulted"])}
+    assert rows["cuda_graph_backend_prefill"]["predicted"] == "disabled"
+    assert rows["cuda_graph_config"]["predicted"]["prefill"]["backend"] == "disabled"

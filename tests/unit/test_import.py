@@ -480,3 +480,43 @@ def test_extends_writes_only_the_difference_and_renders_the_same(profiles: Path)
     assert whole == derived_argv
     assert rendered[0]["argv"][:3] == rendered[1]["argv"][:3]
     assert rendered[0]["env"] == rendered[1]["env"]
+
+
+def test_a_replaced_switch_imports_as_the_value_it_became_on_a_release_without_it(
+    profiles: Path,
+) -> None:
+    """0.5.20 removed --disable-piecewise-cuda-graph (0.5.14 made it a shorthand for
+    --cuda-graph-backend-prefill disabled): on 0.5.23 it is that value, said in a note."""
+    script = (
+        "python -m sglang.launch_server --model-path /m --port 30001 "
+        "--disable-piecewise-cuda-graph\n"
+    )
+    argv = ["--profiles", str(profiles), "import", "-", "--name", "c", "--sglang", "0.5.23"]
+    code, out, err = _run(argv, stdin=script)
+    assert code == ExitCode.OK, err
+    text = (profiles / "c.yaml").read_text()
+    assert yaml.safe_load(text)["args"] == {"cuda_graph_backend_prefill": "disabled"}
+    said = "--disable-piecewise-cuda-graph became --cuda-graph-backend-prefill disabled in SGLang"
+    assert said in out
+    assert said in text  # the note, as a comment of the profile
+    assert _run(["--profiles", str(profiles), "validate", "c"])[0] == ExitCode.OK
+    # a value the release lacks is not invented: 0.5.23 has no tc_piecewise
+    script = script.replace("--disable-piecewise", "--enforce-piecewise")
+    argv[argv.index("c")] = "d"
+    code, out, err = _run(argv, stdin=script)
+    assert code == ExitCode.OK, err
+    assert "args" not in yaml.safe_load((profiles / "d.yaml").read_text())
+    assert "SGLang 0.5.23 has no tc_piecewise" in out
+
+
+def test_check_names_a_replaced_switch_on_a_release_without_it() -> None:
+    words = [literal(a, Position(1, 1)) for a in ["--disable-piecewise-cuda-graph", "--tp", "2"]]
+    parsed = parse_arguments(argtable.load_table("0.5.23"), words)
+    assert [p.code for p in parsed.problems] == ["replaced-flag"]
+    assert "write --cuda-graph-backend-prefill disabled" in (parsed.problems[0].fix or "")
+    [replaced] = [o for o in parsed.occurrences if o.option.dest == "cuda_graph_backend_prefill"]
+    assert [v.text for v in replaced.values] == ["disabled"]
+    assert len(parsed.occurrences) == 2  # --tp 2 read after it
+    # 0.5.19 still reads it (a deprecated shorthand): no problem there
+    older = parse_arguments(argtable.load_table("0.5.19"), words[:1])
+    assert older.problems == ()

@@ -4,6 +4,7 @@ tests/sglang_real/test_upgrade_real.py."""
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import sys
@@ -221,3 +222,139 @@ def test_upgrade_without_a_model_config_reports_the_spelling_and_reaches_no_host
     document = json.loads(result.out)
     assert document["respellings"]
     assert any("--model-config FILE" in note for note in document["plan_notes"])
+
+
+# -- switches replaced by a value of another field (disable_piecewise_cuda_graph) ---------------
+
+
+def _with_switch(profiles: Path, lines: str, pin: str = "") -> Path:
+    """A profile on SGLang 0.5.11, of its own file, that writes ``lines`` under args."""
+    path = profiles / "piecewise.yaml"
+    path.write_text(
+        f'extends: qwen36-27b\nsglang: "0.5.11"\nhost: b200-1\ngpu: {{type: B200, devices: [0]}}\n'
+        f"{pin}args:\n{lines}"
+    )
+    return path
+
+
+def test_a_replaced_switch_is_rewritten_as_the_value_it_became(profiles: Path) -> None:
+    path = _with_switch(profiles, "  disable_piecewise_cuda_graph: true  # the incident\n")
+    result = orch(profiles, "upgrade", "piecewise", "--to", "0.5.23", "--json")
+    assert result.code == ExitCode.OK, result.err + result.out
+    document = json.loads(result.out)
+    [replaced] = document["replacements"]
+    assert (replaced["old"], replaced["new"], replaced["value"]) == (
+        "disable_piecewise_cuda_graph",
+        "cuda_graph_backend_prefill",
+        "disabled",
+    )
+    assert "SGLang 0.5.14 made --disable-piecewise-cuda-graph a shorthand" in replaced["why"]
+    assert document["respellings"] == []  # a replacement, not a rename
+    assert document["findings"] == []
+    text = orch(profiles, "upgrade", "piecewise", "--to", "0.5.23")
+    assert (
+        "args.disable_piecewise_cuda_graph: replaced -> cuda_graph_backend_prefill: disabled"
+        in (text.out)
+    )
+    assert orch(profiles, "upgrade", "piecewise", "--to", "0.5.23", "--write").code == ExitCode.OK
+    assert path.read_text() == (
+        'extends: qwen36-27b\nsglang: "0.5.23"\nhost: b200-1\ngpu: {type: B200, devices: [0]}\n'
+        "args:\n  cuda_graph_backend_prefill: disabled  # the incident\n"
+    )
+    rendered = orch(profiles, "render", "piecewise", "--json")
+    assert rendered.code == ExitCode.OK, rendered.err
+    argv = json.loads(rendered.out)["argv"]
+    assert argv[argv.index("--cuda-graph-backend-prefill") + 1] == "disabled"
+    assert "--disable-piecewise-cuda-graph" not in argv
+
+
+def test_a_false_replaced_switch_is_dropped(profiles: Path) -> None:
+    path = _with_switch(profiles, "  disable_piecewise_cuda_graph: false\n")
+    result = orch(profiles, "upgrade", "piecewise", "--to", "0.5.23", "--write", "--json")
+    assert result.code == ExitCode.OK, result.err + result.out
+    assert json.loads(result.out)["replacements"][0]["dropped"]
+    assert path.read_text().endswith(
+        'sglang: "0.5.23"\nhost: b200-1\ngpu: {type: B200, devices: [0]}\nargs: {}\n'
+    )
+    assert orch(profiles, "validate", "piecewise").code == ExitCode.OK
+
+
+def test_a_replaced_switch_on_a_release_that_still_reads_it_is_rewritten_too(
+    profiles: Path,
+) -> None:
+    _with_switch(profiles, "  disable_piecewise_cuda_graph: true\n")
+    document = json.loads(orch(profiles, "upgrade", "piecewise", "--to", "0.5.17", "--json").out)
+    assert [r["value"] for r in document["replacements"]] == ["disabled"]  # deprecated there
+    document = json.loads(orch(profiles, "upgrade", "piecewise", "--to", "0.5.13", "--json").out)
+    assert document["replacements"] == []  # still its own switch
+
+
+@pytest.mark.parametrize(
+    ("lines", "pin", "said"),
+    [
+        (
+            "  disable_piecewise_cuda_graph: true\n",
+            "pin: [disable_piecewise_cuda_graph]\n",
+            "pinned switch disable_piecewise_cuda_graph is replaced by "
+            "cuda_graph_backend_prefill: disabled",
+        ),
+        (
+            "  enforce_piecewise_cuda_graph: true\n",
+            "",
+            "SGLang 0.5.23's --cuda-graph-backend-prefill has no tc_piecewise",
+        ),
+        (
+            "  disable_piecewise_cuda_graph: true\n  enable_breakable_cuda_graph: true\n",
+            "",
+            "already sets cuda_graph_backend_prefill: disabled",
+        ),
+    ],
+)
+def test_a_replacement_orch_cannot_make_alone_blocks_and_says_what_to_do(
+    profiles: Path, lines: str, pin: str, said: str
+) -> None:
+    path = _with_switch(profiles, lines, pin)
+    before = path.read_text()
+    result = orch(profiles, "upgrade", "piecewise", "--to", "0.5.23", "--write")
+    assert result.code == ExitCode.UPGRADE, result.err + result.out
+    assert said in result.out
+    assert "hint:" in result.out
+    assert "blocked: nothing written" in result.out
+    assert path.read_text() == before
+
+
+def test_a_replaced_switch_in_a_shared_base_blocks_the_upgrade(profiles: Path) -> None:
+    base = profiles / "qwen36-mtp-b200.yaml"
+    text = base.read_text().replace(
+        "  mem_fraction_static: 0.92\n",
+        "  mem_fraction_static: 0.92\n  disable_piecewise_cuda_graph: true\n",
+    )
+    base.write_text(text)
+    result = orch(profiles, "upgrade", "qwen36-mtp-b200", "--to", "0.5.23", "--write")
+    assert result.code == ExitCode.UPGRADE, result.err + result.out
+    assert (
+        "qwen36-mtp-h200 is built on a file this upgrade edits, and would no longer validate"
+        in (result.out)
+    )
+    assert base.read_text() == text
+
+
+def test_replacing_edits_keep_layout_and_refuse_a_line_that_holds_more() -> None:
+    edit = upgrade.Replacing(
+        "args.disable_piecewise_cuda_graph",
+        "disable_piecewise_cuda_graph",
+        "cuda_graph_backend_prefill",
+        None,
+        "p.yaml",
+        1,
+        8,
+        "",
+    )
+    with pytest.raises(upgrade.EditError):
+        upgrade.respell_text(
+            "args: {disable_piecewise_cuda_graph: false, tp_size: 2}\n", [], [edit]
+        )
+    flow = dataclasses.replace(edit, value="disabled")
+    assert upgrade.respell_text(
+        "args: {disable_piecewise_cuda_graph: true, tp_size: 2}\n", [], [flow]
+    ) == ("args: {cuda_graph_backend_prefill: disabled, tp_size: 2}\n")

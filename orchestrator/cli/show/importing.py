@@ -15,6 +15,7 @@ _SHOWN_KINDS = (
     "dropped",
     "unresolved",
     "renamed",
+    "replaced",
     "canonical",
     "secret",
     "default",

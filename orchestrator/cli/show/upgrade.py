@@ -46,11 +46,16 @@ def text(result: upgrade.Upgrade, *, wide: bool = False) -> str:
         "Spelling (the releases' argument tables):",
     ]
     spelled = result.spelling
-    if not spelled.respellings and not spelled.findings:
+    if not spelled.respellings and not spelled.findings and not spelled.replacings:
         lines.append("  every field keeps its name")
     for edit in spelled.respellings:
         lines.append(
             f"  {edit.key_path}: {edit.old} -> {edit.new}  ({edit.source}:{edit.line}; {edit.why})"
+        )
+    for replacing in spelled.replacings:
+        lines.append(
+            f"  {replacing.key_path}: replaced -> {replacing.written}  "
+            f"({replacing.source}:{replacing.line}; {replacing.why})"
         )
     for finding in spelled.findings:
         lines += _finding(finding, located=True)
@@ -157,6 +162,19 @@ def as_json(result: upgrade.Upgrade) -> dict[str, Any]:
                 "why": e.why,
             }
             for e in result.spelling.respellings
+        ],
+        "replacements": [
+            {
+                "key_path": r.key_path,
+                "old": r.old,
+                "new": r.new,
+                "value": r.value,
+                "dropped": r.value is None,
+                "file": r.source,
+                "line": r.line,
+                "why": r.why,
+            }
+            for r in result.spelling.replacings
         ],
         "findings": [
             {"severity": f.severity, "key_path": f.key_path, "message": f.message, "hint": f.hint}
