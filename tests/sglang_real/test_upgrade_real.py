@@ -78,7 +78,10 @@ def test_the_incident_profile_moves_to_0523_renamed_with_its_lock(
     assert "mamba_radix_cache_strategy" not in moves  # renamed, and the same value on both sides
     assert "mamba_scheduler_strategy" not in document["effective"]["gone_fields"]  # compared
     memory = {row["label"]: row for row in document["memory"]}
-    assert memory["speculative states"]["from"] != memory["speculative states"]["to"]
+    # both releases allocate the speculative states for the 4 requests the mamba cap admits;
+    # 0.5.11 subtracts them for all 48 resolved ones first, so its KV pool is smaller
+    assert memory["speculative states"]["from"] == memory["speculative states"]["to"]
+    assert memory["KV cache"]["from"] != memory["KV cache"]["to"]
     assert memory["weights"]["from"] == memory["weights"]["to"]
 
     # --write: the three lines, the lock refreshed from 0.5.23's plan
