@@ -7,40 +7,22 @@ against the default SGLang's resolution picks for that GPU."""
 
 from __future__ import annotations
 
-import io
-import json
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from orchestrator.cli.main import main
 from tests.conftest import copy_examples
+from tests.sglang_real.local_plan import local_plan
 from tests.sglang_real.test_memory_real import FIXTURE, MODEL_CONFIG, REFERENCE, _venv_json
 
 PROFILES = ("qwen36-mtp-b200", "qwen36-mtp-h200")
 
 
 def _plan(root: Path, profile: str, python: Path) -> tuple[int, dict[str, Any]]:
-    out, err = io.StringIO(), io.StringIO()
-    code = main(
-        [
-            "--profiles",
-            str(root),
-            "plan",
-            profile,
-            "--json",
-            "--local-sglang",
-            str(python),
-            "--model-config",
-            str(MODEL_CONFIG),
-        ],
-        out=out,
-        err=err,
-    )
-    assert out.getvalue(), err.getvalue()
-    return code, json.loads(out.getvalue())
+    code, document, _ = local_plan(root, python, "plan", profile)
+    return code, document
 
 
 @pytest.fixture(scope="module", params=["0.5.11", "0.5.23"])

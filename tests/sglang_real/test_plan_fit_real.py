@@ -6,7 +6,6 @@ into the profile's YAML as its dotted keys say, plans with ``orch plan`` (same v
 
 from __future__ import annotations
 
-import io
 import json
 from pathlib import Path
 from typing import Any
@@ -14,10 +13,10 @@ from typing import Any
 import pytest
 import yaml
 
-from orchestrator.cli.main import main
 from orchestrator.errors import ExitCode
 from tests.conftest import copy_examples
-from tests.sglang_real.test_memory_real import FIXTURE, MODEL_CONFIG
+from tests.sglang_real.local_plan import local_plan
+from tests.sglang_real.test_memory_real import FIXTURE
 
 FAILING = """\
 extends: qwen36-mtp-b200
@@ -27,26 +26,6 @@ gpu:
   type: RTX 6000 Ada
   devices: [0]
 """
-
-
-def _orch(root: Path, python: Path, *argv: str) -> tuple[int, dict[str, Any], str]:
-    out, err = io.StringIO(), io.StringIO()
-    code = main(
-        [
-            "--profiles",
-            str(root),
-            *argv,
-            "--json",
-            "--local-sglang",
-            str(python),
-            "--model-config",
-            str(MODEL_CONFIG),
-        ],
-        out=out,
-        err=err,
-    )
-    assert out.getvalue(), err.getvalue()
-    return code, json.loads(out.getvalue()), err.getvalue()
 
 
 def _apply(document: dict[str, Any], changes: dict[str, Any]) -> dict[str, Any]:
@@ -70,11 +49,11 @@ def test_fit_on_a_failing_launch_suggests_edits_that_each_plan_as_not_will_fail(
     text = FAILING.format(version=version)  # on 0.5.23 the pinned strategy spells the new name
     (root / "ada.yaml").write_text(text)
 
-    code, planned, _ = _orch(root, python, "plan", "ada")
+    code, planned, _ = local_plan(root, python, "plan", "ada")
     assert code == ExitCode.PLAN_REFUSED
     assert planned["memory"]["verdict"] == "will fail"
 
-    code, fitted, err = _orch(root, python, "plan", "ada", "--fit")
+    code, fitted, err = local_plan(root, python, "plan", "ada", "--fit")
     assert code == ExitCode.OK, err
     assert fitted["as_is"]["verdict"] == "will fail"
     suggestions = fitted["suggestions"]
@@ -89,7 +68,7 @@ def test_fit_on_a_failing_launch_suggests_edits_that_each_plan_as_not_will_fail(
             assert changes["gpu.devices"] == list(range(changes["args.tp_size"]))
         name = f"ada-fit-{number}"
         (root / f"{name}.yaml").write_text(yaml.safe_dump(_apply(document, changes)))
-        code, replanned, err = _orch(root, python, "plan", name)
+        code, replanned, err = local_plan(root, python, "plan", name)
         budget = replanned["memory"]
         assert budget["verdict"] != "will fail", (changes, budget.get("failure"), err)
         assert code == ExitCode.OK, (changes, err)

@@ -12,7 +12,6 @@ from gpu.type) and a model directory whose safetensors index says 51.1 GiB, as t
 
 from __future__ import annotations
 
-import io
 import json
 import subprocess
 from pathlib import Path
@@ -20,8 +19,8 @@ from typing import Any
 
 import pytest
 
-from orchestrator.cli.main import main
 from tests.conftest import copy_examples
+from tests.sglang_real.local_plan import local_plan
 from tests.sglang_real.test_memory_real import FIXTURE, MODEL_CONFIG
 
 WEIGHTS = int(51.1 * (1 << 30))
@@ -61,24 +60,10 @@ def profiles(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _plan(root: Path, profile: str, python: Path, model: Path) -> tuple[int, dict[str, Any]]:
-    out, err = io.StringIO(), io.StringIO()
-    code = main(
-        [
-            "--profiles",
-            str(root),
-            "plan",
-            profile,
-            "--json",
-            "--local-sglang",
-            str(python),
-            "--model-config",
-            str(model / "config.json"),
-        ],
-        out=out,
-        err=err,
+    code, document, _ = local_plan(
+        root, python, "plan", profile, model_config=model / "config.json"
     )
-    assert out.getvalue(), err.getvalue()
-    return code, json.loads(out.getvalue())
+    return code, document
 
 
 DRAFT_POOL_PROBE = """

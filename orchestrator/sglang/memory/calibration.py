@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from orchestrator.model import Profile
-from orchestrator.sglang.memory.measured import Comparison, MeasuredMemory
+from orchestrator.sglang.memory.measured import Comparison, MeasuredMemory, measured_figures
 
 # The terms compared, in the order SGLang carves the GPU, with their units ("" for counts).
 TERMS = (
@@ -71,11 +71,8 @@ def predicted_terms(memory: Mapping[str, Any] | None) -> dict[str, float | None]
 
 
 def measured_terms(measured: MeasuredMemory) -> dict[str, float | None]:
-    """Each term as one rank's SGLang logged it."""
-
-    def count(value: int | None) -> float | None:
-        return None if value is None else float(value)
-
+    """Each term as one rank's SGLang logged it: ``up``'s figures (``measured_figures``) and
+    the pools and graphs split out."""
     intermediate = measured.mamba_intermediate_gib
     pool = measured.mamba_gib
     if pool is not None and intermediate is not None:
@@ -85,20 +82,12 @@ def measured_terms(measured: MeasuredMemory) -> dict[str, float | None]:
         for part in (measured.graphs_gib, measured.prefill_graphs_gib, measured.draft_graphs_gib)
         if part is not None
     ]
-    tokens = measured.kv_tokens if measured.kv_tokens is not None else measured.max_total_num_tokens
-    final = measured.available_gpu_mem_gib
     return {
-        "free before loading": measured.avail_before_load_gib,
-        "weights": measured.weights_gib,
-        "mamba slots": count(measured.mamba_slots),
+        **measured_figures(measured),
         "mamba pool": pool,
         "speculative mamba states": intermediate,
-        "KV tokens": count(tokens),
         "KV pool": measured.kv_gib,
-        "max_running_requests": count(measured.max_running_requests),
-        "free after the pools": measured.avail_after_pools_gib,
         "CUDA graphs": round(sum(graph_parts), 2) if graph_parts else None,
-        "free after CUDA graphs": final if final is not None else measured.avail_after_graphs_gib,
     }
 
 
