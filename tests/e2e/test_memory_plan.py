@@ -47,10 +47,14 @@ def test_a_ready_server_shows_its_memory_beside_the_prediction(
     local_workspace: Workspace,
 ) -> None:
     name = local_workspace.profile("h200", "gpu:\n  type: H200\n")
+    planned = local_workspace.orch("plan", name, "--json").json()["memory"]
+    assert planned["verdict"] in ("fits", "tight")
     up = local_workspace.orch("up", name)
     try:
         assert up.code == ExitCode.OK, up.err
-        assert "  memory: fits on NVIDIA H200" in up.out
+        # up's one line: the plan's verdict and the term that decides it
+        assert f"  memory: {planned['verdict']} on NVIDIA H200" in up.out
+        assert planned["deciding"] in up.out
         assert "memory, predicted vs measured" in up.out
         assert "weights                 51.10 GiB   51.10 GiB   +0.0%" in up.out
         assert "measured by orch's SGLang stand-in, NOT SGLang" in up.out
