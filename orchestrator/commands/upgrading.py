@@ -20,7 +20,7 @@ from pathlib import Path
 from orchestrator import render
 from orchestrator.commands import lockfile, planning
 from orchestrator.commands.context import Context, Launch
-from orchestrator.effective import plan, upgrade
+from orchestrator.effective import plan, upgrade, upgrade_text
 from orchestrator.errors import (
     InvalidProfile,
     OrchError,
@@ -121,8 +121,8 @@ def _new_texts(
         edits = [edit for edit in spelled.respellings if edit.source == display]
         replacings = [edit for edit in spelled.replacings if edit.source == display]
         try:
-            text = upgrade.respell_text(original, edits, replacings)
-        except upgrade.EditError as exc:
+            text = upgrade_text.respell_text(original, edits, replacings)
+        except upgrade_text.EditError as exc:
             hint = "run orch upgrade again"
             if replacings:
                 hint = "; ".join(f"{r.key_path}: write {r.written} by hand" for r in replacings) + (
@@ -130,14 +130,14 @@ def _new_texts(
                 )
             raise ProfileError(f"{display}: {exc}", hint) from exc
         if display == own:
-            text = upgrade.set_version_text(text, request.to)
+            text = upgrade_text.set_version_text(text, request.to)
         if text != original:
             changed[display] = text
             originals[display] = original
     for display in _inheriting_the_version(store, request.name, own):
         original = _path(store, display).read_text(encoding="utf-8")
         # a profile that inherits `sglang:` from this one stays on its release, now said
-        changed[display] = upgrade.set_version_text(original, source_version)
+        changed[display] = upgrade_text.set_version_text(original, source_version)
         originals[display] = original
     return changed, originals
 

@@ -163,18 +163,18 @@ def test_a_root_orch_never_replaces_another_users_file(profiles: Path, tmp_path:
 def test_a_directory_every_user_may_write_is_refused_unless_sticky(
     profiles: Path, tmp_path: Path
 ) -> None:
-    shared = tmp_path / "shared"
-    shared.mkdir()
-    shared.chmod(0o777)
-    code, _, err = export(profiles, shared / "task.yaml")
+    open_dir = tmp_path / "open-to-all"
+    open_dir.mkdir()
+    open_dir.chmod(0o777)
+    code, _, err = export(profiles, open_dir / "task.yaml")
     assert code == ExitCode.WRITE, err
     assert "may be written by every user (mode 777, no sticky bit)" in err
     assert "chmod o-w" in err
-    assert list(shared.iterdir()) == []
-    shared.chmod(0o1777)  # like /tmp: others cannot rename or remove what is yours
-    code, _, err = export(profiles, shared / "task.yaml")
+    assert list(open_dir.iterdir()) == []
+    open_dir.chmod(0o1777)  # like /tmp: others cannot rename or remove what is yours
+    code, _, err = export(profiles, open_dir / "task.yaml")
     assert code == ExitCode.OK, err
-    assert stat.S_IMODE((shared / "task.yaml").stat().st_mode) == 0o644 & ~_umask()
+    assert stat.S_IMODE((open_dir / "task.yaml").stat().st_mode) == 0o644 & ~_umask()
 
 
 def test_a_missing_directory_is_one_line_with_the_path(profiles: Path, tmp_path: Path) -> None:

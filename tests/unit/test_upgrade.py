@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.cli.main import main
-from orchestrator.effective import upgrade
+from orchestrator.effective import upgrade, upgrade_text
 from orchestrator.effective.upgrade import Respelling
 from orchestrator.errors import ExitCode
 from tests.conftest import copy_examples
@@ -63,7 +63,7 @@ def test_respell_keeps_comments_quotes_and_everything_else() -> None:
             "pin[0]", "mamba_scheduler_strategy", "mamba_radix_cache_strategy", "p.yaml", 5, 7, ""
         ),
     ]
-    assert upgrade.respell_text(text, edits) == (
+    assert upgrade_text.respell_text(text, edits) == (
         "# the incident's profile\n"
         "args:\n"
         "  mamba_radix_cache_strategy: extra_buffer  # must reach argparse\n"
@@ -74,19 +74,19 @@ def test_respell_keeps_comments_quotes_and_everything_else() -> None:
 
 def test_respell_refuses_a_file_that_changed_under_it() -> None:
     edit = Respelling("args.a", "a_b", "c_d", "p.yaml", 2, 3, "")
-    with pytest.raises(upgrade.EditError):
-        upgrade.respell_text("args:\n  other: 1\n", [edit])
+    with pytest.raises(upgrade_text.EditError):
+        upgrade_text.respell_text("args:\n  other: 1\n", [edit])
 
 
 def test_set_version_replaces_in_place_or_adds_after_extends() -> None:
-    assert upgrade.set_version_text('# x\nsglang: "0.5.11"  # the host\nhost: h\n', "0.5.23") == (
-        '# x\nsglang: "0.5.23"  # the host\nhost: h\n'
-    )
-    assert upgrade.set_version_text("sglang: 0.5.11\n", "0.5.23") == 'sglang: "0.5.23"\n'
-    assert upgrade.set_version_text("# c\nextends: base\nhost: h\n", "0.5.23") == (
+    assert upgrade_text.set_version_text(
+        '# x\nsglang: "0.5.11"  # the host\nhost: h\n', "0.5.23"
+    ) == ('# x\nsglang: "0.5.23"  # the host\nhost: h\n')
+    assert upgrade_text.set_version_text("sglang: 0.5.11\n", "0.5.23") == 'sglang: "0.5.23"\n'
+    assert upgrade_text.set_version_text("# c\nextends: base\nhost: h\n", "0.5.23") == (
         '# c\nextends: base\nsglang: "0.5.23"\nhost: h\n'
     )
-    assert upgrade.set_version_text("# c\n\nhost: h\n", "0.5.23") == (
+    assert upgrade_text.set_version_text("# c\n\nhost: h\n", "0.5.23") == (
         '# c\n\nsglang: "0.5.23"\nhost: h\n'
     )
 
@@ -350,11 +350,11 @@ def test_replacing_edits_keep_layout_and_refuse_a_line_that_holds_more() -> None
         8,
         "",
     )
-    with pytest.raises(upgrade.EditError):
-        upgrade.respell_text(
+    with pytest.raises(upgrade_text.EditError):
+        upgrade_text.respell_text(
             "args: {disable_piecewise_cuda_graph: false, tp_size: 2}\n", [], [edit]
         )
     flow = dataclasses.replace(edit, value="disabled")
-    assert upgrade.respell_text(
+    assert upgrade_text.respell_text(
         "args: {disable_piecewise_cuda_graph: true, tp_size: 2}\n", [], [flow]
     ) == ("args: {cuda_graph_backend_prefill: disabled, tp_size: 2}\n")

@@ -23,7 +23,7 @@ import signal
 import threading
 import time
 from collections import deque
-from typing import Any, Protocol
+from typing import Any
 
 from .classify import classify_exit, signal_name
 from .files import (
@@ -43,6 +43,7 @@ from .journal import Journal
 from .output import LogSink, OutputWatcher
 from .protocol import CONFIG_FILE, RECEIVED_FILE
 from .record import AgentState
+from .role import Role
 from .spec import Spec
 from .states import (
     BACKOFF,
@@ -59,31 +60,6 @@ from .states import (
 )
 from .verdict import CRASHED, HUNG, LOST, SPAWN_FAILED, STARTUP_TIMEOUT, STOPPED, ExitVerdict
 from .world import Clock, Descendants, RealClock, RealWorld, ServerProcess, World, spawn_failure
-
-
-class Role(Protocol):
-    """A supervisor's part: one server alone, or one rank of a launch group. The supervisor runs
-    its server's lifecycle; the role runs the supervisor (``run``) and answers what only it knows
-    while a server runs."""
-
-    def run(self, adopted: ServerProcess | None) -> int:
-        """Until stopped or final (``adopted``: a running server taken over, one alone only)."""
-
-    def look(self, watcher: OutputWatcher | None) -> ExitVerdict | None:
-        """At each look while the server runs: the group's business (its gated launch), and
-        its reason to stop the server now, the group told (None: none)."""
-
-    def ready_evidence(self, watcher: OutputWatcher | None) -> bool:
-        """What READY needs besides /health (a group member's worker line)."""
-
-    def why_stopped(self) -> str:
-        """A stop request's verdict."""
-
-    def stop_grace_s(self) -> float | None:
-        """SIGTERM -> SIGKILL for this role's server (None: the spec's)."""
-
-    def view(self) -> dict[str, Any] | None:
-        """state.json's ``group`` (None: no group)."""
 
 
 class Alone:

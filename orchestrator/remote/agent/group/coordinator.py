@@ -28,7 +28,7 @@ from .rank import GroupRank
 
 
 class Coordinator(GroupRank):
-    """Rank 0's role (supervisor.Role): the group's generations, its gate, its end."""
+    """Rank 0's role (role.Role): the group's generations, its gate, its end."""
 
     def __init__(self, supervisor: Supervisor, group: GroupSpec) -> None:
         super().__init__(supervisor, group)

@@ -21,7 +21,7 @@ from .rank import GroupRank
 
 
 class Member(GroupRank):
-    """A member's role (supervisor.Role): the coordinator's commands, its gate reports, its end."""
+    """A member's role (role.Role): the coordinator's commands, its gate reports, its end."""
 
     def __init__(self, supervisor: Supervisor, group: GroupSpec) -> None:
         super().__init__(supervisor, group)
