@@ -17,7 +17,6 @@ from orchestrator.commands import lockfile
 from orchestrator.commands.context import Context, Launch
 from orchestrator.commands.events import Planned, UpEvent, Warn
 from orchestrator.effective import launch_pitfalls, plan, verify
-from orchestrator.effective.launch_pitfalls import plan_pitfalls
 from orchestrator.errors import PlanRefused, PreflightError, ProfileError
 from orchestrator.fleet.bootstrap import local_home, run_here
 from orchestrator.fleet.client import probe_bundle
@@ -135,7 +134,7 @@ def report_for(
         )
         report = dataclasses.replace(report, budget=budget, budget_notes=notes)
     given = model_config[1] if local is not None and model_config is not None else None
-    pitfalls = plan_pitfalls(
+    pitfalls = launch_pitfalls.plan_pitfalls(
         profile,
         table,
         report.effective if report.ok else {},

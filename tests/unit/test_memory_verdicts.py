@@ -201,3 +201,12 @@ def test_no_verdict_but_will_fail_has_a_negative_exact_headroom(
         assert budget.failure is None
     else:
         assert budget.refusal is not None
+
+
+def test_a_failure_sglang_raises_itself_is_not_blamed_on_the_graphs() -> None:
+    # weights larger than the GPU: SGLang's own OOM while loading decides, with its own hint
+    budget = plan_budget(_dense(weights_gib=120), (_gpu(),), PLAIN, version=(0, 5, 23))
+    assert budget.verdict == FAILS
+    assert budget.deciding.startswith("torch.OutOfMemoryError: CUDA out of memory while loading")
+    assert not any("--cuda-graph-max-bs" in hint for hint in budget.hints)
+    assert any("--tp-size" in hint for hint in budget.hints)

@@ -287,6 +287,8 @@ def plan_budget(
         estimate,
         reserve,
     )
+    # the slack decides only where none of SGLang's own pool errors did already
+    slack_decides = failure is None
     if failure is not None:
         decision = Decision(FAILS, failure, failure)
     else:
@@ -313,8 +315,7 @@ def plan_budget(
             f"activations; SGLang's own default ({default_mem_fraction_static:g}) would leave "
             f"{default_slack:.1f} GiB on this GPU"
         )
-    slack_decides = failure is not None and failure.startswith("torch.OutOfMemoryError: CUDA out")
-    if (decision.verdict == TIGHT) or slack_decides:
+    if slack_decides and decision.verdict != FITS:
         hints.append(
             "lower --mem-fraction-static, --cuda-graph-max-bs or --chunked-prefill-size "
             "(SGLang's advice for OOM in graph capture or prefill); orch plan --fit searches"
