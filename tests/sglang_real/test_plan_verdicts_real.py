@@ -153,6 +153,6 @@ def test_no_shipped_profile_fits_with_a_negative_headroom(
     python: Path = request.getfixturevalue(FIXTURE[SHIPPED[profile]])
     _, document = _plan(profiles, profile, python, model_dir)
     budget = document["memory"]
-    if budget["verdict"] in ("fits", "tight"):
-        assert budget["left_for_estimates_gib"] >= 0
-        assert budget["headroom_gib"] >= -0.10 * budget["total_gib"], budget["deciding"]
+    assert budget["verdict"] in ("fits", "tight"), budget["deciding"]  # each runs somewhere
+    assert budget["left_for_estimates_gib"] >= 0
+    assert budget["headroom_gib"] >= -0.10 * budget["total_gib"], budget["deciding"]
