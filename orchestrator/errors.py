@@ -52,6 +52,12 @@ class ExitCode(enum.IntEnum):
     # did not complete, a supervisor of the group was lost (the class names which: group-*)
     KERNEL_ERROR = 31  # the server died: a GPU kernel failed (a CUDA error it raised, a kernel
     # that cannot be built or loaded, a kernel's shape check); 20-29 were taken
+    REVISION = 32  # orch diff: the profiles are not in a git repository, or git cannot read a
+    # revision of them
+    # orch diff's results, as terraform's -detailed-exitcode: 0 no change, 2 changes. Its usage
+    # errors exit EX_USAGE, so that a mistyped command line never reads as "changes".
+    CHANGES = 2
+    DIFF_USAGE = 64
     INTERNAL = 70  # a bug in orch (EX_SOFTWARE)
     INTERRUPTED = 130  # Ctrl-C
 
@@ -68,6 +74,12 @@ class OrchError(Exception):
 
     def __str__(self) -> str:
         return self.message
+
+
+class RevisionError(OrchError):
+    """``orch diff``: no git repository holds the profiles, or git cannot read a revision."""
+
+    exit_code = ExitCode.REVISION
 
 
 class UsageError(OrchError):

@@ -20,7 +20,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import TextIO
 
-from orchestrator.cli import arguments, cmd_plan, cmd_profiles, cmd_run
+from orchestrator.cli import arguments, cmd_plan, cmd_profiles, cmd_review, cmd_run
 from orchestrator.cli.output import Output
 from orchestrator.errors import ExitCode, InvalidProfile, OrchError
 
@@ -28,7 +28,14 @@ from orchestrator.errors import ExitCode, InvalidProfile, OrchError
 def main(
     argv: Sequence[str] | None = None, out: TextIO | None = None, err: TextIO | None = None
 ) -> int:
-    args = arguments.parser().parse_args(argv)  # --help and usage errors end here
+    try:
+        args = arguments.parser().parse_args(argv)  # --help and usage errors end here
+    except SystemExit as exc:
+        # `orch diff`'s 2 means "changes" (terraform's -detailed-exitcode): its usage errors
+        # must not read as that
+        if exc.code == ExitCode.USAGE and _command_word(argv) == "diff":
+            return ExitCode.DIFF_USAGE
+        raise
     from orchestrator.render import Redactor  # render loads the profile store: not for --help
 
     output = Output(out or sys.stdout, err or sys.stderr, Redactor())
@@ -45,6 +52,8 @@ def main(
         if args.debug:
             output.traceback(exc)
         output.error(exc)
+        if exc.exit_code == ExitCode.USAGE and args.command == "diff":
+            return ExitCode.DIFF_USAGE
         return exc.exit_code
     except KeyboardInterrupt:
         output.err.write("orch: interrupted\n")
@@ -70,6 +79,23 @@ def main(
             output.close()
 
 
+def _command_word(argv: Sequence[str] | None) -> str | None:
+    """The subcommand of a command line argparse refused: the first word that is neither a
+    root option nor its value."""
+    words = list(sys.argv[1:] if argv is None else argv)
+    index = 0
+    while index < len(words):
+        word = words[index]
+        if word == "--profiles":
+            index += 2
+            continue
+        if word.startswith("-"):
+            index += 1
+            continue
+        return word
+    return None
+
+
 HANDLERS: dict[str, Callable[[argparse.Namespace, Output], int]] = {
     "render": cmd_profiles.handle_render,
     "export": cmd_profiles.handle_export,
@@ -86,6 +112,7 @@ HANDLERS: dict[str, Callable[[argparse.Namespace, Output], int]] = {
     "lock": cmd_plan.handle_lock,
     "upgrade": cmd_plan.handle_upgrade,
     "diff-effective": cmd_plan.handle_diff_effective,
+    "diff": cmd_review.handle_diff,
     "init": cmd_profiles.handle_init,
     "hosts": cmd_profiles.handle_hosts,
     "hosts-trust": cmd_profiles.handle_hosts_trust,
