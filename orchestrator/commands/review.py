@@ -126,6 +126,8 @@ def _review(
     before: _Revision,
     after: _Revision,
 ) -> review.Review:
+    _spread_failures(before, after)
+    _spread_failures(after, before)
     keys = sorted(set(before.sides) | set(after.sides), key=lambda k: (k[0], k[1] or 0))
     if request.words:
         names = {name for name, _ in keys}
@@ -168,6 +170,19 @@ def _review(
         unchanged,
         notes,
     )
+
+
+def _spread_failures(failed: _Revision, other: _Revision) -> None:
+    """A group that does not load on one side has no ranks there: its failure stands for each
+    rank the other side has, so that every rank reads as blocked (or its base as broken)."""
+    for name, rank in list(failed.sides):
+        if rank is not None:
+            continue
+        ranks = [key for key in other.sides if key[0] == name and key[1] is not None]
+        if ranks:
+            side = failed.sides.pop((name, None))
+            for key in ranks:
+                failed.sides[key] = side
 
 
 def _range_and_profiles(
@@ -252,7 +267,9 @@ def _side(launch: Launch, rank: int, redactor: render.Redactor) -> review.Side:
             literal.append((token.lstrip("-"), tokens[index + 1]))
             shown[index + 1] = f"<redacted: {token.lstrip('-').replace('-', '_')}>"
     env: dict[str, str] = {}
+    env_values: dict[str, str] = {}
     for name, value in command.env.items():
+        env_values[name] = render.redacted(value)
         if isinstance(value, SecretRef):
             env[name] = value.display()
         elif secret_name(name):
@@ -267,6 +284,7 @@ def _side(launch: Launch, rank: int, redactor: render.Redactor) -> review.Side:
         launch.table,
         tuple(arguments),
         program,
+        env_values,
         secret_fields=frozenset(secret_fields),
         digest=launch.digest,
         version=profile.sglang_version,

@@ -92,6 +92,7 @@ class Side:
     # literal secrets as written: compared, never shown)
     arguments: tuple[str, ...] = ()
     program: tuple[str, ...] = ()  # what precedes the SGLang arguments (python -m ...)
+    env_values: Mapping[str, str] = field(default_factory=dict)  # compared, never shown
     problems: tuple[str, ...] = ()  # orch's validation or render errors, whole lines
     secret_fields: frozenset[str] = frozenset()  # fields whose values are never shown
     plan: PlanReport | None = None
@@ -205,7 +206,11 @@ def compare(
 def _unchanged(before: Side, after: Side) -> bool:
     if before.problems or after.problems:
         return before.problems == after.problems
-    return before.rendered == after.rendered
+    return (
+        before.rendered == after.rendered
+        and before.arguments == after.arguments
+        and before.env_values == after.env_values
+    )
 
 
 def _refusals(side: Side) -> tuple[str, ...]:
@@ -264,11 +269,21 @@ def _changes(before: Side, after: Side) -> tuple[FieldChange, ...]:
         out.append(
             FieldChange("launcher", " ".join(before.program), " ".join(after.program), LAUNCHER)
         )
-    for name in sorted(set(b.env) | set(a.env)):
-        old_value = b.env.get(name, verify.ABSENT)
-        new_value = a.env.get(name, verify.ABSENT)
-        if old_value != new_value:
-            out.append(FieldChange(f"env.{name}", old_value, new_value, ENV))
+    old_env, new_env = before.env_values or b.env, after.env_values or a.env
+    for name in sorted(set(old_env) | set(new_env)):
+        if old_env.get(name) == new_env.get(name):
+            continue
+        secret = b.env.get(name) != old_env.get(name) or a.env.get(name) != new_env.get(name)
+        out.append(
+            FieldChange(
+                f"env.{name}",
+                b.env.get(name, verify.ABSENT),  # as shown: a literal secret masked
+                a.env.get(name, verify.ABSENT),
+                ENV,
+                "a secret: changed" if secret else "",
+                secret=secret,
+            )
+        )
     for name in sorted(set(b.supervision) | set(a.supervision)):
         old_value = b.supervision.get(name, verify.ABSENT)
         new_value = a.supervision.get(name, verify.ABSENT)
