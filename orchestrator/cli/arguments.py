@@ -445,9 +445,11 @@ def parser() -> argparse.ArgumentParser:
 
     init = commands.add_parser(
         "init",
-        help="scaffold a team's profiles repository (profiles/, known_hosts, a pre-commit hook)",
-        description="Write profiles/hosts.yaml, an example profile, profiles/known_hosts and a "
-        "pre-commit hook running `orch validate --strict` into DIR. Never overwrites a file.",
+        help="scaffold a team's profiles repository (profiles/, known_hosts, a pre-commit hook, "
+        "a CI workflow)",
+        description="Write profiles/hosts.yaml, an example profile, profiles/known_hosts, a "
+        "pre-commit hook running `orch validate --strict` and a GitHub Actions workflow (the "
+        "same, and `orch diff` posted on each pull request) into DIR. Never overwrites a file.",
     )
     init.add_argument("directory", metavar="DIR", nargs="?", default=".", type=Path)
     init.set_defaults(command="init")

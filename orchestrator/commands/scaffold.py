@@ -1,7 +1,8 @@
 """``orch init``: a team's own profiles repository, ready for git: ``profiles/`` with a host
 inventory, an example profile that validates, the demo (this machine, orch's SGLang stand-in),
-a ``known_hosts`` for pinned host keys, and a pre-commit hook that runs ``orch validate
---strict`` before every commit. A directory outside any git repository becomes one (``git
+a ``known_hosts`` for pinned host keys, a pre-commit hook that runs ``orch validate --strict``
+before every commit, and a GitHub Actions workflow that runs it and posts ``orch diff`` on each
+pull request (``scaffold_ci``). A directory outside any git repository becomes one (``git
 init``) with the hook switched on. Never overwrites."""
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from orchestrator.commands.scaffold_ci import WORKFLOW_PATH, workflow_text
 from orchestrator.errors import ProfileError
 from orchestrator.files import create_file
 from orchestrator.profile.bundled import bundled_profiles
@@ -97,6 +99,7 @@ def _files() -> tuple[tuple[str, str, int], ...]:
         ("profiles/known_hosts", KNOWN_HOSTS, 0o644),
         (".pre-commit-config.yaml", PRE_COMMIT_CONFIG, 0o644),
         (".githooks/pre-commit", hook, 0o755),
+        (WORKFLOW_PATH, workflow_text(), 0o644),
     )
 
 
