@@ -106,6 +106,42 @@ def run_diff_effective(space: Workspace, name: str, sshd: SshServer) -> None:
     _ok(_orch(space, "diff-effective", name), "no drift")
 
 
+def run_diff(space: Workspace, name: str, sshd: SshServer) -> None:
+    """A change reviewed against the launch that runs: the agent says it runs the base's."""
+    _up(space, name)
+
+    def git(*argv: str) -> None:
+        subprocess.run(
+            ["git", "-c", "user.name=t", "-c", "user.email=t@example.net", *argv],
+            cwd=space.root,
+            check=True,
+            capture_output=True,
+            timeout=60,
+        )
+
+    git("init", "-q")
+    git("add", "profiles")
+    git("commit", "-q", "-m", "what runs")
+    _ok(_orch(space, "diff"), "No deployment changes")
+    profile = space.profiles / f"{name}.yaml"
+    profile.write_text(
+        profile.read_text().replace(
+            "skip_server_warmup: true", "context_length: 4096\n  skip_server_warmup: true"
+        )
+    )
+    done = _orch(space, "diff", "--status")
+    assert done.returncode == ExitCode.CHANGES, (done.stdout, done.stderr)
+    assert f"== {name}: restart: SGLang reads context_length at start" in done.stdout
+    assert "+ --context-length 4096" in done.stdout
+    assert "runs now: READY" in done.stdout
+    assert "runs the base's launch" in done.stdout
+    git("commit", "-q", "-am", "shorter context")
+    _ok(_orch(space, "diff", "--status"), "No deployment changes")
+    done = _orch(space, "diff", "HEAD~1..HEAD", "--status", "--json")
+    assert done.returncode == ExitCode.CHANGES, done.stderr
+    assert '"runs": "base"' in done.stdout
+
+
 def run_export(space: Workspace, name: str, sshd: SshServer) -> None:
     _ok(_orch(space, "export", "k8s-lws", name), "kind: LeaderWorkerSet", "lmsysorg/sglang:v0.5.23")
     written = space.root / "deploy.yaml"
@@ -162,6 +198,7 @@ RUNS: dict[str, Callable[[Workspace, str, SshServer], None]] = {
     "plan": run_plan,
     "lock": run_lock,
     "diff-effective": run_diff_effective,
+    "diff": run_diff,
     "hosts": run_hosts,
     "init": run_init,
     "export": run_export,
