@@ -194,6 +194,8 @@ def compare(
     notes = tuple(dict.fromkeys((*_notes(before), *_notes(after))))
     reasons = _refusals(after)
     if reasons:
+        if _refusals(before):
+            notes = (*notes, "the base revision is refused too: this change does not cause it")
         return DeploymentChange(
             profile, rank, BLOCKED, (), before, after, changes, reasons, notes, memory
         )

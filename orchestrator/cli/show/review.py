@@ -68,8 +68,11 @@ def summary_rows(report: review.Review) -> list[list[str]]:
 def rendered_lines(change: review.DeploymentChange) -> list[str]:
     """The launch as the server gets it, before and after: ``-``/``+`` lines, flags with their
     values, the environment by name."""
-    before = _launch_lines(change.before.rendered if change.before else None)
-    after = _launch_lines(change.after.rendered if change.after else None)
+    old = change.before.rendered if change.before else None
+    new = change.after.rendered if change.after else None
+    if change.action == review.BLOCKED and new is None:
+        return []  # the new side does not render: its reasons say why, the old launch is noise
+    before, after = _launch_lines(old), _launch_lines(new)
     out = []
     for line in difflib.ndiff(before, after):
         if line.startswith(("- ", "+ ")):

@@ -132,7 +132,8 @@ def test_errors_have_their_own_exit_codes_never_the_changes_code(
     assert "no commit 'nosuchbranch'" in err
     assert "fetch-depth: 0" in err  # the usual cause in CI, named
     code, _, _ = repo.orch("diff", "--comment-limit", "ten")
-    assert code == ExitCode.DIFF_USAGE != ExitCode.CHANGES
+    assert code == ExitCode.DIFF_USAGE
+    assert int(ExitCode.DIFF_USAGE) != int(ExitCode.CHANGES)
     assert "--comment-limit" in capsys.readouterr().err  # argparse's own message
     code, _, _ = repo.orch("diff", "--remote", "--local-sglang")
     assert code == ExitCode.DIFF_USAGE
