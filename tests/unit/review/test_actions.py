@@ -6,6 +6,25 @@ from orchestrator.errors import ExitCode
 from tests.unit.review.repo import ProfilesRepo, by_name
 
 
+PAIR = """\
+sglang: "0.5.23"
+model:
+  path: /models/big
+gpu:
+  type: H200
+args:
+  tp_size: 2
+group:
+  nodes:
+    - host: gpu-a
+      env: {NCCL_SOCKET_IFNAME: ens1}
+    - host: gpu-b
+      env: {NCCL_SOCKET_IFNAME: ens2}
+  rendezvous_port: 20000
+  control_port: 20100
+"""
+
+
 def test_restart_and_health_settings_only_are_agent_only(repo: ProfilesRepo) -> None:
     repo.edit("leaf.yaml", "port: 30001", "port: 30001\nrestart:\n  delay_s: 10\n")
     repo.edit("mid.yaml", "extends: base", "extends: base\nhealth:\n  interval_s: 2")
@@ -133,26 +152,7 @@ def test_a_half_set_speculative_triple_is_blocked_with_orchs_message(repo: Profi
 def test_a_group_lists_each_rank_and_a_nodes_own_change_only_that_rank(
     repo: ProfilesRepo,
 ) -> None:
-    repo.write(
-        "pair.yaml",
-        """\
-        sglang: "0.5.23"
-        model:
-          path: /models/big
-        gpu:
-          type: H200
-        args:
-          tp_size: 2
-        group:
-          nodes:
-            - host: gpu-a
-              env: {NCCL_SOCKET_IFNAME: ens1}
-            - host: gpu-b
-              env: {NCCL_SOCKET_IFNAME: ens2}
-          rendezvous_port: 20000
-          control_port: 20100
-        """,
-    )
+    repo.write("pair.yaml", PAIR)
     repo.commit("a pair")
     repo.edit("pair.yaml", "tp_size: 2", "tp_size: 2\n  context_length: 4096")
     repo.commit("both ranks")
@@ -179,22 +179,7 @@ def test_a_group_lists_each_rank_and_a_nodes_own_change_only_that_rank(
 
 
 def test_a_group_that_stops_validating_is_blocked_on_every_rank(repo: ProfilesRepo) -> None:
-    repo.write(
-        "pair.yaml",
-        """\
-        sglang: "0.5.23"
-        model:
-          path: /models/big
-        gpu:
-          type: H200
-        args:
-          tp_size: 2
-        group:
-          nodes: [{host: gpu-a}, {host: gpu-b}]
-          rendezvous_port: 20000
-          control_port: 20100
-        """,
-    )
+    repo.write("pair.yaml", PAIR)
     repo.commit("a pair")
     repo.edit("pair.yaml", "tp_size: 2", "tp_size: 2\n  no_such_flag: 1")
     repo.commit("a typo")
