@@ -39,6 +39,7 @@ SEPARATOR = "<!-- orch diff: next comment -->"
 # an action a reviewer must see at a glance: the server stops, or cannot start
 DISRUPTIVE = frozenset({review.BLOCKED, review.REPLACE, review.RESTART})
 CUT_NOTE = "*(cut at the comment limit: this line goes on in the next comment)*"
+GOES_ON = "... "  # before the rest of a cut line (no fence or list marker can start with it)
 # Bounds on what one line of a heading or a table row can hold, so that a row, a heading and a
 # body's header always fit a body of the CLI's smallest limit together (the section shows each
 # value whole where it matters: the rendered diff, the reasons).
@@ -332,6 +333,8 @@ def _pack(all_sections: Sequence[Section], room: int) -> list[list[str]]:
 def _pieces(section: Section, room: int) -> list[str]:
     """A section too large for one body, cut between its units into pieces of ``room`` bytes."""
     top = max(_size(section.heading), _size(section.continued))
+    if top > room:
+        raise ValueError(f"a comment limit too small for this review ({room} bytes left)")
     pieces: list[str] = []
     parts = [section.heading]
     used = _size(section.heading)
@@ -363,32 +366,35 @@ def _pieces(section: Section, room: int) -> list[str]:
 
 def _chunks(units: Sequence[str], largest: int) -> Iterator[tuple[str, bool]]:
     """Each unit whole when it fits ``largest`` bytes; a larger one (a single line longer than a
-    body) in pieces, between its lines first, then between characters. With each piece: whether
-    the unit ends with it."""
-    if largest < 4:
+    body) in pieces, each after the first marked as going on. With each piece: whether the unit
+    ends with it."""
+    if largest < len(GOES_ON) + 4:
         raise ValueError(f"a comment limit too small for this review ({largest} bytes left)")
     for unit in units:
         if _size(unit) <= largest:
             yield unit, True
             continue
-        pieces = list(_split(unit, largest))
-        for number, piece in enumerate(pieces, start=1):
-            yield piece, number == len(pieces)
+        pieces = list(_split(unit, largest - len(GOES_ON)))
+        for number, piece in enumerate(pieces):
+            yield (GOES_ON + piece if number else piece), number == len(pieces) - 1
 
 
 def _split(text: str, largest: int) -> Iterator[str]:
-    current = ""
-    for line in text.split("\n"):
-        joined = f"{current}\n{line}" if current else line
-        if _size(joined) <= largest:
-            current = joined
+    """Pieces of at most ``largest`` bytes: between lines where one fits, else after a space,
+    else between characters, never after a backslash that would escape the next piece's
+    first character."""
+    rest = text
+    while _size(rest) > largest:
+        head = rest.encode("utf-8")[:largest].decode("utf-8", errors="ignore")
+        newline, space = head.rfind("\n"), head.rfind(" ")
+        if newline > len(head) // 2:
+            yield head[:newline]
+            rest = rest[newline + 1 :]
             continue
-        if current:
-            yield current
-        while _size(line) > largest:
-            head = line.encode("utf-8")[:largest].decode("utf-8", errors="ignore")
-            yield head
-            line = line[len(head) :]
-        current = line
-    if current:
-        yield current
+        piece = head[: space + 1] if space > len(head) // 2 else head
+        escaping = len(piece) - len(piece.rstrip("\\"))
+        if escaping % 2 and len(piece) > 1:
+            piece = piece[:-1]
+        yield piece
+        rest = rest[len(piece) :]
+    yield rest
