@@ -57,13 +57,13 @@ def document(report: review.Review, limit: int) -> str:
 
 def bodies(report: review.Review, limit: int) -> list[str]:
     """The review as comment bodies, each at most ``limit`` bytes of UTF-8."""
-    parts_sections = sections(report)
+    all_sections = sections(report)
     reserved = 1
     while True:
         # a body's header says "part i of n": reserve the room of the widest one, then check
         # that the number of bodies did not outgrow it
         room = limit - _size(_header(report, reserved, reserved))
-        packed = _pack(parts_sections, room)
+        packed = _pack(all_sections, room)
         count = len(packed)
         if count == 1 or (reserved > 1 and len(str(count)) <= len(str(reserved))):
             break
