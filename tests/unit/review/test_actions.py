@@ -5,7 +5,6 @@ from __future__ import annotations
 from orchestrator.errors import ExitCode
 from tests.unit.review.repo import ProfilesRepo, by_name
 
-
 PAIR = """\
 sglang: "0.5.23"
 model:
