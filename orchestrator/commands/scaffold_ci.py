@@ -93,7 +93,9 @@ jobs:
           HEAD_SHA: ${{ github.event.pull_request.head.sha }}
         run: |
           code=0
-          orch diff "$BASE_SHA...$HEAD_SHA" --format markdown > diff.md 2> diff.err || code=$?
+          # GitHub takes 65,536 characters a comment; the next step puts its marker line on each
+          orch diff "$BASE_SHA...$HEAD_SHA" --format markdown --comment-limit 65000 \\
+            > diff.md 2> diff.err || code=$?
           cat diff.err >&2
           if [ "$code" -ne 0 ] && [ "$code" -ne 2 ]; then
             if [ -s diff.md ]; then printf '%s\\n' "$ORCH_DIFF_SEPARATOR" >> diff.md; fi

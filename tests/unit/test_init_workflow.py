@@ -416,7 +416,7 @@ def test_changes_exit_2_post_one_comment_per_body_and_pass(runner: Runner, count
     runner.orch_answers(_report(*bodies), 2)
     verdict = runner.review()
     assert verdict.returncode == 0, verdict.stdout + verdict.stderr
-    assert runner.calls("orch") == [f"diff {BASE}...{HEAD} --format markdown"]
+    assert runner.calls("orch") == [f"diff {BASE}...{HEAD} --format markdown --comment-limit 65000"]
     assert _posted(runner) == [f"{COMMENT_MARKER}\n{body}" for body in bodies]
     assert sum(call.startswith("api --silent repos/") for call in runner.calls("gh")) == count
     summary = (runner.fake / "summary.md").read_text(encoding="utf-8")
@@ -509,3 +509,26 @@ def test_an_install_that_is_not_orch_fails_with_its_reason(runner: Runner) -> No
     assert done.returncode == 1
     assert "::error::ORCH_PIP=orch==" in done.stdout
     assert runner.calls("python")[0].startswith("-m pip install --quiet orch==")
+
+
+def test_the_diff_step_with_the_real_orch_posts_its_report(runner: Runner) -> None:
+    """The steps against orch itself on a pull request's two commits: exit 2 passes, each body
+    the real report, within GitHub's limit with the marker this workflow adds."""
+    from tests.unit.review.conftest import BASE as BASE_PROFILE
+    from tests.unit.review.repo import ProfilesRepo
+
+    real = Path(sys.executable).parent / "orch"
+    (runner.bin / "orch").write_text(f'#!/bin/bash\nexec "{real}" "$@"\n', encoding="utf-8")
+    repo = ProfilesRepo(runner.work)
+    repo.write("base.yaml", BASE_PROFILE)
+    repo.write("leaf.yaml", "extends: base\nport: 30001\n")
+    runner.context["github.event.pull_request.base.sha"] = repo.commit("base")
+    repo.edit("base.yaml", "context_length: 32768", "context_length: 65536")
+    runner.context["github.event.pull_request.head.sha"] = repo.commit("longer context")
+    verdict = runner.review()
+    assert verdict.returncode == 0, verdict.stdout + verdict.stderr
+    [body] = _posted(runner)
+    assert body.startswith(f"{COMMENT_MARKER}\n<!-- orch diff -->")
+    assert "`leaf`" in body
+    assert "+ --context-length 65536" in body
+    assert len(body) <= 65_536
