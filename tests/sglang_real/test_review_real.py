@@ -105,3 +105,26 @@ def test_a_release_bump_is_a_replace_with_renames_and_both_plans(shipped: Profil
     memory = item["memory"]
     for side in ("before", "after"):
         assert memory[side]["verdict"] in ("fits", "tight", "will fail")
+
+
+def test_a_python_of_one_release_plans_only_the_side_of_that_release(
+    shipped: ProfilesRepo, sglang_0523: Path
+) -> None:
+    shipped.edit("qwen36-mtp-b200.yaml", 'sglang: "0.5.11"', 'sglang: "0.5.23"')
+    shipped.commit("to 0.5.23")
+    code, report = shipped.diff_json(
+        "HEAD~1..HEAD",
+        "qwen36-mtp-b200",
+        "--local-sglang",
+        str(sglang_0523),
+        "--model-config",
+        str(MODEL_CONFIG),
+    )
+    assert code == ExitCode.CHANGES
+    item = by_name(report)["qwen36-mtp-b200"]
+    assert any("has SGLang 0.5.23, the profile asks for 0.5.11" in n for n in item["notes"])
+    assert item["memory"]["before"]["verdict"] is None  # no plan of the 0.5.11 side
+    assert item["memory"]["after"]["verdict"] in ("fits", "tight", "will fail")
+    # without both plans, the argument tables compare: the rename still reads as one
+    renamed = {c["field"]: c for c in item["changes"]}["mamba_radix_cache_strategy"]
+    assert renamed["renamed_from"] == "mamba_scheduler_strategy"
