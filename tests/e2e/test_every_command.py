@@ -108,7 +108,6 @@ def run_diff_effective(space: Workspace, name: str, sshd: SshServer) -> None:
 
 def run_diff(space: Workspace, name: str, sshd: SshServer) -> None:
     """A change reviewed against the launch that runs: the agent says it runs the base's."""
-    _up(space, name)
 
     def git(*argv: str) -> None:
         subprocess.run(
@@ -122,8 +121,10 @@ def run_diff(space: Workspace, name: str, sshd: SshServer) -> None:
     git("init", "-q")
     git("add", "profiles")
     git("commit", "-q", "-m", "what runs")
+    _up(space, name)  # launched from the repository, which its record names
     _ok(_orch(space, "diff"), "No deployment changes")
     profile = space.profiles / f"{name}.yaml"
+    launched = profile.read_text()
     profile.write_text(
         profile.read_text().replace(
             "skip_server_warmup: true", "context_length: 4096\n  skip_server_warmup: true"
@@ -140,6 +141,8 @@ def run_diff(space: Workspace, name: str, sshd: SshServer) -> None:
     done = _orch(space, "diff", "HEAD~1..HEAD", "--status", "--json")
     assert done.returncode == ExitCode.CHANGES, done.stderr
     assert '"runs": "base"' in done.stdout
+    profile.write_text(launched)
+    _ok(_orch(space, "down", name))  # the same repository's deployment: stopped, nothing left
 
 
 def run_export(space: Workspace, name: str, sshd: SshServer) -> None:
