@@ -63,6 +63,7 @@ from orchestrator.fleet.protocol.start import (
     StartReply,
     adopt_request,
     decode_start,
+    start_previous_request,
     start_request,
     start_stdin,
     start_watch_args,
@@ -409,6 +410,11 @@ class Agent:
         launch script go with the command, on its stdin: one round trip, no file transfer,
         written 0600 by the agent."""
         return decode_start(self.ask(start_request(self.deployment.dir, spec, launch_script)))
+
+    def start_previous(self) -> StartReply:
+        """The deployment's previous launch started again, from the spec the agent kept when
+        the current one replaced it (a rolling restart's way back after a failed relaunch)."""
+        return decode_start(self.ask(start_previous_request(self.deployment.dir)))
 
     def adopt(self) -> StartReply:
         """A new supervisor for a server whose supervisor died: it verifies the server's

@@ -88,6 +88,11 @@ def start_watch_args(
     )
 
 
+def start_previous_request(directory: str) -> Request:
+    """Start the launch before the current one again (the agent keeps its spec, 0600)."""
+    return Request(("start", "--dir", directory, "--previous"))
+
+
 def adopt_request(directory: str) -> Request:
     """A new supervisor for a server whose supervisor died (``agent adopt``)."""
     return Request(("adopt", "--dir", directory))

@@ -1,7 +1,7 @@
 """orch's remote agent: supervises one SGLang server on its host. Its commands, each answering
 one JSON document on stdout (exit 0, or 3 when it says ``"ok": false``)::
 
-    start  --dir DEPLOYMENT_DIR --spec SPEC.json|-  # detach a supervisor [--watch S]
+    start  --dir DEPLOYMENT_DIR --spec SPEC.json|- | --previous  # detach a supervisor [--watch S]
     status --dir DEPLOYMENT_DIR                      # state as JSON
     stop   --dir DEPLOYMENT_DIR [--timeout S]        # stop, sweep, report
     runs   --dir DEPLOYMENT_DIR                      # the runs and their logs
@@ -62,7 +62,10 @@ def _dispatch(argv: Sequence[str]) -> dict[str, Any]:
     commands = parser.add_subparsers(dest="command", required=True)
     start = commands.add_parser("start")
     start.add_argument("--dir", required=True)
-    start.add_argument("--spec", required=True)
+    start_from = start.add_mutually_exclusive_group(required=True)
+    start_from.add_argument("--spec")
+    # the launch before the current one (spec.previous.json): a failed roll's way back
+    start_from.add_argument("--previous", action="store_true")
     # then watch the new run on the same channel (its answer first, as {"start": ...})
     start.add_argument("--watch", type=float, metavar="SECONDS")
     for name in ("status", "runs", "adopt"):
@@ -112,7 +115,7 @@ def _dispatch(argv: Sequence[str]) -> dict[str, Any]:
     if args.command == "start":
         from .cmd_start import cmd_start
 
-        result = cmd_start(args.dir, args.spec)
+        result = cmd_start(args.dir, args.spec or "", previous=args.previous)
         run_id = (result.get("state") or {}).get("run_id") if result.get("ok") else None
         if args.watch is not None and isinstance(run_id, str):
             from .cmd_watch import cmd_watch

@@ -32,10 +32,27 @@ def _spec_from_stdin(paths: Paths) -> str:
     return pending
 
 
-def cmd_start(deployment_dir: str, spec_path: str) -> dict[str, Any]:
+def cmd_start(deployment_dir: str, spec_path: str, *, previous: bool = False) -> dict[str, Any]:
     """Detach a supervisor; answers once it holds its locks and has spawned the server.
-    ``spec_path`` "-": the spec (and the launch script) are read from stdin."""
+    ``spec_path`` "-": the spec (and the launch script) are read from stdin. ``previous``: the
+    launch before the current one, kept as ``spec.previous.json`` (the two change places, so
+    that the launch it replaces is the previous one in turn)."""
     paths = Paths(deployment_dir)
+    if previous:
+        secure_deployment(paths, create=False)
+        if not os.path.exists(paths.previous_spec):
+            raise ValueError(f"{paths.previous_spec}: no previous launch to start again")
+        spec = read_spec(paths.previous_spec)  # never unlinked on failure: it is the way back
+        writer, answer = start_detached(paths, spec.port)
+        if writer is None:
+            return answer or {}
+        swap = paths.spec + ".swap"
+        os.replace(paths.previous_spec, swap)
+        if os.path.exists(paths.spec):
+            os.replace(paths.spec, paths.previous_spec)
+        os.replace(swap, paths.spec)
+        supervise(supervisor_for(spec, paths, clock=RealClock()), writer, None)
+        return {}  # never reached: the supervisor exits itself
     try:
         secure_deployment(paths, create=True)
         if spec_path == "-":
@@ -51,6 +68,8 @@ def cmd_start(deployment_dir: str, spec_path: str) -> dict[str, Any]:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(spec_path)
         return answer or {}
+    if os.path.exists(paths.spec):
+        os.replace(paths.spec, paths.previous_spec)  # 0600 already: the launch to go back to
     os.replace(spec_path, paths.spec)
     os.chmod(paths.spec, 0o600)
     supervisor = supervisor_for(spec, paths, clock=RealClock())

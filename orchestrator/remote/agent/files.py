@@ -110,6 +110,9 @@ class Paths:
         self.root = deployment_dir
         self.state = os.path.join(deployment_dir, "state.json")
         self.spec = os.path.join(deployment_dir, "spec.json")
+        # the spec of the launch before this one: `start --previous` puts it back (a rolling
+        # restart whose relaunch failed restores the replica with it)
+        self.previous_spec = os.path.join(deployment_dir, "spec.previous.json")
         self.lock = os.path.join(deployment_dir, ".lock")
         self.events = os.path.join(deployment_dir, "events.jsonl")
         self.agent_log = os.path.join(deployment_dir, "agent.log")
@@ -125,6 +128,7 @@ class Paths:
             ("events.jsonl", self.events),
             ("agent.log", self.agent_log),
             ("spec.json", self.spec),
+            ("spec.previous.json", self.previous_spec),
             ("launch.sh", self.launch_script),
             (".lock", self.lock),
         )
