@@ -310,6 +310,9 @@ class FakeAgent:
     def adopt(self) -> StartReply:
         return decode_start(self._reach().adopt())
 
+    def start_previous(self) -> StartReply:
+        raise NotRecorded("no start of a previous launch was recorded")
+
     def stop(self, timeout: float) -> StopReply:
         return decode_stop(self._reach().stop())
 
