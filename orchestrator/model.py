@@ -203,6 +203,19 @@ class ExportSettings:
     replicas: int = 1  # Kubernetes: servers (Deployment pods, LeaderWorkerSet groups)
 
 
+@dataclass(frozen=True)
+class Router:
+    """``router:``: the SGLang Model Gateway (``smg``, or the older sglang-router) the team
+    runs in front of the profile's servers. orch registers a server there once it is READY and
+    checked, and takes it out before stopping it (docs/gateway.md)."""
+
+    url: str  # http(s)://host:port of the gateway's HTTP API (its worker API on the same port)
+    api_key: SecretRef | None = None  # its control plane's key (--control-plane-api-keys)
+    labels: Mapping[str, str] = field(default_factory=frozen_map)  # added to orch's own labels
+    drain_timeout_s: float = 300.0  # how long a server out of the gateway may take to go idle
+    ready_timeout_s: float = 120.0  # how long the gateway may take to add or remove it
+
+
 DEFAULT_CONTROL_OFFSET = 100  # control port = rendezvous port + this, unless given
 DEFAULT_GATE_OFFSET = 50  # gated launch port = rendezvous port + this, unless given
 
@@ -233,6 +246,7 @@ class Profile:
     group: Group | None = None  # a multi-node launch group; ``host`` is then its rank 0's
     rank: int = 0  # the group's rank this profile is, as its node runs it (``for_rank``)
     export: ExportSettings = ExportSettings()
+    router: Router | None = None
 
     def for_rank(self, rank: int) -> Profile:
         """The profile as rank ``rank`` of its group runs it: that node's host, port and env

@@ -344,6 +344,13 @@ def _supervision(profile: Profile) -> Mapping[str, str]:
     }
     if profile.group is not None:
         out["group.join_timeout_s"] = f"{profile.group.join_timeout_s:g}"
+    router = profile.router
+    if router is not None:  # where orch registers the server: the server itself keeps running
+        out["router.url"] = router.url
+        out["router.api_key"] = router.api_key.display() if router.api_key else "-"
+        out["router.labels"] = ", ".join(f"{k}={v}" for k, v in sorted(router.labels.items()))
+        out["router.drain_timeout_s"] = f"{router.drain_timeout_s:g}"
+        out["router.ready_timeout_s"] = f"{router.ready_timeout_s:g}"
     return out
 
 

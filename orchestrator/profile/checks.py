@@ -33,6 +33,7 @@ from orchestrator.profile.fields import STRUCTURED_FIELDS
 from orchestrator.profile.inventory import INVENTORY_FILE, LOCAL_HOST
 from orchestrator.profile.layout import group_section
 from orchestrator.profile.policies import export_section, health_section, restart_section
+from orchestrator.profile.routing import router_section
 from orchestrator.profile.values import (
     MAX_SECONDS,
     env_section,
@@ -67,6 +68,7 @@ _TOP_KEYS = (
     "pin",
     "group",
     "export",
+    "router",
 )
 _SECTION_KEYS: dict[str, tuple[str, ...]] = {
     "model": ("path", "served_model_name"),
@@ -90,6 +92,7 @@ _SECTION_KEYS: dict[str, tuple[str, ...]] = {
         "gate_port",
     ),
     "export": ("image", "python", "secret", "secret_keys", "replicas"),
+    "router": ("url", "api_key", "labels", "drain_timeout_s", "ready_timeout_s"),
 }
 
 
@@ -168,6 +171,7 @@ class ProfileChecker(DocChecker):
         stop_timeout = self.number(("stop_timeout_s",), 0.0, MAX_SECONDS)
         pin = self._pin()
         export = export_section(self)
+        router = router_section(self)
         description = self.text(("description",), one_line=False) or ""
 
         if self.errors:
@@ -198,6 +202,7 @@ class ProfileChecker(DocChecker):
             pin=pin,
             group=group,
             export=export,
+            router=router,
         )
         return profile, table
 
