@@ -178,17 +178,16 @@ def _review(
 
 
 def _spread_failures(failed: _Revision, other: _Revision) -> None:
-    """A group (or a profile with replicas) that does not load on one side has no ranks
-    (replicas) there: its failure stands for each one the other side has, so that every one
-    reads as blocked (or its base as broken)."""
+    """A group that does not load on one side has no ranks there: its failure stands for each
+    rank the other side has, so that every rank reads as blocked (or its base as broken). So
+    for a profile with replicas that does not load: its failure stands for each replica."""
     for name, rank in list(failed.sides):
         if rank is not None:
             continue
-        ranks = [
-            key
-            for key in other.sides
-            if key != (name, None) and split_deployment(key[0])[0] == name
-        ]
+        ranks = [key for key in other.sides if key[0] == name and key[1] is not None]
+        if not ranks and failed.sides[(name, None)].rendered is None:
+            ranks = [key for key in other.sides if split_deployment(key[0]) != (name, None)]
+            ranks = [key for key in ranks if split_deployment(key[0])[0] == name]
         if ranks:
             side = failed.sides.pop((name, None))
             for key in ranks:
