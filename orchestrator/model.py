@@ -187,6 +187,37 @@ class Group:
         return f"{shown}:{self.rendezvous_port}"
 
 
+@dataclass(frozen=True)
+class Replica:
+    """One of a profile's ``replicas:``: an independent server of the same launch, on its host,
+    with what differs on it (its --port, its env, its GPUs). Each replica is its own deployment
+    there, named ``Profile.deployment`` (``NAME@I``)."""
+
+    host: Host
+    port: int | None = None  # None: the profile's port
+    env: Mapping[str, EnvValue] = field(default_factory=frozen_map)  # over the profile's
+    devices: tuple[str, ...] | None = None  # gpu.devices; None: the profile's
+
+
+# A replica's deployment is ``NAME@I``: '@' is no character of a profile name
+# (profile/inventory.py NAME_RE), so it never meets another profile's deployment, and it is
+# safe in a directory name.
+REPLICA_SEPARATOR = "@"
+
+
+def deployment_name(profile: str, replica: int | None) -> str:
+    """Where a server of ``profile`` lives on its host: the profile's name, or ``NAME@I``."""
+    return profile if replica is None else f"{profile}{REPLICA_SEPARATOR}{replica}"
+
+
+def split_deployment(deployment: str) -> tuple[str, int | None]:
+    """``deployment_name`` read back: (the profile, the replica or None)."""
+    profile, separator, index = deployment.rpartition(REPLICA_SEPARATOR)
+    if not separator or not index.isdigit():
+        return deployment, None
+    return profile, int(index)
+
+
 # What ``orch export`` writes (orchestrator/export/): Kubernetes LeaderWorkerSet, Deployment,
 # SkyPilot task, dstack run configuration.
 EXPORT_ENGINES = ("k8s-lws", "k8s", "skypilot", "dstack")
@@ -247,6 +278,38 @@ class Profile:
     rank: int = 0  # the group's rank this profile is, as its node runs it (``for_rank``)
     export: ExportSettings = ExportSettings()
     router: Router | None = None
+    # ``replicas:``: independent servers of this launch, each its own deployment (``host`` is
+    # then replica 0's); empty: one server. ``for_replica`` gives each as it runs.
+    replicas: tuple[Replica, ...] = ()
+    replica: int | None = None  # the replica this profile is (``for_replica``); None: not one
+
+    @property
+    def deployment(self) -> str:
+        """The name of this server's deployment on its host (its directory under the host's
+        workdir, the agent's ``deployment``): the profile's name, ``NAME@I`` for replica I."""
+        return deployment_name(self.name, self.replica)
+
+    def for_replica(self, index: int) -> Profile:
+        """The profile as replica ``index`` runs it: that replica's host, port, env (its own
+        variables over the profile's) and GPUs, with ``replica`` set and no replicas of its own
+        (it is one server, launched as a profile without ``replicas:`` is)."""
+        if not self.replicas:
+            raise ValueError(f"{self.name} has no replicas: replica {index} does not exist")
+        entry = self.replicas[index]
+        env = {**self.env, **entry.env}
+        gpu = self.gpu
+        if entry.devices is not None:
+            gpu = dataclasses.replace(gpu, devices=entry.devices)
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(entry.devices)
+        return dataclasses.replace(
+            self,
+            host=entry.host,
+            port=entry.port if entry.port is not None else self.port,
+            env=frozen_map(env),
+            gpu=gpu,
+            replicas=(),
+            replica=index,
+        )
 
     def for_rank(self, rank: int) -> Profile:
         """The profile as rank ``rank`` of its group runs it: that node's host, port and env

@@ -56,6 +56,14 @@ def render_members(profile: Profile, table: ArgTable) -> tuple[ServerCommand, ..
     return tuple(render(profile.for_rank(rank), table) for rank in range(profile.nnodes))
 
 
+def render_replicas(profile: Profile, table: ArgTable) -> tuple[ServerCommand, ...]:
+    """One server command per replica (``replicas:``): each is the profile as that replica runs
+    it (its host, port, env, GPUs), a server of its own."""
+    return tuple(
+        render(profile.for_replica(index), table) for index in range(len(profile.replicas))
+    )
+
+
 def render(
     profile: Profile, table: ArgTable, fields: Sequence[RequestedField] | None = None
 ) -> ServerCommand:
@@ -86,7 +94,7 @@ def render(
         argtable_version=table.version,
         argv=tuple(argv),
         env=profile.env,
-        cwd=posixpath.join(profile.host.workdir, profile.name),
+        cwd=posixpath.join(profile.host.workdir, profile.deployment),
         port=profile.port,
     )
 
@@ -198,9 +206,10 @@ def group_json(profile: Profile, table: ArgTable) -> str:
     return json.dumps(document, indent=2, ensure_ascii=False)
 
 
-def rank_differences(commands: tuple[ServerCommand, ...]) -> list[str]:
+def rank_differences(commands: tuple[ServerCommand, ...], what: str = "rank") -> list[str]:
     """How each rank's command differs from rank 0's, flag by flag and variable by variable:
-    what a reader checks to see that the ranks agree apart from what must differ."""
+    what a reader checks to see that the ranks agree apart from what must differ. ``what``:
+    ``replica`` for a profile's replicas."""
     first = commands[0]
     base_flags = _flags(first.argv)
     out: list[str] = []
@@ -209,15 +218,15 @@ def rank_differences(commands: tuple[ServerCommand, ...]) -> list[str]:
         for flag in dict.fromkeys([*base_flags, *flags]):
             if base_flags.get(flag) != flags.get(flag):
                 out.append(
-                    f"rank {rank}: {flag} {flags.get(flag, '(absent)')} "
-                    f"(rank 0: {base_flags.get(flag, '(absent)')})"
+                    f"{what} {rank}: {flag} {flags.get(flag, '(absent)')} "
+                    f"({what} 0: {base_flags.get(flag, '(absent)')})"
                 )
         for name in dict.fromkeys([*first.env, *command.env]):
             mine, theirs = command.env.get(name), first.env.get(name)
             if mine != theirs:
                 out.append(
-                    f"rank {rank}: {name}={redacted(mine) if mine is not None else '(unset)'} "
-                    f"(rank 0: {redacted(theirs) if theirs is not None else '(unset)'})"
+                    f"{what} {rank}: {name}={redacted(mine) if mine is not None else '(unset)'} "
+                    f"({what} 0: {redacted(theirs) if theirs is not None else '(unset)'})"
                 )
     return out
 
@@ -502,3 +511,22 @@ def launch_digest(*commands: ServerCommand) -> str:
     group, every rank's command, so that every node carries the group's one digest."""
     text = "\n".join(command_json(command) for command in commands)
     return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+def replicas_json(profile: Profile, commands: Sequence[ServerCommand]) -> str:
+    """Replicas: one ``{"replica", "deployment", "host", "port", "argv", "env"}`` each."""
+    document = {
+        "replicas": [
+            {
+                "replica": index,
+                "deployment": replica.deployment,
+                "host": replica.host.name,
+                "port": replica.port,
+                "argv": [redacted(token) for token in command.argv],
+                "env": {name: redacted(value) for name, value in command.env.items()},
+            }
+            for index, command in enumerate(commands)
+            for replica in (profile.for_replica(index),)
+        ],
+    }
+    return json.dumps(document, indent=2, ensure_ascii=False)

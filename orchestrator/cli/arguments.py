@@ -90,6 +90,7 @@ def parser() -> argparse.ArgumentParser:
         type=int,
         help="a launch group's rank only (default: every rank; --script needs one)",
     )
+    _replica_option(render, "one replica's command only (default: every replica's)")
     render.set_defaults(command="render")
 
     export = commands.add_parser(
@@ -186,6 +187,7 @@ def parser() -> argparse.ArgumentParser:
     )
     up.add_argument("profile", metavar="PROFILE")
     up.add_argument("--replace", action="store_true", help="stop a different running launch first")
+    _replica_option(up, "start this replica only (default: every replica, at once)")
     _launch_options(up)
     up.set_defaults(command="up")
 
@@ -205,6 +207,7 @@ def parser() -> argparse.ArgumentParser:
         help="seconds to let the server drain before SIGKILL, for this stop "
         "(default: the profile's stop_timeout_s)",
     )
+    _replica_option(down, "stop this replica only (default: every replica, at once)")
     down.set_defaults(command="down")
 
     restart = commands.add_parser(
@@ -213,6 +216,7 @@ def parser() -> argparse.ArgumentParser:
         description="orch down, then orch up: the same preflight, plan gate and follow.",
     )
     restart.add_argument("profile", metavar="PROFILE")
+    _replica_option(restart, "restart this replica only (default: every replica)")
     _launch_options(restart)
     restart.set_defaults(command="restart", replace=False)
 
@@ -252,6 +256,7 @@ def parser() -> argparse.ArgumentParser:
         help="a launch group's rank (default 0: the one that serves the API), or `all`: every "
         "rank's lines, each prefixed with its rank",
     )
+    _replica_option(logs, "the replica whose log it is (a profile with `replicas:`)")
     logs.set_defaults(command="logs")
 
     runs = commands.add_parser(
@@ -271,6 +276,7 @@ def parser() -> argparse.ArgumentParser:
         default=0,
         help="a launch group's rank (default 0: the one that serves the API)",
     )
+    _replica_option(runs, "the replica whose runs they are (a profile with `replicas:`)")
     runs.set_defaults(command="runs")
 
     plan = commands.add_parser(
@@ -541,6 +547,16 @@ def _launch_options(parser: argparse.ArgumentParser) -> None:
     )
     _no_cache_option(parser)
     _take_over_option(parser)
+
+
+def _replica_option(parser: argparse.ArgumentParser, help_text: str) -> None:
+    parser.add_argument("--replica", metavar="I", type=_replica_index, help=help_text)
+
+
+def _replica_index(text: str) -> int:
+    if not text.isdigit():
+        raise argparse.ArgumentTypeError(f"expected a replica's index (0, 1, ...), got {text!r}")
+    return int(text)
 
 
 def _take_over_option(parser: argparse.ArgumentParser) -> None:

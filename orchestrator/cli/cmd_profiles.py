@@ -12,7 +12,8 @@ from pathlib import Path
 from orchestrator.cli.inputs import node_rank, store_for
 from orchestrator.cli.output import Output
 from orchestrator.errors import ExitCode, InvalidProfile, OrchError, ProfileError, UsageError
-from orchestrator.model import Severity
+from orchestrator.model import Profile, Severity
+from orchestrator.sglang.argtable import ArgTable
 
 
 def handle_render(args: argparse.Namespace, output: Output) -> int:
@@ -22,6 +23,8 @@ def handle_render(args: argparse.Namespace, output: Output) -> int:
     for found in loaded.findings:
         output.finding(found)
     profile = render.gated(loaded.profile, loaded.table)
+    if profile.replicas or args.replica is not None:
+        return _render_replicas(args, output, profile, loaded.table)
     commands = render.render_members(profile, loaded.table)
     group = profile.group
     if args.node is not None:
@@ -47,6 +50,49 @@ def handle_render(args: argparse.Namespace, output: Output) -> int:
 
         for text in show.group_commands(profile, commands, one_line=args.one_line):
             output.print(text)
+    return ExitCode.OK
+
+
+def _render_replicas(
+    args: argparse.Namespace, output: Output, profile: Profile, table: ArgTable
+) -> int:
+    """Every replica's command (each a server of its own), or ``--replica I``'s alone."""
+    from orchestrator import render
+
+    count = len(profile.replicas)
+    if not count:
+        raise UsageError(
+            f"--replica {args.replica}: {args.profile} has no replicas", "leave --replica out"
+        )
+    if args.replica is not None and not 0 <= args.replica < count:
+        raise UsageError(
+            f"--replica {args.replica}: {args.profile} has replicas 0-{count - 1}",
+            "a replica's index in `replicas:`",
+        )
+    if args.node not in (None, 0):
+        raise UsageError(f"--node {args.node}: {args.profile}'s replicas are single servers")
+    if args.replica is not None:
+        command = render.render(profile.for_replica(args.replica), table)
+        if args.json:
+            output.print(render.command_json(command))
+        elif args.script:
+            output.out.write(render.launcher_script(command))
+        else:
+            output.print(render.format_command(command, multiline=not args.one_line))
+        return ExitCode.OK
+    if args.script:
+        raise UsageError(
+            f"{args.profile} has {count} replicas: one script per replica",
+            f"orch render {args.profile} --script --replica 0",
+        )
+    commands = render.render_replicas(profile, table)
+    if args.json:
+        output.print(render.replicas_json(profile, commands))
+        return ExitCode.OK
+    from orchestrator.cli.show import core as show
+
+    for text in show.replica_commands(profile, commands, one_line=args.one_line):
+        output.print(text)
     return ExitCode.OK
 
 

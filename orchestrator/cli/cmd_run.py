@@ -6,11 +6,15 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+from typing import TYPE_CHECKING
 
 from orchestrator.cli import arguments
 from orchestrator.cli.inputs import context_for
 from orchestrator.cli.output import Output
 from orchestrator.errors import ExitCode, OrchError
+
+if TYPE_CHECKING:
+    from orchestrator.commands.context import Context, Launch, UpOptions
 
 
 def handle_up(args: argparse.Namespace, output: Output) -> int:
@@ -28,12 +32,42 @@ def handle_up(args: argparse.Namespace, output: Output) -> int:
     )
     try:
         launch = ctx.launch(args.profile)
+        replica = getattr(args, "replica", None)
+        if launch.replicas or replica is not None:
+            return _up_replicas(ctx, launch, options, replica, output)
         view = show.UpView(tty=output.out.isatty())
         for event in up(ctx, launch, options):
             output.write(view.event(event))
         return view.exit_code
     finally:
         ctx.close()
+
+
+def _up_replicas(
+    ctx: Context, launch: Launch, options: UpOptions, replica: int | None, output: Output
+) -> int:
+    """Every replica (or one) at once, each line tagged ``NAME@I| ``; once all ended, which
+    are up and which failed. The exit code is the first failed replica's (by index)."""
+    from orchestrator.cli.show import core as show
+    from orchestrator.cli.show.text import error
+    from orchestrator.commands.events import ReplicaEvent
+    from orchestrator.commands.up import up_replicas
+
+    views: dict[int, show.UpView] = {}
+    ended: dict[int, tuple[str, str, int]] = {}
+    for item in up_replicas(ctx, launch, options, replica):
+        view = views.setdefault(item.replica, show.UpView(tty=False))
+        if isinstance(item, ReplicaEvent):
+            output.write(show.tagged(item.deployment, view.event(item.event)))
+            continue
+        code = view.exit_code
+        if item.error is not None:
+            output.write(show.tagged(item.deployment, error(item.error.message, item.error.hint)))
+            code = item.error.exit_code
+        ended[item.replica] = (item.deployment, item.host, code)
+    done = [ended[index] for index in sorted(ended)]
+    output.write(show.replicas_up(launch.profile.name, done))
+    return next((code for _, _, code in done if code != ExitCode.OK), ExitCode.OK)
 
 
 def handle_down(args: argparse.Namespace, output: Output) -> int:
@@ -45,7 +79,11 @@ def handle_down(args: argparse.Namespace, output: Output) -> int:
     try:
         # restart comes through here too, without a --timeout of its own
         for step in ops.down(
-            ctx, args.profile, timeout_s=getattr(args, "timeout", None), take_over=args.take_over
+            ctx,
+            args.profile,
+            timeout_s=getattr(args, "timeout", None),
+            take_over=args.take_over,
+            replica=getattr(args, "replica", None),
         ):
             if isinstance(step, events.Stopping):
                 output.write(show.stopping(step))
@@ -119,6 +157,7 @@ def handle_logs(args: argparse.Namespace, output: Output) -> int:
             follow_log=args.follow,
             lines=args.lines,
             rank=args.node,
+            replica=args.replica,
         ):
             if isinstance(item, events.RunEnded):
                 output.write(show.run_ended(item, at_line_start=at_line_start))
@@ -164,7 +203,7 @@ def handle_runs(args: argparse.Namespace, output: Output) -> int:
 
     ctx = context_for(args, output)
     try:
-        view = logs_.runs(ctx, args.profile, rank=args.node)
+        view = logs_.runs(ctx, args.profile, rank=args.node, replica=args.replica)
     finally:
         ctx.close()
     if args.json:

@@ -12,6 +12,7 @@ import dataclasses
 import getpass
 import socket
 import subprocess
+import threading
 import time
 from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -135,6 +136,9 @@ class Launch:
     members: tuple[Member, ...]
     secrets: Mapping[str, str]  # from_env name -> value, for the ones that are set
     digest: str  # render.launch_digest of the command: identifies what runs on the host
+    # ``replicas:``: each replica's own launch (its profile ``Profile.for_replica``, its own
+    # deployment and digest), walked by the commands one by one; empty: one server.
+    replicas: tuple[Launch, ...] = ()
 
     @property
     def profile(self) -> Profile:
@@ -214,7 +218,15 @@ def _make_launch(
         members.append(Member(rank, node, requested, command, argv, env))
         secrets.update(read)
     digest = render.launch_digest(*(member.command for member in members))
-    return Launch(loaded, tuple(members), secrets, digest)
+    replicas = tuple(
+        _make_launch(
+            dataclasses.replace(loaded, profile=profile.for_replica(index)),
+            environ,
+            require_secrets=require_secrets,
+        )
+        for index in range(len(profile.replicas))
+    )
+    return Launch(loaded, tuple(members), secrets, digest, replicas)
 
 
 UNSET_SECRET = "orch-unset-secret"  # noqa: S105 - a placeholder for an unset from_env value
@@ -274,6 +286,8 @@ class Context:
     known_origin: ProfilesOrigin | None = None  # else read with git, once, when first asked
     _transports: dict[str, Transport] = field(default_factory=dict)
     _agents: dict[tuple[str, str], HostAgent] = field(default_factory=dict)
+    _locks: dict[str, threading.Lock] = field(default_factory=dict)
+    _locks_guard: threading.Lock = field(default_factory=threading.Lock)
 
     def launch(self, name: str, *, require_secrets: bool = True) -> Launch:
         """Load, render and resolve ``name`` once; its secrets join the output's redactor.
@@ -291,9 +305,10 @@ class Context:
         return files
 
     def transport(self, host: Host) -> Transport:
-        if host.name not in self._transports:
-            self._transports[host.name] = self._open(host)
-        return self._transports[host.name]
+        with self._lock(f"transport:{host.name}"):
+            if host.name not in self._transports:
+                self._transports[host.name] = self._open(host)
+            return self._transports[host.name]
 
     def _open(self, host: Host) -> Transport:
         if host.is_local:
@@ -316,16 +331,25 @@ class Context:
         return direct()
 
     def agent(self, profile: Profile) -> HostAgent:
-        """The agent of ``profile``'s deployment on its host (one per command)."""
-        key = (profile.host.name, profile.name)
-        if key not in self._agents:
-            if self.agent_factory is not None:
-                self._agents[key] = self.agent_factory(profile)
-            else:
-                transport = self.transport(profile.host)
-                python = profile.host.python or self.local_python
-                self._agents[key] = Agent(transport, locate(transport, profile.name, python))
-        return self._agents[key]
+        """The agent of ``profile``'s deployment on its host (one per command): the profile's,
+        or a replica's (``Profile.deployment``)."""
+        key = (profile.host.name, profile.deployment)
+        with self._lock(f"agent:{key}"):
+            if key not in self._agents:
+                if self.agent_factory is not None:
+                    self._agents[key] = self.agent_factory(profile)
+                else:
+                    transport = self.transport(profile.host)
+                    python = profile.host.python or self.local_python
+                    deployment = locate(transport, profile.deployment, python)
+                    self._agents[key] = Agent(transport, deployment)
+            return self._agents[key]
+
+    def _lock(self, key: str) -> threading.Lock:
+        """One lock per connection or agent: replicas on one host are walked on threads, and
+        each opens its host's connection once, not once per thread."""
+        with self._locks_guard:
+            return self._locks.setdefault(key, threading.Lock())
 
     def origin(self) -> ProfilesOrigin:
         """The profiles' origin, read once per command."""

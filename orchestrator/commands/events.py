@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from orchestrator.effective import verify
 from orchestrator.effective.plan import PlanReport
-from orchestrator.errors import ExitCode
+from orchestrator.errors import ExitCode, OrchError
 from orchestrator.fleet.protocol.stop import StopReply
 from orchestrator.model import ExitInfo, RunState
 from orchestrator.sglang.memory.budget import Budget
@@ -127,3 +127,22 @@ class RunEnded:
     state: str | None = None
     message: str = ""
     exit_code: ExitCode = ExitCode.OK
+
+
+@dataclass(frozen=True)
+class ReplicaEvent:
+    """One event of one replica's ``up``."""
+
+    replica: int
+    deployment: str  # NAME@I
+    event: UpEvent
+
+
+@dataclass(frozen=True)
+class ReplicaDone:
+    """One replica's ``up`` ended: with its Outcome among its events, or with ``error``."""
+
+    replica: int
+    deployment: str
+    host: str
+    error: OrchError | None = None

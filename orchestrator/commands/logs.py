@@ -6,6 +6,7 @@ import codecs
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
+from orchestrator.commands import replicas
 from orchestrator.commands.context import Context
 from orchestrator.commands.events import LogChunk, RunEnded
 from orchestrator.commands.follow import exit_code_of
@@ -56,9 +57,10 @@ class RunsView:
     skipped_events: int = 0  # lines of events.jsonl that are no event (too long, too deep)
 
 
-def node_profile(ctx: Context, name: str, rank: int) -> Profile:
-    """``name``'s profile as rank ``rank`` runs it (0: a single server's)."""
-    launch = ctx.launch(name, require_secrets=False)
+def node_profile(ctx: Context, name: str, rank: int, replica: int | None = None) -> Profile:
+    """``name``'s profile as rank ``rank`` runs it (0: a single server's); of replica
+    ``replica`` where the profile has ``replicas:``."""
+    launch = replicas.one(ctx.launch(name, require_secrets=False), replica)
     profile = launch.profile
     if not 0 <= rank < len(launch.members):
         if profile.group is None:
@@ -69,17 +71,18 @@ def node_profile(ctx: Context, name: str, rank: int) -> Profile:
     return launch.members[rank].profile
 
 
-def runs(ctx: Context, name: str, *, rank: int = 0) -> RunsView:
+def runs(ctx: Context, name: str, *, rank: int = 0, replica: int | None = None) -> RunsView:
     """The deployment's runs with their start, end and verdict, and the current run's live
     state: two agent commands over the SSH channel, as every other command asks (no SFTP,
     which some hosts turn off)."""
-    profile = node_profile(ctx, name, rank)
+    profile = node_profile(ctx, name, rank, replica)
     agent = ctx.agent(profile)
     reply = agent.runs_reply()
+    shown = profile.deployment  # NAME@I for a replica
     if not reply.runs:
-        raise NotDeployed(f"{name} has no runs on {profile.host.name}", f"orch up {name}")
+        raise NotDeployed(f"{shown} has no runs on {profile.host.name}", f"orch up {name}")
     return RunsView(
-        name, profile.host.name, reply.runs, agent.status(), reply.now, reply.skipped_events
+        shown, profile.host.name, reply.runs, agent.status(), reply.now, reply.skipped_events
     )
 
 
@@ -209,21 +212,24 @@ def logs(
     follow_log: bool,
     lines: int,
     rank: int = 0,
+    replica: int | None = None,
 ) -> Iterator[LogChunk | RunEnded]:
     """The last ``lines`` of a run's log (``run``: see ``pick_run``; default the current run);
     then (``follow_log``) what is appended to it, and when the run ends, the deployment's next
     run from its start, until the deployment ends (RunEnded without ``next_run``). Reads only
     what it shows, from offsets; state.json is read when the log is idle. ``rank``: the node
-    of a launch group whose log it is."""
-    profile = node_profile(ctx, name, rank)
+    of a launch group whose log it is; ``replica``: the replica's, for a profile with them."""
+    profile = node_profile(ctx, name, rank, replica)
     agent = ctx.agent(profile)
-    where = f"{name} on {profile.host.name}"
+    where = f"{profile.deployment} on {profile.host.name}"
     # The last lines come from the host in one command (the current run, else the newest).
     picked = pick_run(agent.runs(), run, where).run_id if run is not None else None
     reply = agent.tail(lines, TAIL_BYTES_PER_LINE, picked)
     if not reply.ok or reply.run_id is None or reply.log is None or reply.size is None:
         if reply.reason in ("no runs", "not deployed"):
-            raise NotDeployed(f"{name} has no runs on {profile.host.name}", f"orch up {name}")
+            raise NotDeployed(
+                f"{profile.deployment} has no runs on {profile.host.name}", f"orch up {name}"
+            )
         recent = ", ".join(run.run_id for run in agent.runs()[-RECENT_RUNS:])
         raise NotDeployed(
             f"no log for run {reply.run_id or picked} of {name}", f"recent runs: {recent or 'none'}"

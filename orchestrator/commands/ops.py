@@ -6,21 +6,33 @@ from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-from orchestrator.commands import group, ownership
-from orchestrator.commands.context import Context
+from orchestrator.commands import group, ownership, replicas
+from orchestrator.commands.context import Context, Launch
 from orchestrator.commands.events import Stopped, Stopping
+from orchestrator.commands.fanout import parallel
 from orchestrator.errors import OrchError, TransportError
-from orchestrator.model import Profile, RunState
+from orchestrator.model import Profile, RunState, deployment_name
 
 
 def down(
-    ctx: Context, name: str, *, timeout_s: float | None = None, take_over: bool = False
+    ctx: Context,
+    name: str,
+    *,
+    timeout_s: float | None = None,
+    take_over: bool = False,
+    replica: int | None = None,
 ) -> Iterator[Stopping | Stopped]:
     """Stop a profile's server: ``Stopping`` before the (blocking) stop, then ``Stopped``;
     nothing when nothing was running. ``timeout_s`` overrides the profile's ``stop_timeout_s``.
     A deployment launched from another profiles repository is refused unless ``take_over``.
-    A launch group is stopped rank 0 first, then every other rank (``group.down``)."""
+    A launch group is stopped rank 0 first, then every other rank (``group.down``). Replicas
+    (every one, or ``replica``) are stopped all at once, each ``Stopping`` said before."""
     launch = ctx.launch(name, require_secrets=False)
+    if launch.replicas or replica is not None:
+        yield from _down_replicas(
+            ctx, replicas.chosen(launch, replica), timeout_s=timeout_s, take_over=take_over
+        )
+        return
     if launch.is_group:
         yield from group.down(ctx, launch, timeout_s=timeout_s, take_over=take_over)
         return
@@ -35,6 +47,33 @@ def down(
     yield Stopped(name, agent.stop(timeout))
 
 
+def _down_replicas(
+    ctx: Context, launches: Sequence[Launch], *, timeout_s: float | None, take_over: bool
+) -> Iterator[Stopping | Stopped]:
+    """Every replica's state first (each checked as ours before any is stopped), then the
+    stops at once."""
+
+    def current(launch: Launch) -> RunState:
+        return ctx.agent(launch.profile).status()
+
+    states = parallel(current, launches)
+    running: list[tuple[Profile, float]] = []
+    for launch, state in zip(launches, states, strict=True):
+        if not state.deployed or (not state.alive and not state.stale):
+            continue
+        profile = launch.profile
+        ownership.check(profile, state, ctx.origin(), "stop", take_over=take_over)
+        timeout = profile.stop_timeout_s if timeout_s is None else timeout_s
+        yield Stopping(profile.deployment, state.pid, state.state, timeout)
+        running.append((profile, timeout))
+
+    def stop(item: tuple[Profile, float]) -> Stopped:
+        profile, timeout = item
+        return Stopped(profile.deployment, ctx.agent(profile).stop(timeout))
+
+    yield from parallel(stop, running)
+
+
 @dataclass(frozen=True)
 class StatusRow:
     profile: str
@@ -42,6 +81,12 @@ class StatusRow:
     state: RunState | None
     error: OrchError | None = None
     rank: int | None = None  # a launch group's rank; None for a single server
+    replica: int | None = None  # the replica (``replicas:``); None for a profile without
+
+    @property
+    def deployment(self) -> str:
+        """The profile, or ``NAME@I`` for a replica (its deployment on the host)."""
+        return deployment_name(self.profile, self.replica)
 
 
 def status(ctx: Context, names: Sequence[str]) -> list[StatusRow]:
@@ -50,24 +95,28 @@ def status(ctx: Context, names: Sequence[str]) -> list[StatusRow]:
     servers: list[tuple[Profile, int | None]] = []
     for name in names:
         launch = ctx.launch(name, require_secrets=False)
-        servers += [(m.profile, m.rank if launch.is_group else None) for m in launch.members]
+        for one in launch.replicas or (launch,):  # each replica is a deployment of its own
+            servers += [(m.profile, m.rank if one.is_group else None) for m in one.members]
     by_host: dict[str, list[tuple[Profile, int | None]]] = {}
     for server in servers:
         by_host.setdefault(server[0].host.name, []).append(server)
+
+    def row(
+        profile: Profile, rank: int | None, state: RunState | None, error: OrchError | None = None
+    ) -> StatusRow:
+        where = (profile.name, profile.host.name)
+        return StatusRow(*where, state, error, rank=rank, replica=profile.replica)
 
     def ask(group: list[tuple[Profile, int | None]]) -> list[StatusRow]:
         rows: list[StatusRow] = []
         for profile, rank in group:
             try:
-                state = ctx.agent(profile).status()
-                rows.append(StatusRow(profile.name, profile.host.name, state, rank=rank))
+                rows.append(row(profile, rank, ctx.agent(profile).status()))
             except TransportError as exc:  # the host is unreachable: so for all its profiles
-                rows.extend(
-                    StatusRow(p.name, p.host.name, None, exc, rank=r) for p, r in group[len(rows) :]
-                )
+                rows.extend(row(p, r, None, exc) for p, r in group[len(rows) :])
                 break
             except OrchError as exc:
-                rows.append(StatusRow(profile.name, profile.host.name, None, exc, rank=rank))
+                rows.append(row(profile, rank, None, exc))
         return rows
 
     with ThreadPoolExecutor(max_workers=min(16, max(len(by_host), 1))) as pool:
@@ -75,5 +124,5 @@ def status(ctx: Context, names: Sequence[str]) -> list[StatusRow]:
     order = {name: index for index, name in enumerate(names)}
     return sorted(
         (row for rows in results for row in rows),
-        key=lambda r: (order[r.profile], r.rank or 0),
+        key=lambda r: (order[r.profile], r.replica or 0, r.rank or 0),
     )

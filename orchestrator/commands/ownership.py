@@ -23,15 +23,16 @@ def check(
     if take_over or state.profiles_repo is None or state.profiles_repo == ours.repo:
         return None
     who = f", by {state.launched_by}" if state.launched_by else ""
+    where = f"{_shown(state.profiles_repo)} at {state.profiles_dir or '?'}{who}"
     if not (state.alive or state.unsupervised or state.stale):
         return (
-            f"{profile.name} on {profile.host.name} was last launched from another profiles "
-            f"repository ({_shown(state.profiles_repo)} at {state.profiles_dir or '?'}{who}); "
+            f"{profile.deployment} on {profile.host.name} was last launched from another "
+            f"profiles repository ({where}); "
             f"nothing of it runs ({state.state}): this one goes in its place, its runs are kept"
         )
     raise Conflict(
-        f"{profile.name} on {profile.host.name} was launched from another profiles repository "
-        f"({_shown(state.profiles_repo)} at {state.profiles_dir or '?'}{who}); this one is "
+        f"{profile.deployment} on {profile.host.name} was launched from another profiles "
+        f"repository ({where}); this one is "
         f"{_shown(ours.repo)}: refusing to {verb} it",
         f"it is probably someone else's deployment of the same name: rename your profile, or "
         f"{TAKE_OVER} to {verb} it anyway",

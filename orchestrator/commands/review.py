@@ -36,13 +36,15 @@ from orchestrator.errors import (
     UsageError,
 )
 from orchestrator.importing.credentials import secret_name
-from orchestrator.model import Profile, SecretRef
+from orchestrator.model import Profile, SecretRef, split_deployment
 from orchestrator.profile.store import ProfileStore
 from orchestrator.sglang import config as sglang_config
 
 CACHED = ""  # --local-sglang without a python: each side's release from the venv cache
 
-Key = tuple[str, int | None]  # (profile, rank); rank None for a single-node profile
+# (deployment, rank): the profile, or NAME@I for a replica (model.deployment_name); rank None
+# for a single-node profile
+Key = tuple[str, int | None]
 
 
 @dataclass(frozen=True)
@@ -63,7 +65,7 @@ class _Revision:
     label: str
     ctx: Context
     sides: dict[Key, review.Side]
-    nodes: dict[str, int]  # profile -> node count, for a group that grew or shrank
+    nodes: dict[str, int]  # deployment -> node count, for a group that grew or shrank
     launches: dict[Key, Launch]
 
 
@@ -130,28 +132,31 @@ def _review(
     _spread_failures(after, before)
     keys = sorted(set(before.sides) | set(after.sides), key=lambda k: (k[0], k[1] or 0))
     if request.words:
-        names = {name for name, _ in keys}
+        names = {split_deployment(name)[0] for name, _ in keys}
         unknown = [name for name in request.words if name not in names]
         if unknown:
             raise ProfileNotFound(
                 f"no deployment {unknown[0]!r} at {base} or {after.label}",
                 "name a profile that is not abstract on either side (orch profiles lists them)",
             )
-        keys = [key for key in keys if key[0] in request.words]
+        keys = [key for key in keys if split_deployment(key[0])[0] in request.words]
     changes: list[review.DeploymentChange] = []
     unchanged = 0
     planned: dict[tuple[str, str], review.Side] = {}
     for key in keys:
         old, new = before.sides.get(key), after.sides.get(key)
         nodes = (before.nodes.get(key[0], 0), after.nodes.get(key[0], 0))
-        change = review.compare(key[0], key[1], old, new, nodes=nodes)
+        profile, replica = split_deployment(key[0])
+        change = review.compare(profile, key[1], old, new, nodes=nodes, replica=replica)
         if change is None:
             unchanged += 1
             continue
         if request.local_sglang is not None or request.remote:
             old = _planned(before, key, old, request, planned)
             new = _planned(after, key, new, request, planned)
-            change = review.compare(key[0], key[1], old, new, nodes=nodes) or change
+            change = (
+                review.compare(profile, key[1], old, new, nodes=nodes, replica=replica) or change
+            )
         if request.status:
             change = dataclasses.replace(change, running=_running(key, before, after, change))
         changes.append(change)
@@ -174,11 +179,15 @@ def _review(
 
 def _spread_failures(failed: _Revision, other: _Revision) -> None:
     """A group that does not load on one side has no ranks there: its failure stands for each
-    rank the other side has, so that every rank reads as blocked (or its base as broken)."""
+    rank the other side has, so that every rank reads as blocked (or its base as broken). So
+    for a profile with replicas that does not load: its failure stands for each replica."""
     for name, rank in list(failed.sides):
         if rank is not None:
             continue
         ranks = [key for key in other.sides if key[0] == name and key[1] is not None]
+        if not ranks and failed.sides[(name, None)].rendered is None:
+            ranks = [key for key in other.sides if split_deployment(key[0]) != (name, None)]
+            ranks = [key for key in ranks if split_deployment(key[0])[0] == name]
         if ranks:
             side = failed.sides.pop((name, None))
             for key in ranks:
@@ -225,11 +234,13 @@ def _read(label: str, ctx: Context, redactor: render.Redactor) -> _Revision:
         profile = launch.profile
         if profile.abstract:
             continue
-        revision.nodes[name] = profile.nnodes
-        for member in launch.members:
-            key = (name, member.rank if launch.is_group else None)
-            revision.sides[key] = _side(launch, member.rank, redactor)
-            revision.launches[key] = launch
+        for one in launch.replicas or (launch,):  # every replica is a deployment
+            deployment = one.profile.deployment
+            revision.nodes[deployment] = one.profile.nnodes
+            for member in one.members:
+                key = (deployment, member.rank if one.is_group else None)
+                revision.sides[key] = _side(one, member.rank, redactor)
+                revision.launches[key] = one
     return revision
 
 

@@ -3,11 +3,13 @@ gate, start under the agent, follow the startup, then the effective configuratio
 
 from __future__ import annotations
 
+import queue
+import threading
 from collections.abc import Generator, Iterator
 from typing import Any
 
 from orchestrator import render
-from orchestrator.commands import effective, group, ownership, planning, preflight
+from orchestrator.commands import effective, group, ownership, planning, preflight, replicas
 from orchestrator.commands.context import Context, HostAgent, Launch, StartChannel, UpOptions
 from orchestrator.commands.effective import verify_ready
 from orchestrator.commands.events import (
@@ -15,11 +17,14 @@ from orchestrator.commands.events import (
     Effective,
     MemoryMeasured,
     Outcome,
+    ReplicaDone,
+    ReplicaEvent,
     Started,
     Step,
     UpEvent,
     Warn,
 )
+from orchestrator.commands.fanout import parallel
 from orchestrator.commands.follow import Clock, StartupLog, follow, follow_seconds
 from orchestrator.errors import Conflict, OrchError
 from orchestrator.fleet.protocol.inspect import decode_inspect
@@ -230,3 +235,43 @@ def _same_launch_winner(ctx: Context, agent: HostAgent, digest: str) -> RunState
         if ctx.clock() >= deadline:
             return None
         ctx.sleep(0.1)
+
+
+def up_replicas(
+    ctx: Context, launch: Launch, options: UpOptions, replica: int | None = None
+) -> Iterator[ReplicaEvent | ReplicaDone]:
+    """A profile's replicas (every one, or ``replica``) each through ``up`` (preflight, plan
+    gate, start under the agent, READY, the effective check) at once, on a thread each. One
+    replica's failure never hides another's outcome: every replica's events come as they
+    happen, each tagged with its replica, and one ``ReplicaDone`` each as it ends."""
+    launches = replicas.chosen(launch, replica)
+    if not launch.replicas:
+        raise ValueError(f"{launch.profile.name} has no replicas: use up.up")
+    items: queue.Queue[ReplicaEvent | ReplicaDone] = queue.Queue()
+    crashed: list[BaseException] = []  # not an OrchError: a defect, raised once all ended
+
+    def run(one: Launch) -> None:
+        profile = one.profile
+        index = profile.replica if profile.replica is not None else 0
+        error: OrchError | None = None
+        try:
+            for event in up(ctx, one, options):
+                items.put(ReplicaEvent(index, profile.deployment, event))
+        except OrchError as exc:
+            error = exc
+        except Exception as exc:  # noqa: BLE001 - a defect: raised once every replica ended
+            crashed.append(exc)
+            error = OrchError(f"{profile.deployment}: internal error: {exc!r}")
+        finally:
+            items.put(ReplicaDone(index, profile.deployment, profile.host.name, error))
+
+    walker = threading.Thread(target=parallel, args=(run, launches), daemon=True)
+    walker.start()
+    ended = 0
+    while ended < len(launches):
+        item = items.get()
+        ended += isinstance(item, ReplicaDone)
+        yield item
+    walker.join()
+    if crashed:
+        raise crashed[0]

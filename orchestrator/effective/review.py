@@ -17,17 +17,22 @@ The action is the most disruptive any change forces, with the fields that force 
 - ``agent-only``: the supervisor's settings (restart policy, health, stop timeout);
 - ``none``: the rendering changed, the effective configuration did not;
 - ``blocked``: orch's validation or SGLang's resolution refuses the new side (the reason whole);
-- ``new`` / ``removed``: the deployment exists on one side only.
+- ``new`` / ``removed``: the deployment exists on one side only (a replica added to
+  ``replicas:`` or taken out of it is one).
+
+Every replica of a profile with ``replicas:`` is a deployment of its own (``NAME@I``).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from orchestrator.effective import upgrade, verify
 from orchestrator.effective.plan import PlanReport
+from orchestrator.model import deployment_name
 from orchestrator.sglang import config as sglang_config
 from orchestrator.sglang.argtable import RENAMES, ArgTable, parse_version
 from orchestrator.sglang.live import live_fields
@@ -151,10 +156,16 @@ class DeploymentChange:
     memory: Memory | None = None
     live_endpoints: Mapping[str, str] = field(default_factory=dict)  # live: field -> endpoint
     running: Running | None = None  # --status
+    replica: int | None = None  # one of the profile's ``replicas:`` (a deployment each)
+
+    @property
+    def deployment(self) -> str:
+        """The deployment on its host: the profile, or ``NAME@I`` for a replica."""
+        return deployment_name(self.profile, self.replica)
 
     @property
     def name(self) -> str:
-        return self.profile if self.rank is None else f"{self.profile}[{self.rank}]"
+        return self.deployment if self.rank is None else f"{self.deployment}[{self.rank}]"
 
 
 def compare(
@@ -164,10 +175,25 @@ def compare(
     after: Side | None,
     *,
     nodes: tuple[int, int] | None = None,
+    replica: int | None = None,
 ) -> DeploymentChange | None:
     """One deployment's change, or None when nothing about it changed. ``nodes``: the profile's
     node count on each side, when a rank exists on one side only because the group grew or
-    shrank (a new place for the whole group, not a new deployment)."""
+    shrank (a new place for the whole group, not a new deployment). ``replica``: the
+    deployment is that replica of ``profile``; one only on one side is new or removed."""
+    change = _compare(profile, rank, before, after, nodes)
+    if change is None or replica is None:
+        return change
+    return dataclasses.replace(change, replica=replica)
+
+
+def _compare(
+    profile: str,
+    rank: int | None,
+    before: Side | None,
+    after: Side | None,
+    nodes: tuple[int, int] | None,
+) -> DeploymentChange | None:
     if before is None and after is None:
         return None
     if before is None or after is None:
@@ -464,5 +490,15 @@ class Review:
 
 
 def ordered(changes: Sequence[DeploymentChange]) -> tuple[DeploymentChange, ...]:
-    """Most disruptive first, then by name and rank."""
-    return tuple(sorted(changes, key=lambda c: (ACTIONS.index(c.action), c.profile, c.rank or 0)))
+    """Most disruptive first, then by name, replica and rank."""
+    return tuple(
+        sorted(
+            changes,
+            key=lambda c: (
+                ACTIONS.index(c.action),
+                c.profile,
+                -1 if c.replica is None else c.replica,
+                c.rank or 0,
+            ),
+        )
+    )

@@ -28,14 +28,16 @@ from orchestrator.model import (
     frozen_map,
 )
 from orchestrator.profile import gpus
-from orchestrator.profile.doccheck import MISSING, DocChecker, kind
+from orchestrator.profile.doccheck import MISSING, DocChecker
 from orchestrator.profile.fields import STRUCTURED_FIELDS
 from orchestrator.profile.inventory import INVENTORY_FILE, LOCAL_HOST
 from orchestrator.profile.layout import group_section
 from orchestrator.profile.policies import export_section, health_section, restart_section
+from orchestrator.profile.replicas import replicas_section
 from orchestrator.profile.routing import router_section
 from orchestrator.profile.values import (
     MAX_SECONDS,
+    device_list,
     env_section,
     from_orch,
     looks_secret,
@@ -46,7 +48,6 @@ from orchestrator.sglang import argtable
 from orchestrator.sglang.argtable import ArgTable
 
 _FIELD_NAME_RE = re.compile(r"^[a-z][a-z0-9_]*$")
-_DEVICE_UUID_RE = re.compile(r"^(GPU|MIG)-[0-9A-Za-z-]+$")
 
 _TOP_KEYS = (
     "extends",
@@ -67,6 +68,7 @@ _TOP_KEYS = (
     "stop_timeout_s",
     "pin",
     "group",
+    "replicas",
     "export",
     "router",
 )
@@ -133,7 +135,9 @@ class ProfileChecker(DocChecker):
             )
 
         has_group = self.get(("group",)) is not MISSING
-        host = self._host(inventory, required=not is_abstract and not has_group)
+        # with `replicas:`, `host:` is the host of the replicas that name none
+        has_replicas = self.get(("replicas",)) is not MISSING
+        host = self._host(inventory, required=not (is_abstract or has_group or has_replicas))
         if has_group and self.get(("host",)) is not MISSING:
             self.error(
                 ("host",),
@@ -166,6 +170,14 @@ class ProfileChecker(DocChecker):
         env = env_section(self, ("env",), gpu, host)
         args = self._args()
         group = group_section(self, inventory, port if port is not None else Profile.port)
+        replicas = replicas_section(
+            self,
+            inventory,
+            host,
+            port if port is not None else Profile.port,
+            gpu,
+            has_group=has_group,
+        )
         restart = restart_section(self)
         health = health_section(self)
         stop_timeout = self.number(("stop_timeout_s",), 0.0, MAX_SECONDS)
@@ -178,6 +190,8 @@ class ProfileChecker(DocChecker):
             return None, table
         if group is not None:
             host = group.leader.host
+        if replicas:
+            host = replicas[0].host
         if host is None:  # only an abstract profile gets here without one
             host = Host(name=LOCAL_HOST)
         profile = Profile(
@@ -203,6 +217,7 @@ class ProfileChecker(DocChecker):
             group=group,
             export=export,
             router=router,
+            replicas=replicas,
         )
         return profile, table
 
@@ -292,25 +307,8 @@ class ProfileChecker(DocChecker):
                     (f"did you mean {close[0]}? " if close else "")
                     + f"known: {', '.join(gpus.known_gpu_names())}",
                 )
-        devices: list[str] = []
-        raw = self.get(("gpu", "devices"))
-        if raw is not MISSING:
-            if not isinstance(raw, list):
-                self.error(("gpu", "devices"), f"expected a list such as [0, 1], got {kind(raw)}")
-                raw = []
-            for index, item in enumerate(raw):
-                path: KeyPath = ("gpu", "devices", index)
-                if isinstance(item, int) and not isinstance(item, bool) and item >= 0:
-                    device = str(item)
-                elif isinstance(item, str) and _DEVICE_UUID_RE.match(item):
-                    device = item
-                else:
-                    self.error(path, f"expected a GPU index or GPU-/MIG- UUID, got {item!r}")
-                    continue
-                if device in devices:
-                    self.error(path, f"GPU {device} is listed twice")
-                devices.append(device)
-        return GpuSpec(type=gpu_type, devices=tuple(devices))
+        devices = device_list(self, ("gpu", "devices")) or ()
+        return GpuSpec(type=gpu_type, devices=devices)
 
     def _spec_decode(self) -> SpecDecode | None:
         if self.mapping(("spec_decode",)) is None:

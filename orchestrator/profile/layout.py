@@ -56,7 +56,7 @@ def group_section(checker: DocChecker, inventory: Mapping[str, Host], port: int)
         else:
             checker.keys(path, _NODE_KEYS)
         name = item.get("host")
-        host = _node_host(checker, path, name, inventory)
+        host = node_host(checker, path, name, inventory)
         node_port = checker.integer((*path, "port"), 1, 65535)
         address = checker.text((*path, "address"))
         if address is not None and (not address or any(c.isspace() for c in address)):
@@ -107,9 +107,10 @@ def group_section(checker: DocChecker, inventory: Mapping[str, Host], port: int)
     return group
 
 
-def _node_host(
+def node_host(
     checker: DocChecker, path: KeyPath, name: object, inventory: Mapping[str, Host]
 ) -> Host | None:
+    """The inventory's host named at ``path`` (a group node's, a replica's)."""
     if name is None:
         checker.error(path, "missing `host`", f"a host from {INVENTORY_FILE}")
         return None

@@ -9,10 +9,11 @@ from typing import Any
 
 from orchestrator.model import EnvValue, GpuSpec, Host, SecretRef
 from orchestrator.profile.bundled import BUNDLED, bundled_path
-from orchestrator.profile.doccheck import DocChecker, kind
+from orchestrator.profile.doccheck import MISSING, DocChecker, kind
 from orchestrator.profile.inventory import LOCAL_HOST
 from orchestrator.profile.yamldoc import KeyPath
 
+_DEVICE_UUID_RE = re.compile(r"^(GPU|MIG)-[0-9A-Za-z-]+$")
 ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # Durations are slept and waited on by the agent: a finite bound keeps every one of them within
 # what the host's clock and timers take (time.sleep(1e308) raises; .inf is refused by yamldoc).
@@ -107,3 +108,28 @@ def secret_ref(checker: DocChecker, path: KeyPath, value: Any) -> SecretRef | No
 def looks_secret(value: object) -> bool:
     """In ``args`` a mapping is JSON for SGLang unless it is written as a secret reference."""
     return isinstance(value, dict) and "from_env" in value
+
+
+def device_list(checker: DocChecker, path: KeyPath) -> tuple[str, ...] | None:
+    """``gpu.devices`` (the profile's, a replica's): CUDA_VISIBLE_DEVICES entries, each a GPU
+    index or a GPU-/MIG- UUID, none twice; None when the key is absent."""
+    raw = checker.get(path)
+    if raw is MISSING:
+        return None
+    if not isinstance(raw, list):
+        checker.error(path, f"expected a list such as [0, 1], got {kind(raw)}")
+        return ()
+    devices: list[str] = []
+    for index, item in enumerate(raw):
+        at: KeyPath = (*path, index)
+        if isinstance(item, int) and not isinstance(item, bool) and item >= 0:
+            device = str(item)
+        elif isinstance(item, str) and _DEVICE_UUID_RE.match(item):
+            device = item
+        else:
+            checker.error(at, f"expected a GPU index or GPU-/MIG- UUID, got {item!r}")
+            continue
+        if device in devices:
+            checker.error(at, f"GPU {device} is listed twice")
+        devices.append(device)
+    return tuple(devices)

@@ -177,6 +177,55 @@ def group_commands(
     return out
 
 
+def replica_commands(
+    profile: Profile, commands: Sequence[ServerCommand], *, one_line: bool
+) -> list[str]:
+    """``orch render`` of a profile with replicas: each replica's command under a comment
+    naming its deployment and host, then how the replicas differ from replica 0."""
+    out = [f"# {profile.name}: {len(commands)} replicas, each a server of its own"]
+    for index, command in enumerate(commands):
+        replica = profile.for_replica(index)
+        where = replica.host.address or "this machine"
+        out += ["", f"# replica {index} ({replica.deployment}) on {replica.host.name} ({where})"]
+        out.append(render.format_command(command, multiline=not one_line))
+    out += ["", "# how the replicas differ from replica 0:"]
+    out += [f"#   {text}" for text in render.rank_differences(tuple(commands), "replica")]
+    return out
+
+
+def tagged(tag: str, texts: Sequence[Text]) -> list[Text]:
+    """Texts of one of several servers that run at once (replicas), each line prefixed with
+    ``TAG| `` as ``orch logs --node all`` prefixes a rank's; a terminal's control is dropped
+    (no bar is redrawn over another server's line)."""
+    out: list[Text] = []
+    for text in texts:
+        if text.control:
+            continue
+        lines = text.text.splitlines(keepends=True)
+        out.append(dataclasses.replace(text, text="".join(f"{tag}| {piece}" for piece in lines)))
+    return out
+
+
+def replicas_up(name: str, done: Sequence[tuple[str, str, int]]) -> list[Text]:
+    """``orch up`` of replicas, once every one has ended: which are up, which failed and how
+    (``done``: deployment, host, exit code, in replica order)."""
+    up = [f"{deployment} on {host}" for deployment, host, code in done if code == ExitCode.OK]
+    failed = [
+        f"{deployment} on {host} (exit {code})"
+        for deployment, host, code in done
+        if code != ExitCode.OK
+    ]
+    texts = [
+        line(f"{name}: {len(up)} of {len(done)} replicas up" + ": " * bool(up) + ", ".join(up))
+    ]
+    if failed:
+        texts += error(
+            f"{name}: {len(failed)} of {len(done)} replicas failed: {', '.join(failed)}",
+            f"orch logs {name} --replica I shows a replica's log; orch status {name}",
+        )
+    return texts
+
+
 def plan_in_up(report: plan.PlanReport) -> list[Text]:
     if report.error is not None:
         return []  # the refusal (or the --force warning) says it
@@ -444,6 +493,9 @@ def runs_json(view: RunsView) -> dict[str, Any]:
 
 def status_json(row: StatusRow) -> dict[str, object]:
     document: dict[str, object] = {"profile": row.profile, "host": row.host}
+    if row.replica is not None:  # a replica: its index and its deployment (NAME@I)
+        document["replica"] = row.replica
+        document["deployment"] = row.deployment
     if row.rank is not None:
         document["rank"] = row.rank
     if row.error is not None:
@@ -484,7 +536,7 @@ def status_table(rows: Sequence[StatusRow], *, wide: bool = False) -> str:
     for row in rows:
         state = row.state
         cells: list[str]
-        name = row.profile if row.rank is None else f"{row.profile} r{row.rank}"
+        name = row.deployment if row.rank is None else f"{row.deployment} r{row.rank}"
         if state is None:
             failure = row.error.message if row.error else "?"
             cells = [name, row.host, _unknown(row), "-", "-", "-", "-", "-", cut(failure), "-", "-"]
@@ -523,7 +575,7 @@ def status_table(rows: Sequence[StatusRow], *, wide: bool = False) -> str:
     for row in rows:  # what the running servers say of their memory (/v1/loads)
         for load in row.state.memory_loads if row.state is not None else ():
             rank = f" DP{load.dp_rank}" if load.dp_rank is not None else ""
-            lines.append(f"{row.profile}{rank}: {memory_load_text(load)}")
+            lines.append(f"{row.deployment}{rank}: {memory_load_text(load)}")
     for row in rows:  # a group's coordinator: every rank as it last heard, the last failure
         view = row.state.group if row.state is not None else None
         if view is None or row.rank != 0:

@@ -251,7 +251,7 @@ def _running_json(running: review.Running | None) -> dict[str, Any] | None:
 
 
 def deployment_json(change: review.DeploymentChange) -> dict[str, Any]:
-    return {
+    document = {
         "profile": change.profile,
         "rank": change.rank,
         "action": change.action,
@@ -278,6 +278,10 @@ def deployment_json(change: review.DeploymentChange) -> dict[str, Any]:
         "running": _running_json(change.running),
         "notes": list(change.notes),
     }
+    if change.replica is not None:  # one of the profile's replicas: its index, its deployment
+        document["replica"] = change.replica
+        document["deployment"] = change.deployment
+    return document
 
 
 def as_json(report: review.Review) -> dict[str, Any]:

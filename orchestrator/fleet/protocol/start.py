@@ -33,7 +33,7 @@ def build_spec(
     its node runs it (``Profile.for_rank``), ``group`` the rank's part in a launch group."""
     spec = {
         "protocol": PROTOCOL,
-        "deployment": profile.name,
+        "deployment": profile.deployment,
         "argv": list(argv),
         "env": dict(env),
         "port": profile.port,

@@ -92,9 +92,11 @@ def orch_in(root: Path, *argv: str) -> tuple[int, str, str]:
 
 
 def by_name(document: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """The report's deployments by name (``profile`` or ``profile[rank]``)."""
+    """The report's deployments by name (``profile``, ``profile[rank]``, a replica's
+    ``profile@I``)."""
     out = {}
     for item in document["deployments"]:
-        name = item["profile"] if item["rank"] is None else f"{item['profile']}[{item['rank']}]"
+        own = item.get("deployment", item["profile"])
+        name = own if item["rank"] is None else f"{own}[{item['rank']}]"
         out[name] = item
     return out
