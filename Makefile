@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
 
-.PHONY: setup test test-fast lint type check demo bench calibrate argtables sglang-release-check skypilot-venv clean
+.PHONY: setup test test-fast lint type check demo bench calibrate argtables sglang-release-check skypilot-venv smg-venv sglang-router-venv clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -70,6 +70,29 @@ skypilot-venv:
 	$(SKYPILOT_VENV).partial/bin/python -m pip install --quiet 'skypilot==0.14.1'
 	$(SKYPILOT_VENV).partial/bin/python -c 'import sky'
 	rm -rf $(SKYPILOT_VENV) && mv $(SKYPILOT_VENV).partial $(SKYPILOT_VENV)
+
+# The optional tier that runs a real SGLang Model Gateway (`smg`, a Rust binary in a 37 MB wheel)
+# in front of orch's stand-in (tests/gateway): built once per machine and cached.
+SMG_VENV ?= $(HOME)/.cache/orch/smg-venv
+SMG_VERSION ?= 1.13.0
+# Built where it stays (a venv's console scripts name their interpreter's path, so a renamed venv
+# cannot run `smg`); the stamp, written last, says the build completed: the tier wants it.
+smg-venv:
+	rm -rf $(SMG_VENV)
+	$(PYTHON) -m venv $(SMG_VENV)
+	$(SMG_VENV)/bin/python -m pip install --quiet 'smg==$(SMG_VERSION)'
+	$(SMG_VENV)/bin/smg launch --help >/dev/null
+	$(SMG_VENV)/bin/python -c 'import importlib.metadata as m; print(m.version("smg"))' > $(SMG_VENV)/.orch-smg-venv
+
+# The last sglang-router with only the older worker names (/add_worker, /remove_worker,
+# /list_workers; 0.2 and later serve smg's /workers): the gateway tier's legacy-dialect test.
+SGLANG_ROUTER_VENV ?= $(HOME)/.cache/orch/sglang-router-venv
+sglang-router-venv:
+	rm -rf $(SGLANG_ROUTER_VENV)
+	$(PYTHON) -m venv $(SGLANG_ROUTER_VENV)
+	$(SGLANG_ROUTER_VENV)/bin/python -m pip install --quiet 'sglang-router==0.1.9'
+	$(SGLANG_ROUTER_VENV)/bin/python -m sglang_router.launch_router --help >/dev/null
+	$(SGLANG_ROUTER_VENV)/bin/python -c 'import importlib.metadata as m; print(m.version("sglang-router"))' > $(SGLANG_ROUTER_VENV)/.orch-sglang-router-venv
 
 # SGLang's argument tables, built from each release's real package (scripts/argtables.py: one
 # cached CPU venv of 0.5.23 plus a small overlay per release, ~1 min each the first time), then

@@ -54,6 +54,8 @@ class ExitCode(enum.IntEnum):
     # that cannot be built or loaded, a kernel's shape check); 20-29 were taken
     REVISION = 32  # orch diff: the profiles are not in a git repository, or git cannot read a
     # revision of them
+    GATEWAY = 33  # the SGLang Model Gateway refused or did not complete a worker change: a worker
+    # it never marks ready, one it never lets go, an answer that is not its worker API
     # orch diff's results, as terraform's -detailed-exitcode: 0 no change, 2 changes. Its usage
     # errors exit EX_USAGE, so that a mistyped command line never reads as "changes".
     CHANGES = 2
@@ -280,3 +282,36 @@ class StartupTimeout(OrchError):
     def __init__(self, message: str, last_lines: tuple[str, ...], hint: str | None = None) -> None:
         super().__init__(message, hint)
         self.last_lines = last_lines
+
+
+class GatewayError(OrchError):
+    """The SGLang Model Gateway (``smg``, or an older ``sglang-router``) did not do what its
+    worker API was asked (orchestrator/fleet/gateway.py). Messages name the gateway's URL and
+    the worker's, never the control-plane key."""
+
+    exit_code = ExitCode.GATEWAY
+
+
+class GatewayUnreachable(GatewayError):
+    """Nothing answers at the gateway's URL (refused, DNS, timeout, TLS)."""
+
+    exit_code = ExitCode.CONNECT
+
+
+class GatewayAuthError(GatewayError):
+    """The gateway's control plane answered 401/403: no key, or not one of its keys."""
+
+    exit_code = ExitCode.AUTH
+
+
+class GatewayWorkerNotReady(GatewayError):
+    """A registered worker the gateway did not mark ready in time (or whose registration it
+    gave up on); ``last`` is what the gateway said of it last."""
+
+    def __init__(self, message: str, last: str, hint: str | None = None) -> None:
+        super().__init__(message, hint)
+        self.last = last
+
+
+class GatewayWorkerNotGone(GatewayError):
+    """A deregistered worker the gateway still listed when the wait ended."""

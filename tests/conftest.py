@@ -89,6 +89,7 @@ _TIERS = {
     "sglang_real": "sglang_real",
     "bench": "bench",
     "engines": "engines",
+    "gateway": "gateway",
 }
 
 

@@ -4,8 +4,11 @@
 drains after SIGTERM), then 200. ``/server_info`` (and the deprecated ``/get_server_info``) carry
 every resolved ServerArgs field at top level, as SGLang's do, plus ``"orch_standin": true``.
 ``/v1/loads`` answers in the imitated release's JSON shape, with the stand-in's illustrative
-memory figures (memory.py) and an idle server's load. Generation endpoints return a tiny canned
-answer. Every request gets uvicorn's access-log line on stdout.
+memory figures (memory.py) and the requests in flight (inflight.py) as running, and waiting
+beyond ``max_running_requests``. Generation endpoints return a tiny canned answer after
+``ORCH_STANDIN_GENERATE_S`` plus ``ORCH_STANDIN_TOKEN_S`` per ``max_new_tokens`` asked for, and
+keep answering while the server drains after SIGTERM, as SGLang 0.5.23 does (its request path
+has no ``gracefully_exit`` check). Every request gets uvicorn's access-log line on stdout.
 
 In a multi-node group (group.py), node 0 serves this app; when a peer node is gone its
 ``/health`` waits ``ORCH_STANDIN_HEALTH_TIMEOUT_S`` and answers 503 with SGLang's "Health check
@@ -31,6 +34,7 @@ from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from sglang._standin.inflight import InFlight
 from sglang._standin.knobs import Knobs
 from sglang._standin.logs import Log
 from sglang._standin.memory import ACCELERATOR, Figures
@@ -60,6 +64,7 @@ class ServerState:
     ready_after_s: float | None = None
     group_broken: threading.Event = field(default_factory=threading.Event)  # a peer node is gone
     last_receive: float = field(default_factory=time.time)  # the last answer from a scheduler
+    inflight: InFlight = field(default_factory=InFlight)  # SGLang's rid_to_state
 
     # --- payloads ---
 
@@ -179,11 +184,12 @@ class ServerState:
         )
         loads = []
         for rank in ranks:
+            running, waiting = self.rank_load(rank)
             load: dict[str, Any] = {
                 "timestamp": time.time(),
                 "dp_rank": rank,
-                "num_running_reqs": 0,
-                "num_waiting_reqs": 0,
+                "num_running_reqs": running,
+                "num_waiting_reqs": waiting,
                 "num_waiting_uncached_tokens": 0,
                 "num_used_tokens": 0,
                 "num_total_tokens": 0,
@@ -202,7 +208,7 @@ class ServerState:
             if include != {"core"}:
                 for key, name, section in sections:
                     if every or name in (include or ()):
-                        load[key] = section
+                        load[key] = _queues(section, waiting) if key == "queues" else section
             loads.append(load)
         return {
             "timestamp": datetime.now(UTC).isoformat(),
@@ -236,9 +242,10 @@ class ServerState:
         for rank in ranks:
             # dataclasses.asdict without None values and without the timestamp
             load: dict[str, Any] = {"dp_rank": rank} if self.dp_size > 1 else {}
+            running, waiting = self.rank_load(rank)
             load.update(
-                num_running_reqs=0,
-                num_waiting_reqs=0,
+                num_running_reqs=running,
+                num_waiting_reqs=waiting,
                 num_used_tokens=0,
                 num_total_tokens=0,
                 max_total_num_tokens=self.figures.max_total_num_tokens,
@@ -250,14 +257,16 @@ class ServerState:
             )
             for key, name, section in sections:
                 if every or name in (include or ()):
-                    load[key] = section
+                    load[key] = _queues(section, waiting) if key == "queues" else section
             load["num_total_reqs"] = load["num_running_reqs"] + load["num_waiting_reqs"]
             loads.append(load)
         count = len(loads)
+        total_running = sum(load["num_running_reqs"] for load in loads)
+        total_waiting = sum(load["num_waiting_reqs"] for load in loads)
         aggregate = {
-            "total_running_reqs": 0,
-            "total_waiting_reqs": 0,
-            "total_reqs": 0,
+            "total_running_reqs": total_running,
+            "total_waiting_reqs": total_waiting,
+            "total_reqs": total_running + total_waiting,
             "total_used_tokens": 0,
             "total_tokens": 0,
             "avg_token_usage": 0.0,
@@ -271,6 +280,22 @@ class ServerState:
             "loads": loads,
             "aggregate": aggregate,
         }
+
+    def rank_load(self, rank: int) -> tuple[int, int]:
+        """(running, waiting) of one DP rank: the stand-in's one scheduler queue is rank 0's
+        (a request in flight is counted once, not once per rank)."""
+        if rank != 0:
+            return 0, 0
+        return self.inflight.split(int(self.figures.max_running_requests or 1))
+
+    def generation_time(self, body: dict[str, Any]) -> float:
+        """How long a generation request takes: the knobs' fixed part, plus the per-token part
+        times the ``max_new_tokens`` it asks for (sampling_params, or OpenAI's max_tokens)."""
+        params = body.get("sampling_params")
+        asked = params.get("max_new_tokens") if isinstance(params, dict) else None
+        asked = asked if asked is not None else body.get("max_tokens")
+        tokens = asked if isinstance(asked, int) and not isinstance(asked, bool) else 0
+        return self.knobs.generate_s + self.knobs.token_s * max(tokens, 0)
 
     def model_info(self) -> dict[str, Any]:
         return {
@@ -461,20 +486,32 @@ class _Handler(BaseHTTPRequestHandler):
             return
         if state.group_broken.is_set() and path in _GENERATION:
             _hang()  # the request waits on a scheduler stuck in a collective, as in SGLang
+        if path in _GENERATION:
+            with state.inflight.request():
+                time.sleep(state.generation_time(body))
+                self._generate(path, body)
+        else:
+            self._send(404, {"detail": "Not Found"})
+
+    def _generate(self, path: str, body: dict[str, Any]) -> None:
+        state = self.state
         if path == "/generate":
             self._send(200, state.generate(body))
         elif path == "/v1/chat/completions":
             self._send(200, state.chat(body, "chat"))
-        elif path == "/v1/completions":
-            self._send(200, state.chat(body, "completion"))
         else:
-            self._send(404, {"detail": "Not Found"})
+            self._send(200, state.chat(body, "completion"))
 
     def do_PUT(self) -> None:
         self.do_POST()
 
 
 _GENERATION = frozenset({"/generate", "/v1/chat/completions", "/v1/completions"})
+
+
+def _queues(section: dict[str, Any], waiting: int) -> dict[str, Any]:
+    """The ``queues`` section with its ``waiting`` count."""
+    return {**section, "waiting": waiting}
 
 
 def _hang() -> None:

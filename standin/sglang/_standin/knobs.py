@@ -52,7 +52,10 @@ class Knobs:
     shards: int = 11  # safetensors shards shown by the progress bar
     graph_s: float = 0.3  # CUDA-graph capture time
     warmup_s: float = 0.0  # the warm-up request (seconds of JIT on a real GPU)
-    drain_s: float = 0.2  # SIGTERM drain (SGLang polls every 5 s, so 0-5 s there)
+    drain_s: float = 0.2  # SIGTERM to the drain's first look (SGLang's watchdog ticks every 5 s)
+    drain_poll_s: float = 0.2  # between two looks while requests remain (SGLang: 5 s)
+    generate_s: float = 0.0  # each generation request takes this long ...
+    token_s: float = 0.0  # ... plus this per max_new_tokens it asks for (a long one holds)
     orphan_ttl_s: float = (
         600.0  # the orphan's own safety exit, so a failed sweep leaks no forever-process
     )
@@ -154,6 +157,9 @@ def read_knobs(environ: Mapping[str, str] = os.environ) -> Knobs:
         graph_s=_float(environ, "ORCH_STANDIN_GRAPH_S", 0.3),
         warmup_s=_float(environ, "ORCH_STANDIN_WARMUP_S", 0.0),
         drain_s=_float(environ, "ORCH_STANDIN_DRAIN_S", 0.2),
+        drain_poll_s=_float(environ, "ORCH_STANDIN_DRAIN_POLL_S", 0.2),
+        generate_s=_float(environ, "ORCH_STANDIN_GENERATE_S", 0.0),
+        token_s=_float(environ, "ORCH_STANDIN_TOKEN_S", 0.0),
         orphan_ttl_s=_float(environ, "ORCH_STANDIN_ORPHAN_TTL", 600.0),
         health_timeout_s=_float(environ, "ORCH_STANDIN_HEALTH_TIMEOUT_S", 2.0),
         log_ms=environ.get("SGLANG_LOG_MS", "").strip().lower() in {"1", "true", "yes"},

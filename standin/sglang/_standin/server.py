@@ -126,8 +126,20 @@ class Launcher:
         threading.Thread(target=self._drain_then_die, daemon=True).start()
 
     def _drain_then_die(self) -> None:
+        """SGLang 0.5.23's ``sigterm_watchdog``: at its next tick, look at the requests in
+        flight; while any remain, log them and look again (every 5 s there), with no upper
+        bound; new requests keep being served meanwhile (only /health and /ready say 503)."""
         time.sleep(self.knobs.drain_s)
-        self.log("Gracefully exiting... Remaining number of requests 0.")
+        state = self.state
+        while True:
+            rids = state.inflight.rids() if state is not None else []
+            self.log(
+                f"Gracefully exiting... Remaining number of requests {len(rids)}. "
+                f"Remaining requests remaining_rids={rids!r}."
+            )
+            if not rids:
+                break
+            time.sleep(self.knobs.drain_poll_s)
         if self.store is not None and self.knobs.broadcasts_shutdown:
             self.store.broadcast_shutdown()  # ShutdownReq, reaching the other nodes' schedulers
         self.kill_tree(include_parent=True)

@@ -1,0 +1,152 @@
+"""orch's gateway client (orchestrator/fleet/gateway.py) against a real smg 1.13.0 and real
+stand-in workers, over real HTTP; and the legacy dialect against a real sglang-router 0.1.9."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import pytest
+
+from orchestrator.errors import (
+    ExitCode,
+    GatewayAuthError,
+    GatewayUnreachable,
+    GatewayWorkerNotReady,
+)
+from orchestrator.fleet.gateway import GatewayClient
+from tests.e2e.conftest import free_port
+from tests.gateway.conftest import Gateway, Worker, generate
+
+LABELS = {"orch_profile": "demo", "orch_replica": "0", "orch_commit": "0d13e15"}
+
+
+def client_of(gateway: Gateway, **options: object) -> GatewayClient:
+    return GatewayClient(
+        gateway.url, api_key=gateway.key, metrics_url=gateway.metrics_url, **options
+    )  # type: ignore[arg-type]
+
+
+def test_register_lists_the_worker_ready_and_requests_through_the_gateway_reach_it(
+    gateway: Gateway, start_worker: Callable[..., Worker]
+) -> None:
+    worker = start_worker()
+    client = client_of(gateway)
+    assert client.workers() == ()
+    assert client.dialect == "smg"
+    assert generate(gateway.url) == 404  # no worker yet: smg 1.13.0 knows no model to route to
+
+    registration = client.register(worker.url, LABELS)
+    ready = client.wait_ready(worker.url, timeout_s=20)
+
+    assert ready.id == registration.id
+    assert (ready.url, ready.status, ready.ready, ready.healthy) == (worker.url, "ready", True, True)
+    assert ready.circuit == "closed"  # read from smg's loopback metrics listener
+    assert {k: ready.labels[k] for k in LABELS} == LABELS
+    assert ready.labels["version"] == "0.5.23"  # smg read the stand-in's /server_info itself
+    assert [w.url for w in client.workers()] == [worker.url]
+    assert generate(gateway.url) == 200
+    assert '"POST /generate HTTP/1.1" 200' in worker.process.log.read_text()
+
+
+def test_deregister_drains_then_the_gateway_lets_the_worker_go(
+    gateway: Gateway, start_worker: Callable[..., Worker]
+) -> None:
+    worker = start_worker()
+    client = client_of(gateway)
+    client.register(worker.url, LABELS)
+    client.wait_ready(worker.url, timeout_s=20)
+
+    assert client.deregister(worker.url) is True
+    draining = client.worker(worker.url)
+    assert draining is not None and draining.status == "draining" and not draining.ready
+    client.wait_gone(worker.url, timeout_s=15)  # smg's drain settle time is 5 s
+
+    assert client.workers() == ()
+    assert client.worker(worker.url) is None
+    assert client.deregister(worker.url) is False  # not known any more: nothing to do
+    assert worker.status("/health") == 200  # deregistering never touches the worker itself
+
+
+def test_a_wrong_or_missing_key_is_refused_with_a_clear_error_that_never_shows_the_key(
+    gateway: Gateway,
+) -> None:
+    wrong = GatewayClient(gateway.url, api_key="not-the-key-7f3a", key_name="router.api_key")
+    with pytest.raises(GatewayAuthError) as refused:
+        wrong.workers()
+    assert refused.value.exit_code == ExitCode.AUTH
+    assert "HTTP 401" in refused.value.message
+    assert "router.api_key was refused" in refused.value.message
+    assert "not-the-key-7f3a" not in f"{refused.value.message} {refused.value.hint}"
+
+    with pytest.raises(GatewayAuthError, match=r"router.api_key is not set"):
+        GatewayClient(gateway.url).register("http://127.0.0.1:1", LABELS)
+
+
+def test_a_gateway_url_that_does_not_answer_is_a_connect_error() -> None:
+    client = GatewayClient(f"http://127.0.0.1:{free_port()}", api_key="k", call_timeout_s=2)
+    with pytest.raises(GatewayUnreachable) as unreachable:
+        client.workers()
+    assert unreachable.value.exit_code == ExitCode.CONNECT
+    assert unreachable.value.message.startswith("cannot reach the gateway at http://127.0.0.1:")
+    assert "smg launch --port" in (unreachable.value.hint or "")
+
+
+def test_a_worker_the_gateway_cannot_reach_is_never_ready_and_the_error_says_what_it_said_last(
+    gateway: Gateway,
+) -> None:
+    client = client_of(gateway, poll_s=0.2)
+    nowhere = f"http://127.0.0.1:{free_port()}"
+    client.register(nowhere, LABELS)
+    with pytest.raises(GatewayWorkerNotReady) as never:
+        client.wait_ready(nowhere, timeout_s=3)
+    assert never.value.exit_code == ExitCode.GATEWAY
+    assert f"did not mark {nowhere} ready within 3 s" in never.value.message
+    assert "status pending" in never.value.last  # smg's registration job still retrying
+    assert "registration processing" in never.value.last
+
+
+def test_a_worker_that_dies_is_marked_down_by_the_gateway(
+    gateway: Gateway, start_worker: Callable[..., Worker]
+) -> None:
+    worker = start_worker()
+    client = client_of(gateway)
+    client.register(worker.url, LABELS)
+    client.wait_ready(worker.url, timeout_s=20)
+    worker.process.stop()
+    deadline = time.monotonic() + 15
+    seen = client.worker(worker.url)
+    while seen is not None and seen.healthy and time.monotonic() < deadline:
+        time.sleep(0.3)
+        seen = client.worker(worker.url)
+    assert seen is not None and seen.healthy is False and not seen.ready
+
+
+def test_the_legacy_router_is_detected_and_spoken_to_by_its_own_names(
+    start_legacy_router: Callable[[], Gateway], start_worker: Callable[..., Worker]
+) -> None:
+    router = start_legacy_router()
+    worker = start_worker()
+    client = GatewayClient(router.url)
+    assert client.dialect == "legacy"
+    assert client.workers() == ()
+
+    client.register(worker.url, LABELS)  # /add_worker returns once the worker is healthy
+    ready = client.wait_ready(worker.url, timeout_s=5)
+    assert (ready.id, ready.url, ready.ready, ready.healthy) == (worker.url, worker.url, True, None)
+    assert router.get("/list_workers") == {"urls": [worker.url]}
+    assert generate(router.url) == 200
+
+    assert client.deregister(worker.url) is True
+    client.wait_gone(worker.url, timeout_s=5)
+    assert router.get("/list_workers") == {"urls": []}
+
+
+def test_the_legacy_router_refuses_a_worker_it_cannot_reach_with_its_reason(
+    start_legacy_router: Callable[[], Gateway],
+) -> None:
+    router = start_legacy_router()  # started with --worker-startup-timeout-secs 10
+    client = GatewayClient(router.url)
+    nowhere = f"http://127.0.0.1:{free_port()}"
+    with pytest.raises(GatewayWorkerNotReady, match=r"did not add .*HTTP 400.*Timeout"):
+        client.register(nowhere)
