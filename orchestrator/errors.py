@@ -56,6 +56,8 @@ class ExitCode(enum.IntEnum):
     # revision of them
     GATEWAY = 33  # the SGLang Model Gateway refused or did not complete a worker change: a worker
     # it never marks ready, one it never lets go, an answer that is not its worker API
+    ROLL = 34  # orch restart --rolling stopped: a replica failed its relaunch or its soak (and was
+    # put back on its previous launch), or the others could not carry the load
     # orch diff's results, as terraform's -detailed-exitcode: 0 no change, 2 changes. Its usage
     # errors exit EX_USAGE, so that a mistyped command line never reads as "changes".
     CHANGES = 2
@@ -282,6 +284,12 @@ class StartupTimeout(OrchError):
     def __init__(self, message: str, last_lines: tuple[str, ...], hint: str | None = None) -> None:
         super().__init__(message, hint)
         self.last_lines = last_lines
+
+
+class RollStopped(OrchError):
+    """``orch restart --rolling`` did not complete: the replicas not yet rolled are untouched."""
+
+    exit_code = ExitCode.ROLL
 
 
 class GatewayError(OrchError):

@@ -218,6 +218,36 @@ def parser() -> argparse.ArgumentParser:
     restart.add_argument("profile", metavar="PROFILE")
     _replica_option(restart, "restart this replica only (default: every replica)")
     _launch_options(restart)
+    restart.add_argument(
+        "--rolling",
+        action="store_true",
+        help="replicas behind their gateway (router:), one at a time without dropping a "
+        "request: each out of the gateway, idle, stopped, relaunched with the profile as it is "
+        "now, checked, registered, soaked; a failure puts that replica back on its previous "
+        f"launch and stops the roll (exit {ExitCode.ROLL})",
+    )
+    restart.add_argument(
+        "--max-unavailable",
+        type=int,
+        default=1,
+        metavar="N",
+        help="replicas out at once after the first (default 1); the others must stay ready",
+    )
+    restart.add_argument(
+        "--drain-timeout",
+        type=float,
+        metavar="S",
+        help="how long a replica out of the gateway may take to go idle (default: "
+        "router.drain_timeout_s); then it is stopped all the same, and that is said",
+    )
+    restart.add_argument(
+        "--soak",
+        type=float,
+        default=30.0,
+        metavar="S",
+        help="how long each relaunched replica must serve healthy before the next goes "
+        "(default 30)",
+    )
     restart.set_defaults(command="restart", replace=False)
 
     status = commands.add_parser("status", help="state of deployments: pid, uptime, restarts ...")

@@ -73,6 +73,7 @@ def _up_replicas(
 def handle_down(args: argparse.Namespace, output: Output) -> int:
     from orchestrator.cli.show import core as show
     from orchestrator.commands import events, ops
+    from orchestrator.commands.routing import Routed
 
     ctx = context_for(args, output)
     stopped = False
@@ -87,6 +88,8 @@ def handle_down(args: argparse.Namespace, output: Output) -> int:
         ):
             if isinstance(step, events.Stopping):
                 output.write(show.stopping(step))
+            elif isinstance(step, Routed):
+                output.write(show.routed(step))
             else:
                 stopped = True
                 output.write(show.down(step.label, step.reply))
@@ -98,8 +101,52 @@ def handle_down(args: argparse.Namespace, output: Output) -> int:
 
 
 def handle_restart(args: argparse.Namespace, output: Output) -> int:
+    if args.rolling:
+        return _rolling(args, output)
     handle_down(args, output)
     return handle_up(args, output)
+
+
+def _rolling(args: argparse.Namespace, output: Output) -> int:
+    from orchestrator.cli.show import core as show
+    from orchestrator.commands.restarting import rolling_restart
+    from orchestrator.commands.rolling import RollOptions
+    from orchestrator.errors import RollStopped, UsageError
+
+    if args.replica is not None:
+        raise UsageError("--rolling restarts every replica in turn: leave out --replica")
+    if args.max_unavailable < 1:
+        raise UsageError(f"--max-unavailable {args.max_unavailable}: at least 1")
+    ctx = context_for(args, output)
+    try:
+        launch = ctx.launch(args.profile)
+        router = launch.profile.router
+        drain = args.drain_timeout
+        if drain is None:
+            drain = router.drain_timeout_s if router is not None else 300.0
+        options = RollOptions(
+            max_unavailable=args.max_unavailable,
+            drain_timeout_s=drain,
+            soak_s=args.soak,
+            gateway_timeout_s=router.ready_timeout_s if router is not None else 120.0,
+        )
+        result = rolling_restart(
+            ctx,
+            launch,
+            options,
+            take_over=args.take_over,
+            say=lambda step: output.write(show.roll_step(launch.profile.name, step)),
+        )
+    finally:
+        ctx.close()
+    output.write(show.roll_result(launch.profile.name, result))
+    if result.ok:
+        return ExitCode.OK
+    raise RollStopped(
+        f"{launch.profile.name}: the rolling restart stopped: {result.verdict}",
+        "the replicas not yet rolled are untouched; orch status NAME shows each, orch logs "
+        "NAME --replica I the failed one's log",
+    )
 
 
 def handle_status(args: argparse.Namespace, output: Output) -> int:

@@ -6,10 +6,11 @@ from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-from orchestrator.commands import group, ownership, replicas
+from orchestrator.commands import group, ownership, replicas, routing
 from orchestrator.commands.context import Context, Launch
 from orchestrator.commands.events import Stopped, Stopping
 from orchestrator.commands.fanout import parallel
+from orchestrator.commands.routing import Routed
 from orchestrator.errors import OrchError, TransportError
 from orchestrator.model import Profile, RunState, deployment_name
 
@@ -21,7 +22,7 @@ def down(
     timeout_s: float | None = None,
     take_over: bool = False,
     replica: int | None = None,
-) -> Iterator[Stopping | Stopped]:
+) -> Iterator[Stopping | Stopped | Routed]:
     """Stop a profile's server: ``Stopping`` before the (blocking) stop, then ``Stopped``;
     nothing when nothing was running. ``timeout_s`` overrides the profile's ``stop_timeout_s``.
     A deployment launched from another profiles repository is refused unless ``take_over``.
@@ -42,14 +43,31 @@ def down(
     if not current.deployed or (not current.alive and not current.stale):
         return
     ownership.check(profile, current, ctx.origin(), "stop", take_over=take_over)
+    if profile.router is not None:  # out of the gateway, then idle, then the stop
+        yield from _out_of_gateway(ctx, [profile])
     timeout = profile.stop_timeout_s if timeout_s is None else timeout_s
     yield Stopping(name, current.pid, current.state, timeout)
     yield Stopped(name, agent.stop(timeout))
 
 
+def _out_of_gateway(ctx: Context, profiles: Sequence[Profile]) -> Iterator[Routed]:
+    """Each server out of its gateway (all at once), then each idle, bounded by its
+    ``router.drain_timeout_s``: before any of them is stopped."""
+    behind = [p for p in profiles if p.router is not None]
+    if not behind:
+        return
+    for routed in parallel(lambda p: routing.deregister(ctx, p), behind):
+        if routed is not None:
+            yield routed
+    yield from parallel(
+        lambda p: routing.wait_idle(ctx, p, p.router.drain_timeout_s if p.router else 0.0),
+        behind,
+    )
+
+
 def _down_replicas(
     ctx: Context, launches: Sequence[Launch], *, timeout_s: float | None, take_over: bool
-) -> Iterator[Stopping | Stopped]:
+) -> Iterator[Stopping | Stopped | Routed]:
     """Every replica's state first (each checked as ours before any is stopped), then the
     stops at once."""
 
@@ -58,14 +76,17 @@ def _down_replicas(
 
     states = parallel(current, launches)
     running: list[tuple[Profile, float]] = []
+    stopping: list[Stopping] = []
     for launch, state in zip(launches, states, strict=True):
         if not state.deployed or (not state.alive and not state.stale):
             continue
         profile = launch.profile
         ownership.check(profile, state, ctx.origin(), "stop", take_over=take_over)
         timeout = profile.stop_timeout_s if timeout_s is None else timeout_s
-        yield Stopping(profile.deployment, state.pid, state.state, timeout)
+        stopping.append(Stopping(profile.deployment, state.pid, state.state, timeout))
         running.append((profile, timeout))
+    yield from _out_of_gateway(ctx, [profile for profile, _ in running])
+    yield from stopping
 
     def stop(item: tuple[Profile, float]) -> Stopped:
         profile, timeout = item

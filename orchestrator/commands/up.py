@@ -9,7 +9,15 @@ from collections.abc import Generator, Iterator
 from typing import Any
 
 from orchestrator import render
-from orchestrator.commands import effective, group, ownership, planning, preflight, replicas
+from orchestrator.commands import (
+    effective,
+    group,
+    ownership,
+    planning,
+    preflight,
+    replicas,
+    routing,
+)
 from orchestrator.commands.context import Context, HostAgent, Launch, StartChannel, UpOptions
 from orchestrator.commands.effective import verify_ready
 from orchestrator.commands.events import (
@@ -39,7 +47,33 @@ SAME_LAUNCH_WAIT_S = 5.0  # how long a loser of the start lock waits for the win
 
 
 def up(ctx: Context, launch: Launch, options: UpOptions) -> Iterator[UpEvent]:
-    """Preflight, push, start, follow the startup; the last event is an Outcome."""
+    """Preflight, push, start, follow the startup; the last event is an Outcome. Behind a
+    gateway (``router:``), the server is registered there once READY and checked, before the
+    Outcome: ``up`` ends when the gateway routes to it."""
+    if launch.profile.router is None:
+        yield from up_server(ctx, launch, options)
+        return
+    for event in up_server(ctx, launch, options):
+        if isinstance(event, Outcome) and event.ok:
+            try:
+                routed = routing.register(ctx, launch)
+            except OrchError as exc:
+                yield Outcome(
+                    False,
+                    exc.exit_code,
+                    event.state,
+                    f"{launch.profile.deployment}: READY, but not in its gateway: {exc.message}",
+                    hint=exc.hint,
+                )
+                return
+            if routed is not None:
+                yield Step(f"gateway {routed.gateway}: {routed.what} as {routed.worker_url}")
+        yield event
+
+
+def up_server(ctx: Context, launch: Launch, options: UpOptions) -> Iterator[UpEvent]:
+    """``up`` without the gateway: the server READY and checked (a rolling restart registers
+    it itself, after its own checks)."""
     if launch.is_group:
         yield from group.up(ctx, launch, options)
         return

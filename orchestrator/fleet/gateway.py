@@ -163,9 +163,7 @@ class GatewayClient:
             )
         circuits = self._circuits()
         entries = payload.get("workers") or []
-        return tuple(
-            _smg_worker(entry, circuits) for entry in entries if isinstance(entry, dict)
-        )
+        return tuple(_smg_worker(entry, circuits) for entry in entries if isinstance(entry, dict))
 
     def worker(self, url: str) -> GatewayWorker | None:
         """The worker at ``url`` as the gateway sees it: listed, or (smg) still registering
@@ -220,9 +218,7 @@ class GatewayClient:
                     "start that router with --api-key (one key for all workers), or move to smg",
                 )
             query = urllib.parse.urlencode({"url": url})
-            reply = self._call(
-                "POST", f"/add_worker?{query}", timeout_s=self._legacy_add_timeout_s
-            )
+            reply = self._call("POST", f"/add_worker?{query}", timeout_s=self._legacy_add_timeout_s)
             if reply.status != 200:
                 raise GatewayWorkerNotReady(
                     f"{self.url} did not add {url}: HTTP {reply.status}: {reply.text()}",

@@ -30,6 +30,9 @@ from orchestrator.commands.events import (
 )
 from orchestrator.commands.logs import RunsView
 from orchestrator.commands.ops import StatusRow
+from orchestrator.commands.rolling import RollResult
+from orchestrator.commands.rolling import Step as RollStep
+from orchestrator.commands.routing import Routed
 from orchestrator.effective import plan, verify
 from orchestrator.errors import ExitCode, ProfileError, TransportError
 from orchestrator.fleet.protocol.runs import RunInfo
@@ -342,6 +345,37 @@ def down(name: str, reply: StopReply | None) -> list[Text]:
         killed = list(reply.leftovers_killed)
         texts.append(line(f"  killed {len(killed)} leftover process(es): {killed}"))
     texts.extend(line(f"  note: {note}") for note in reply.notes)
+    return texts
+
+
+def routed(event: Routed) -> list[Text]:
+    """A server taken out of (or put in) its gateway, or drained: said as it happens."""
+    detail = f": {event.detail}" if event.detail else ""
+    return [
+        Text(
+            f"{event.deployment}: {event.what} ({event.worker_url} at {event.gateway}){detail}\n",
+            flush=True,
+        )
+    ]
+
+
+def roll_step(name: str, step: RollStep) -> list[Text]:
+    """One step of a rolling restart, as it happens."""
+    who = f"{name}@{step.replica}" if step.replica is not None else name
+    detail = f": {step.detail}" if step.detail else ""
+    return [Text(f"{who}: {step.what}{detail}\n", flush=True)]
+
+
+def roll_result(name: str, result: RollResult) -> list[Text]:
+    def names(replicas: tuple[int, ...]) -> str:
+        return ", ".join(f"{name}@{i}" for i in replicas) or "none"
+
+    if result.ok:
+        return [line(f"{name}: rolled {names(result.rolled)}")]
+    texts = [line(f"{name}: rolled {names(result.rolled)}; untouched {names(result.untouched)}")]
+    if result.failed is not None:
+        back = {True: "back on its previous launch", False: "NOT restored", None: "-"}
+        texts.append(line(f"  {name}@{result.failed}: {back[result.restored]}"))
     return texts
 
 
