@@ -32,7 +32,9 @@ class IdleWait:
     problem: str | None = None  # the last read that failed (unreachable, not SGLang's JSON)
 
 
-def read_load(url: str, *, api_key: str | None, timeout_s: float = LOADS_TIMEOUT_S) -> tuple[int, int]:
+def read_load(
+    url: str, *, api_key: str | None, timeout_s: float = LOADS_TIMEOUT_S
+) -> tuple[int, int]:
     """(running, waiting) summed over the worker's DP ranks from its ``/v1/loads``. Raises
     :class:`http_json.Unreachable` when it does not answer, ValueError when the answer is not
     SGLang's loads JSON (0.5.11's and 0.5.23's shapes both carry these two per load)."""

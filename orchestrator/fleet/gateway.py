@@ -122,10 +122,10 @@ class GatewayClient:
     def dialect(self) -> Dialect:
         """``smg`` or ``legacy``, found by the first call (one ``GET /workers``, and
         ``GET /list_workers`` when that is 404) and kept."""
-        if self._dialect is None:
-            self._workers_reply()
-        assert self._dialect is not None
-        return self._dialect
+        if self._dialect is not None:
+            return self._dialect
+        dialect, _ = self._workers_reply()
+        return dialect
 
     def _workers_reply(self) -> tuple[Dialect, Any]:
         """``GET /workers`` (or ``/list_workers``), its JSON and the dialect it shows."""
@@ -164,7 +164,7 @@ class GatewayClient:
         circuits = self._circuits()
         entries = payload.get("workers") or []
         return tuple(
-            _smg_worker(entry, circuits) for entry in entries if isinstance(entry, dict)
+            decode_smg_worker(entry, circuits) for entry in entries if isinstance(entry, dict)
         )
 
     def worker(self, url: str) -> GatewayWorker | None:
@@ -183,7 +183,7 @@ class GatewayClient:
             return None
         if reply.status != 200 or not isinstance(payload, dict):
             raise self._unexpected(f"GET /workers/{known}", reply)
-        return _smg_worker(payload, {})
+        return decode_smg_worker(payload, {})
 
     def _circuits(self) -> dict[str, str]:
         """Each worker URL's circuit state from smg's metrics listener; {} when not asked for
@@ -198,11 +198,7 @@ class GatewayClient:
             return {}
         if reply.status != 200:
             return {}
-        text = reply.body.decode("utf-8", "replace")
-        return {
-            normal_url(url): CIRCUIT_STATES.get(int(float(value)), value)
-            for url, value in _CB_STATE.findall(text)
-        }
+        return parse_circuits(reply.body.decode("utf-8", "replace"))
 
     # -- changing ----------------------------------------------------------------------------
 
@@ -220,9 +216,7 @@ class GatewayClient:
                     "start that router with --api-key (one key for all workers), or move to smg",
                 )
             query = urllib.parse.urlencode({"url": url})
-            reply = self._call(
-                "POST", f"/add_worker?{query}", timeout_s=self._legacy_add_timeout_s
-            )
+            reply = self._call("POST", f"/add_worker?{query}", timeout_s=self._legacy_add_timeout_s)
             if reply.status != 200:
                 raise GatewayWorkerNotReady(
                     f"{self.url} did not add {url}: HTTP {reply.status}: {reply.text()}",
@@ -357,7 +351,16 @@ class GatewayClient:
         )
 
 
-def _smg_worker(entry: Mapping[str, Any], circuits: Mapping[str, str]) -> GatewayWorker:
+def parse_circuits(metrics_text: str) -> dict[str, str]:
+    """Each worker URL's (normalised) circuit-breaker state from smg's Prometheus text."""
+    return {
+        normal_url(url): CIRCUIT_STATES.get(int(float(value)), value)
+        for url, value in _CB_STATE.findall(metrics_text)
+    }
+
+
+def decode_smg_worker(entry: Mapping[str, Any], circuits: Mapping[str, str]) -> GatewayWorker:
+    """One entry of smg's ``GET /workers`` (or a ``GET /workers/{id}`` answer)."""
     url = str(entry.get("url") or "")
     status = str(entry.get("status") or "unknown")
     healthy = entry.get("is_healthy")
