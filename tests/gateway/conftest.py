@@ -14,7 +14,7 @@ handle finds it):
 - ``start_gateway(**options) -> Gateway``: ``smg launch`` on a free port, loopback metrics on
   another, a control-plane key (``Gateway.key``), health checks every second, no workers;
   returns once it answers ``GET /workers``. ``gateway``: one started with the defaults.
-- ``start_worker(env=None, api_key=None) -> Worker``: the stand-in as
+- ``start_worker(env=None, api_key=None, port=None) -> Worker``: the stand-in as
   ``python -m sglang.launch_server --model-path ... --port P --skip-server-warmup`` (PYTHONPATH
   standin/), its knobs in ``env`` (``ORCH_STANDIN_TOKEN_S`` and ``max_new_tokens`` hold a
   request in flight); returns once ``/health`` is 200. ``Worker.terminate()`` sends SIGTERM.
@@ -232,8 +232,10 @@ def gateway(start_gateway: Callable[..., Gateway]) -> Gateway:
 
 @pytest.fixture
 def start_worker(tmp_path: Path, processes: list[Process]) -> Callable[..., Worker]:
-    def start(env: Mapping[str, str] | None = None, api_key: str | None = None) -> Worker:
-        port = free_port()
+    def start(
+        env: Mapping[str, str] | None = None, api_key: str | None = None, port: int | None = None
+    ) -> Worker:
+        port = port or free_port()  # a port given: relaunched at the same URL
         argv = [sys.executable, "-m", "sglang.launch_server", "--model-path", str(MODEL)]
         argv += ["--port", str(port), "--host", "127.0.0.1", "--skip-server-warmup"]
         if api_key is not None:
