@@ -153,3 +153,16 @@ def test_the_legacy_router_refuses_a_worker_it_cannot_reach_with_its_reason(
     nowhere = f"http://127.0.0.1:{free_port()}"
     with pytest.raises(GatewayWorkerNotReady, match=r"did not add .*HTTP 400.*Timeout"):
         client.register(nowhere)
+
+
+def test_a_worker_with_its_own_api_key_is_registered_with_it_and_served_through_the_gateway(
+    gateway: Gateway, start_worker: Callable[..., Worker]
+) -> None:
+    worker = start_worker(api_key="worker-key-2")
+    client = gateway.client()
+    client.register(worker.url, LABELS, api_key="worker-key-2")
+    ready = client.wait_ready(worker.url, timeout_s=20)
+    assert ready.labels["version"] == "0.5.23"  # smg read /server_info with the worker's key
+    assert generate(gateway.url) == 200  # and sends it with each request
+    assert '"POST /generate HTTP/1.1" 200' in worker.process.log.read_text()
+    assert '"POST /generate HTTP/1.1" 401' not in worker.process.log.read_text()
