@@ -108,3 +108,13 @@ def test_wait_idle_on_a_worker_that_does_not_answer_says_so() -> None:
     assert gone.running is None
     assert gone.problem is not None
     assert "does not answer" in gone.problem
+
+
+def test_loads_in_0_5_11s_shape_are_read_alike(start_worker: Callable[..., Worker]) -> None:
+    worker = start_worker(env={**SLOW, "ORCH_STANDIN_VERSION": "0.5.11"})
+    thread, results = _in_background(lambda: generate(worker.url, max_new_tokens=200))
+    _until(lambda: read_load(worker.url, api_key=None) == (1, 0))
+    assert worker.loads()["aggregate"]["total_running_reqs"] == 1
+    thread.join(10)
+    assert results == [200]
+    assert wait_idle(worker.url, timeout_s=5, poll_s=0.1).idle
