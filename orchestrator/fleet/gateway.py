@@ -290,22 +290,32 @@ class GatewayClient:
             return False
         if reply.status not in (200, 202, 204):
             raise self._unexpected(f"DELETE /workers/{worker.id}", reply)
-        self._ids.pop(normal_url(url), None)
         return True
 
     def wait_gone(self, url: str, timeout_s: float) -> None:
-        """Poll until the gateway no longer lists ``url`` (smg: after its drain settle time,
-        5 s by default). Raises :class:`GatewayWorkerNotGone` at ``timeout_s``."""
+        """Poll until the gateway no longer knows ``url``: not listed (smg: after its drain
+        settle time, 5 s by default), nor still registering. Raises
+        :class:`GatewayWorkerNotGone` at ``timeout_s``, or at once when smg refused to remove a
+        worker whose registration is still running (1.13.0 cannot cancel one: its removal job
+        fails with "not found" while the registration goes on retrying)."""
         deadline = self._clock() + timeout_s
         wanted = normal_url(url)
         while True:
-            still = [w for w in self.workers() if normal_url(w.url) == wanted]
-            if not still:
+            worker = self.worker(url)
+            if worker is None:
+                self._ids.pop(wanted, None)
                 return
+            said = _said(worker)
+            if worker.status == "pending" and worker.job and worker.job.startswith("failed"):
+                raise GatewayWorkerNotGone(
+                    f"{self.url} cannot deregister {url} while it is still registering it ({said})",
+                    "smg adds it as soon as it answers: stop that server, or wait for the "
+                    "gateway's --worker-startup-timeout-secs to end the registration",
+                )
             if self._clock() >= deadline:
                 raise GatewayWorkerNotGone(
-                    f"{self.url} still lists {url} ({_said(still[0])}) {timeout_s:g} s after "
-                    "it was deregistered",
+                    f"{self.url} still knows {url} ({said}) {timeout_s:g} s after it was "
+                    "deregistered",
                     "the gateway may still be draining it; check its log (drain settle time)",
                 )
             self._sleep(self._poll_s)

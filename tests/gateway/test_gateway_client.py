@@ -12,6 +12,7 @@ from orchestrator.errors import (
     ExitCode,
     GatewayAuthError,
     GatewayUnreachable,
+    GatewayWorkerNotGone,
     GatewayWorkerNotReady,
 )
 from orchestrator.fleet.gateway import GatewayClient
@@ -98,13 +99,21 @@ def test_a_worker_the_gateway_cannot_reach_is_never_ready_and_the_error_says_wha
 ) -> None:
     client = gateway.client(poll_s=0.2)
     nowhere = f"http://127.0.0.1:{free_port()}"
-    client.register(nowhere, LABELS)
+    registration = client.register(nowhere, LABELS)
     with pytest.raises(GatewayWorkerNotReady) as never:
         client.wait_ready(nowhere, timeout_s=3)
     assert never.value.exit_code == ExitCode.GATEWAY
     assert f"did not mark {nowhere} ready within 3 s" in never.value.message
     assert "status pending" in never.value.last  # smg's registration job still retrying
     assert "registration processing" in never.value.last
+    # smg 1.13.0 cannot take back a registration still running: its removal job fails with
+    # "not found" and the registration goes on retrying; orch says so rather than "gone"
+    assert client.deregister(nowhere) is True
+    with pytest.raises(GatewayWorkerNotGone, match="while it is still registering it") as kept:
+        client.wait_gone(nowhere, timeout_s=15)
+    assert "RemoveWorker" not in kept.value.message  # the job's own words, not its type
+    assert "not found" in kept.value.message
+    assert gateway.get(f"/workers/{registration.id}")["job_status"]["job_type"] == "RemoveWorker"
 
 
 def test_a_worker_that_dies_is_marked_down_by_the_gateway(
