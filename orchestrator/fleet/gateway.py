@@ -122,10 +122,10 @@ class GatewayClient:
     def dialect(self) -> Dialect:
         """``smg`` or ``legacy``, found by the first call (one ``GET /workers``, and
         ``GET /list_workers`` when that is 404) and kept."""
-        if self._dialect is None:
-            self._workers_reply()
-        assert self._dialect is not None
-        return self._dialect
+        if self._dialect is not None:
+            return self._dialect
+        dialect, _ = self._workers_reply()
+        return dialect
 
     def _workers_reply(self) -> tuple[Dialect, Any]:
         """``GET /workers`` (or ``/list_workers``), its JSON and the dialect it shows."""
@@ -163,7 +163,9 @@ class GatewayClient:
             )
         circuits = self._circuits()
         entries = payload.get("workers") or []
-        return tuple(_smg_worker(entry, circuits) for entry in entries if isinstance(entry, dict))
+        return tuple(
+            decode_smg_worker(entry, circuits) for entry in entries if isinstance(entry, dict)
+        )
 
     def worker(self, url: str) -> GatewayWorker | None:
         """The worker at ``url`` as the gateway sees it: listed, or (smg) still registering
@@ -181,7 +183,7 @@ class GatewayClient:
             return None
         if reply.status != 200 or not isinstance(payload, dict):
             raise self._unexpected(f"GET /workers/{known}", reply)
-        return _smg_worker(payload, {})
+        return decode_smg_worker(payload, {})
 
     def _circuits(self) -> dict[str, str]:
         """Each worker URL's circuit state from smg's metrics listener; {} when not asked for
@@ -196,11 +198,7 @@ class GatewayClient:
             return {}
         if reply.status != 200:
             return {}
-        text = reply.body.decode("utf-8", "replace")
-        return {
-            normal_url(url): CIRCUIT_STATES.get(int(float(value)), value)
-            for url, value in _CB_STATE.findall(text)
-        }
+        return parse_circuits(reply.body.decode("utf-8", "replace"))
 
     # -- changing ----------------------------------------------------------------------------
 
@@ -292,22 +290,32 @@ class GatewayClient:
             return False
         if reply.status not in (200, 202, 204):
             raise self._unexpected(f"DELETE /workers/{worker.id}", reply)
-        self._ids.pop(normal_url(url), None)
         return True
 
     def wait_gone(self, url: str, timeout_s: float) -> None:
-        """Poll until the gateway no longer lists ``url`` (smg: after its drain settle time,
-        5 s by default). Raises :class:`GatewayWorkerNotGone` at ``timeout_s``."""
+        """Poll until the gateway no longer knows ``url``: not listed (smg: after its drain
+        settle time, 5 s by default), nor still registering. Raises
+        :class:`GatewayWorkerNotGone` at ``timeout_s``, or at once when smg refused to remove a
+        worker whose registration is still running (1.13.0 cannot cancel one: its removal job
+        fails with "not found" while the registration goes on retrying)."""
         deadline = self._clock() + timeout_s
         wanted = normal_url(url)
         while True:
-            still = [w for w in self.workers() if normal_url(w.url) == wanted]
-            if not still:
+            worker = self.worker(url)
+            if worker is None:
+                self._ids.pop(wanted, None)
                 return
+            said = _said(worker)
+            if worker.status == "pending" and worker.job and worker.job.startswith("failed"):
+                raise GatewayWorkerNotGone(
+                    f"{self.url} cannot deregister {url} while it is still registering it ({said})",
+                    "smg adds it as soon as it answers: stop that server, or wait for the "
+                    "gateway's --worker-startup-timeout-secs to end the registration",
+                )
             if self._clock() >= deadline:
                 raise GatewayWorkerNotGone(
-                    f"{self.url} still lists {url} ({_said(still[0])}) {timeout_s:g} s after "
-                    "it was deregistered",
+                    f"{self.url} still knows {url} ({said}) {timeout_s:g} s after it was "
+                    "deregistered",
                     "the gateway may still be draining it; check its log (drain settle time)",
                 )
             self._sleep(self._poll_s)
@@ -353,7 +361,16 @@ class GatewayClient:
         )
 
 
-def _smg_worker(entry: Mapping[str, Any], circuits: Mapping[str, str]) -> GatewayWorker:
+def parse_circuits(metrics_text: str) -> dict[str, str]:
+    """Each worker URL's (normalised) circuit-breaker state from smg's Prometheus text."""
+    return {
+        normal_url(url): CIRCUIT_STATES.get(int(float(value)), value)
+        for url, value in _CB_STATE.findall(metrics_text)
+    }
+
+
+def decode_smg_worker(entry: Mapping[str, Any], circuits: Mapping[str, str]) -> GatewayWorker:
+    """One entry of smg's ``GET /workers`` (or a ``GET /workers/{id}`` answer)."""
     url = str(entry.get("url") or "")
     status = str(entry.get("status") or "unknown")
     healthy = entry.get("is_healthy")

@@ -14,7 +14,7 @@ handle finds it):
 - ``start_gateway(**options) -> Gateway``: ``smg launch`` on a free port, loopback metrics on
   another, a control-plane key (``Gateway.key``), health checks every second, no workers;
   returns once it answers ``GET /workers``. ``gateway``: one started with the defaults.
-- ``start_worker(env=None, api_key=None) -> Worker``: the stand-in as
+- ``start_worker(env=None, api_key=None, port=None) -> Worker``: the stand-in as
   ``python -m sglang.launch_server --model-path ... --port P --skip-server-warmup`` (PYTHONPATH
   standin/), its knobs in ``env`` (``ORCH_STANDIN_TOKEN_S`` and ``max_new_tokens`` hold a
   request in flight); returns once ``/health`` is 200. ``Worker.terminate()`` sends SIGTERM.
@@ -39,6 +39,7 @@ from typing import Any
 
 import pytest
 
+from orchestrator.fleet.gateway import GatewayClient
 from tests.e2e.conftest import MODEL, STANDIN, free_port
 
 CACHE = Path.home() / ".cache" / "orch"
@@ -104,6 +105,12 @@ class Gateway:
     key: str | None
     process: Process
 
+    def client(self, poll_s: float = 0.25) -> GatewayClient:
+        """orch's client for this gateway, with its key and its loopback metrics listener."""
+        return GatewayClient(
+            self.url, api_key=self.key, metrics_url=self.metrics_url, poll_s=poll_s
+        )
+
     def get(self, path: str) -> Any:
         """``GET path`` with the key, as JSON (the test's own look, apart from orch's client)."""
         request = urllib.request.Request(self.url + path)  # noqa: S310 - loopback
@@ -138,7 +145,10 @@ class Worker:
 
 def generate(base_url: str, *, max_new_tokens: int = 8, timeout_s: float = 30.0) -> int:
     """One ``POST /generate`` to a worker or through a gateway: its HTTP status (0: no answer)."""
-    body = {"text": "The capital of France is", "sampling_params": {"max_new_tokens": max_new_tokens}}
+    body = {
+        "text": "The capital of France is",
+        "sampling_params": {"max_new_tokens": max_new_tokens},
+    }
     request = urllib.request.Request(  # noqa: S310 - loopback
         base_url + "/generate",
         data=json.dumps(body).encode(),
@@ -159,7 +169,9 @@ def _wait_until(check: Callable[[], bool], process: Process, what: str) -> None:
     deadline = time.monotonic() + START_TIMEOUT_S
     while time.monotonic() < deadline:
         if process.popen.poll() is not None:
-            raise AssertionError(f"{what} exited with {process.popen.returncode}:\n{process.log_tail()}")
+            raise AssertionError(
+                f"{what} exited with {process.popen.returncode}:\n{process.log_tail()}"
+            )
         with contextlib.suppress(OSError, ValueError):
             if check():
                 return
@@ -170,7 +182,7 @@ def _wait_until(check: Callable[[], bool], process: Process, what: str) -> None:
 def _spawn(argv: Sequence[str], log: Path, env: Mapping[str, str] | None = None) -> Process:
     handle = log.open("wb")
     try:
-        popen = subprocess.Popen(  # noqa: S603 - the tier's own argv
+        popen = subprocess.Popen(
             list(argv),
             stdout=handle,
             stderr=subprocess.STDOUT,
@@ -204,7 +216,9 @@ def start_gateway(tmp_path: Path, processes: list[Process]) -> Callable[..., Gat
         argv += [*SMG_FLAGS, *extra]
         process = _spawn(argv, tmp_path / f"smg-{port}.log")
         processes.append(process)
-        gateway = Gateway(f"http://127.0.0.1:{port}", f"http://127.0.0.1:{metrics_port}", key, process)
+        gateway = Gateway(
+            f"http://127.0.0.1:{port}", f"http://127.0.0.1:{metrics_port}", key, process
+        )
         _wait_until(lambda: "workers" in gateway.get("/workers"), process, "smg")
         return gateway
 
@@ -218,13 +232,19 @@ def gateway(start_gateway: Callable[..., Gateway]) -> Gateway:
 
 @pytest.fixture
 def start_worker(tmp_path: Path, processes: list[Process]) -> Callable[..., Worker]:
-    def start(env: Mapping[str, str] | None = None, api_key: str | None = None) -> Worker:
-        port = free_port()
+    def start(
+        env: Mapping[str, str] | None = None, api_key: str | None = None, port: int | None = None
+    ) -> Worker:
+        port = port or free_port()  # a port given: relaunched at the same URL
         argv = [sys.executable, "-m", "sglang.launch_server", "--model-path", str(MODEL)]
         argv += ["--port", str(port), "--host", "127.0.0.1", "--skip-server-warmup"]
         if api_key is not None:
             argv += ["--api-key", api_key]
-        knobs = {"PYTHONPATH": str(STANDIN), "ORCH_STANDIN_LOAD_S": "0.1", "ORCH_STANDIN_GRAPH_S": "0"}
+        knobs = {
+            "PYTHONPATH": str(STANDIN),
+            "ORCH_STANDIN_LOAD_S": "0.1",
+            "ORCH_STANDIN_GRAPH_S": "0",
+        }
         process = _spawn(argv, tmp_path / f"worker-{port}.log", {**knobs, **(env or {})})
         processes.append(process)
         worker = Worker(f"http://127.0.0.1:{port}", port, process)

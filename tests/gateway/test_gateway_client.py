@@ -12,6 +12,7 @@ from orchestrator.errors import (
     ExitCode,
     GatewayAuthError,
     GatewayUnreachable,
+    GatewayWorkerNotGone,
     GatewayWorkerNotReady,
 )
 from orchestrator.fleet.gateway import GatewayClient
@@ -21,17 +22,11 @@ from tests.gateway.conftest import Gateway, Worker, generate
 LABELS = {"orch_profile": "demo", "orch_replica": "0", "orch_commit": "0d13e15"}
 
 
-def client_of(gateway: Gateway, **options: object) -> GatewayClient:
-    return GatewayClient(
-        gateway.url, api_key=gateway.key, metrics_url=gateway.metrics_url, **options
-    )  # type: ignore[arg-type]
-
-
 def test_register_lists_the_worker_ready_and_requests_through_the_gateway_reach_it(
     gateway: Gateway, start_worker: Callable[..., Worker]
 ) -> None:
     worker = start_worker()
-    client = client_of(gateway)
+    client = gateway.client()
     assert client.workers() == ()
     assert client.dialect == "smg"
     assert generate(gateway.url) == 404  # no worker yet: smg 1.13.0 knows no model to route to
@@ -40,7 +35,12 @@ def test_register_lists_the_worker_ready_and_requests_through_the_gateway_reach_
     ready = client.wait_ready(worker.url, timeout_s=20)
 
     assert ready.id == registration.id
-    assert (ready.url, ready.status, ready.ready, ready.healthy) == (worker.url, "ready", True, True)
+    assert (ready.url, ready.status, ready.ready, ready.healthy) == (
+        worker.url,
+        "ready",
+        True,
+        True,
+    )
     assert ready.circuit == "closed"  # read from smg's loopback metrics listener
     assert {k: ready.labels[k] for k in LABELS} == LABELS
     assert ready.labels["version"] == "0.5.23"  # smg read the stand-in's /server_info itself
@@ -53,13 +53,15 @@ def test_deregister_drains_then_the_gateway_lets_the_worker_go(
     gateway: Gateway, start_worker: Callable[..., Worker]
 ) -> None:
     worker = start_worker()
-    client = client_of(gateway)
+    client = gateway.client()
     client.register(worker.url, LABELS)
     client.wait_ready(worker.url, timeout_s=20)
 
     assert client.deregister(worker.url) is True
     draining = client.worker(worker.url)
-    assert draining is not None and draining.status == "draining" and not draining.ready
+    assert draining is not None
+    assert draining.status == "draining"
+    assert not draining.ready
     client.wait_gone(worker.url, timeout_s=15)  # smg's drain settle time is 5 s
 
     assert client.workers() == ()
@@ -95,22 +97,30 @@ def test_a_gateway_url_that_does_not_answer_is_a_connect_error() -> None:
 def test_a_worker_the_gateway_cannot_reach_is_never_ready_and_the_error_says_what_it_said_last(
     gateway: Gateway,
 ) -> None:
-    client = client_of(gateway, poll_s=0.2)
+    client = gateway.client(poll_s=0.2)
     nowhere = f"http://127.0.0.1:{free_port()}"
-    client.register(nowhere, LABELS)
+    registration = client.register(nowhere, LABELS)
     with pytest.raises(GatewayWorkerNotReady) as never:
         client.wait_ready(nowhere, timeout_s=3)
     assert never.value.exit_code == ExitCode.GATEWAY
     assert f"did not mark {nowhere} ready within 3 s" in never.value.message
     assert "status pending" in never.value.last  # smg's registration job still retrying
     assert "registration processing" in never.value.last
+    # smg 1.13.0 cannot take back a registration still running: its removal job fails with
+    # "not found" and the registration goes on retrying; orch says so rather than "gone"
+    assert client.deregister(nowhere) is True
+    with pytest.raises(GatewayWorkerNotGone, match="while it is still registering it") as kept:
+        client.wait_gone(nowhere, timeout_s=15)
+    assert "RemoveWorker" not in kept.value.message  # the job's own words, not its type
+    assert "not found" in kept.value.message
+    assert gateway.get(f"/workers/{registration.id}")["job_status"]["job_type"] == "RemoveWorker"
 
 
 def test_a_worker_that_dies_is_marked_down_by_the_gateway(
     gateway: Gateway, start_worker: Callable[..., Worker]
 ) -> None:
     worker = start_worker()
-    client = client_of(gateway)
+    client = gateway.client()
     client.register(worker.url, LABELS)
     client.wait_ready(worker.url, timeout_s=20)
     worker.process.stop()
@@ -119,7 +129,9 @@ def test_a_worker_that_dies_is_marked_down_by_the_gateway(
     while seen is not None and seen.healthy and time.monotonic() < deadline:
         time.sleep(0.3)
         seen = client.worker(worker.url)
-    assert seen is not None and seen.healthy is False and not seen.ready
+    assert seen is not None
+    assert seen.healthy is False
+    assert not seen.ready
 
 
 def test_the_legacy_router_is_detected_and_spoken_to_by_its_own_names(
@@ -150,3 +162,16 @@ def test_the_legacy_router_refuses_a_worker_it_cannot_reach_with_its_reason(
     nowhere = f"http://127.0.0.1:{free_port()}"
     with pytest.raises(GatewayWorkerNotReady, match=r"did not add .*HTTP 400.*Timeout"):
         client.register(nowhere)
+
+
+def test_a_worker_with_its_own_api_key_is_registered_with_it_and_served_through_the_gateway(
+    gateway: Gateway, start_worker: Callable[..., Worker]
+) -> None:
+    worker = start_worker(api_key="worker-key-2")
+    client = gateway.client()
+    client.register(worker.url, LABELS, api_key="worker-key-2")
+    ready = client.wait_ready(worker.url, timeout_s=20)
+    assert ready.labels["version"] == "0.5.23"  # smg read /server_info with the worker's key
+    assert generate(gateway.url) == 200  # and sends it with each request
+    assert '"POST /generate HTTP/1.1" 200' in worker.process.log.read_text()
+    assert '"POST /generate HTTP/1.1" 401' not in worker.process.log.read_text()
