@@ -412,7 +412,6 @@ class MemoryLoad:
     max_running_requests: int | None
     running_requests: int | None
     token_usage: float | None
-    waiting_requests: int | None = None  # queued, not yet running (an agent older than it: None)
 
 
 @dataclass(frozen=True)

@@ -136,5 +136,4 @@ def _memory_load(reader: Reader) -> MemoryLoad:
         max_running_requests=reader.opt_integer("max_running_requests"),
         running_requests=reader.opt_integer("num_running_reqs"),
         token_usage=reader.opt_number("token_usage"),
-        waiting_requests=reader.opt_integer("num_waiting_reqs"),
     )

@@ -350,7 +350,6 @@ def ask_memory_loads(host: str, port: int) -> dict[str, Any]:
         "max_total_num_tokens",
         "max_running_requests",
         "num_running_reqs",
-        "num_waiting_reqs",  # with the running ones: whether a drained server is idle
         "token_usage",
     )
     return {
