@@ -44,25 +44,29 @@ def down(
         return
     ownership.check(profile, current, ctx.origin(), "stop", take_over=take_over)
     if profile.router is not None:  # out of the gateway, then idle, then the stop
-        yield from _out_of_gateway(ctx, [profile])
+        yield from _out_of_gateway(ctx, [launch])
     timeout = profile.stop_timeout_s if timeout_s is None else timeout_s
     yield Stopping(name, current.pid, current.state, timeout)
     yield Stopped(name, agent.stop(timeout))
 
 
-def _out_of_gateway(ctx: Context, profiles: Sequence[Profile]) -> Iterator[Routed]:
+def _out_of_gateway(ctx: Context, launches: Sequence[Launch]) -> Iterator[Routed]:
     """Each server out of its gateway (all at once), then each idle, bounded by its
     ``router.drain_timeout_s``: before any of them is stopped."""
-    behind = [p for p in profiles if p.router is not None]
+    behind = [launch for launch in launches if launch.profile.router is not None]
     if not behind:
         return
-    for routed in parallel(lambda p: routing.deregister(ctx, p), behind):
+    for routed in parallel(
+        lambda launch: routing.deregister(ctx, launch.profile, stopping=True), behind
+    ):
         if routed is not None:
             yield routed
-    yield from parallel(
-        lambda p: routing.wait_idle(ctx, p, p.router.drain_timeout_s if p.router else 0.0),
-        behind,
-    )
+
+    def idle(launch: Launch) -> Routed:
+        router = launch.profile.router
+        return routing.wait_idle(ctx, launch, router.drain_timeout_s if router else 0.0)
+
+    yield from parallel(idle, behind)
 
 
 def _down_replicas(
@@ -76,6 +80,7 @@ def _down_replicas(
 
     states = parallel(current, launches)
     running: list[tuple[Profile, float]] = []
+    leaving: list[Launch] = []
     stopping: list[Stopping] = []
     for launch, state in zip(launches, states, strict=True):
         if not state.deployed or (not state.alive and not state.stale):
@@ -85,7 +90,8 @@ def _down_replicas(
         timeout = profile.stop_timeout_s if timeout_s is None else timeout_s
         stopping.append(Stopping(profile.deployment, state.pid, state.state, timeout))
         running.append((profile, timeout))
-    yield from _out_of_gateway(ctx, [profile for profile, _ in running])
+        leaving.append(launch)
+    yield from _out_of_gateway(ctx, leaving)
     yield from stopping
 
     def stop(item: tuple[Profile, float]) -> Stopped:

@@ -49,8 +49,9 @@ class GatewayReplicas(ReplicaOps):
             return False
         return True
 
-    def wait_idle(self, i: int, timeout: float) -> bool:
-        return routing.wait_idle(self.ctx, self.profile(i), timeout).what == "drained"
+    def wait_idle(self, i: int, timeout: float) -> tuple[bool, str]:
+        routed = routing.wait_idle(self.ctx, self.launches[i], timeout)
+        return routed.what != "drain-cut", routed.detail
 
     def stop(self, i: int) -> None:
         profile = self.profile(i)

@@ -35,8 +35,9 @@ class ReplicaOps(Protocol):
         """Remove it from the gateway and wait until the gateway no longer lists it."""
         ...
 
-    def wait_idle(self, i: int, timeout: float) -> bool:
-        """Wait until it has no request running or waiting; False when cut at ``timeout``."""
+    def wait_idle(self, i: int, timeout: float) -> tuple[bool, str]:
+        """Wait until it has no request running or waiting: (False, why) when cut at
+        ``timeout``; (True, how) otherwise (how long it took, or why it was not waited for)."""
         ...
 
     def stop(self, i: int) -> None: ...
@@ -165,12 +166,11 @@ class _Roll:
             taken.append(i)
             self.touched.add(i)
         for i in batch:
-            if ops.wait_idle(i, options.drain_timeout_s):
-                self.note(i, "drained")
+            idle, how = ops.wait_idle(i, options.drain_timeout_s)
+            if idle:
+                self.note(i, "drained", how)
             else:
-                self.note(
-                    i, "drain-cut", f"still busy after {options.drain_timeout_s:g} s: stopped"
-                )
+                self.note(i, "drain-cut", f"{how}: stopped")
             ops.stop(i)
             self.note(i, "stopped")
         for index, i in enumerate(batch):

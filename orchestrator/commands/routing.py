@@ -14,13 +14,13 @@ drained as one on this machine is.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 
 from orchestrator.commands.context import Context, Launch, ProfilesOrigin
-from orchestrator.errors import RenderError
+from orchestrator.errors import GatewayError, RenderError
+from orchestrator.fleet import drain, http_json
 from orchestrator.fleet.gateway import GatewayClient
-from orchestrator.model import Profile, RunState
+from orchestrator.model import Profile
 
 LABEL_PREFIX = "orch."
 
@@ -97,51 +97,61 @@ def register(ctx: Context, launch: Launch) -> Routed | None:
     return Routed(profile.deployment, gateway.url, url, "registered")
 
 
-def deregister(ctx: Context, profile: Profile) -> Routed | None:
-    """Take the server out of its gateway and wait until the gateway no longer lists it."""
+def deregister(ctx: Context, profile: Profile, *, stopping: bool = False) -> Routed | None:
+    """Take the server out of its gateway and wait until the gateway no longer lists it.
+    ``stopping`` (``orch down``): a gateway that does not answer is said, not raised: the stop
+    the user asked for goes on (a rolling restart, which can wait, stops instead)."""
     gateway = gateway_for(ctx, profile)
     if gateway is None or profile.router is None:
         return None
     url = worker_url(profile)
-    if not gateway.deregister(url):
-        return Routed(profile.deployment, gateway.url, url, "not registered")
-    gateway.wait_gone(url, profile.router.ready_timeout_s)
+    try:
+        if not gateway.deregister(url):
+            return Routed(profile.deployment, gateway.url, url, "not registered")
+        gateway.wait_gone(url, profile.router.ready_timeout_s)
+    except GatewayError as exc:
+        if not stopping:
+            raise
+        return Routed(
+            profile.deployment,
+            gateway.url,
+            url,
+            "NOT deregistered",
+            f"{exc.message}; stopping it all the same (requests routed to it fail)",
+        )
     return Routed(profile.deployment, gateway.url, url, "deregistered")
 
 
-def wait_idle(
-    ctx: Context,
-    profile: Profile,
-    timeout_s: float,
-    *,
-    status: Callable[[], RunState] | None = None,
-) -> Routed:
-    """Wait until the server has no request running or waiting (its agent reads
-    ``/v1/loads``), at most ``timeout_s``: SGLang's own drain would wait without a bound."""
-    ask = status or ctx.agent(profile).status
-    deadline = ctx.clock() + timeout_s
+def wait_idle(ctx: Context, launch: Launch, timeout_s: float) -> Routed:
+    """Wait until the server has no request running or waiting (its ``/v1/loads``, read at the
+    URL the gateway uses), at most ``timeout_s``: SGLang's own drain would wait without a
+    bound. A server whose load cannot be read from here is not waited for: its own SIGTERM
+    drain takes what is in flight, within its stop_timeout_s."""
+    profile = launch.profile
     url = worker_url(profile)
     gateway = profile.router.url if profile.router else "-"
-    while True:
-        state = ask()
-        busy = _busy(state)
-        if busy == 0 or not state.server_alive:
-            return Routed(profile.deployment, gateway, url, "drained")
-        if ctx.clock() >= deadline:
-            return Routed(
-                profile.deployment,
-                gateway,
-                url,
-                "drain-cut",
-                f"{busy} request(s) still in flight after {timeout_s:g} s",
-            )
-        ctx.sleep(0.25)
-
-
-def _busy(state: RunState) -> int:
-    """Requests running or waiting on the server (0 when it does not say)."""
-    return sum(
-        (load.running_requests or 0) + (load.waiting_requests or 0) for load in state.memory_loads
+    key = _server_key(launch)
+    try:
+        drain.read_load(url, api_key=key)
+    except (http_json.Unreachable, ValueError) as exc:
+        why = exc.reason if isinstance(exc, http_json.Unreachable) else str(exc)
+        return Routed(
+            profile.deployment,
+            gateway,
+            url,
+            "drain-unknown",
+            f"its load cannot be read from here ({why}): SGLang's own drain takes the rest",
+        )
+    waited = drain.wait_idle(url, timeout_s, api_key=key, clock=ctx.clock, sleep=ctx.sleep)
+    if waited.idle:
+        return Routed(profile.deployment, gateway, url, "drained", f"{waited.waited_s:.1f} s")
+    busy = (waited.running or 0) + (waited.waiting or 0)
+    return Routed(
+        profile.deployment,
+        gateway,
+        url,
+        "drain-cut",
+        f"{busy} request(s) still in flight after {timeout_s:g} s",
     )
 
 

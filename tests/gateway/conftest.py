@@ -41,6 +41,7 @@ import pytest
 
 from orchestrator.fleet.gateway import GatewayClient
 from tests.e2e.conftest import MODEL, STANDIN, free_port
+from tests.e2e.conftest import local_workspace as local_workspace  # orch's e2e workspace, here too
 
 CACHE = Path.home() / ".cache" / "orch"
 SMG_VENV = CACHE / "smg-venv"
@@ -203,17 +204,36 @@ def processes() -> Iterator[list[Process]]:
         process.stop()
 
 
+def _without_health_checks(flags: Sequence[str]) -> tuple[str, ...]:
+    out: list[str] = []
+    skip = False
+    for word in flags:
+        if skip:
+            skip = False
+            continue
+        if word.startswith("--health-"):
+            skip = True
+            continue
+        out.append(word)
+    return tuple(out)
+
+
 @pytest.fixture
 def start_gateway(tmp_path: Path, processes: list[Process]) -> Callable[..., Gateway]:
     python = _venv_python(SMG_VENV, SMG_STAMP, "smg-venv")
 
-    def start(*, key: str | None = GATEWAY_KEY, extra: Sequence[str] = ()) -> Gateway:
+    def start(
+        *, key: str | None = GATEWAY_KEY, extra: Sequence[str] = (), fast_health: bool = True
+    ) -> Gateway:
+        """``fast_health=False``: smg's own health-check defaults (every 60 s, 3 failures), as
+        a team runs it, instead of the tier's one-second checks."""
         port, metrics_port = free_port(), free_port()
         argv = [str(python), "-m", "smg", "launch", "--host", "127.0.0.1", "--port", str(port)]
         argv += ["--prometheus-host", "127.0.0.1", "--prometheus-port", str(metrics_port)]
         if key is not None:
             argv += ["--control-plane-api-keys", f"orch-tier:orch tests:admin:{key}"]
-        argv += [*SMG_FLAGS, *extra]
+        flags = SMG_FLAGS if fast_health else _without_health_checks(SMG_FLAGS)
+        argv += [*flags, *extra]
         process = _spawn(argv, tmp_path / f"smg-{port}.log")
         processes.append(process)
         gateway = Gateway(

@@ -36,9 +36,11 @@ class Fleet:
         self._record("deregister", i)
         return True
 
-    def wait_idle(self, i: int, timeout: float) -> bool:
+    def wait_idle(self, i: int, timeout: float) -> tuple[bool, str]:
         self._record("wait_idle", i)
-        return i not in self.busy
+        if i in self.busy:
+            return False, f"1 request(s) still in flight after {timeout:g} s"
+        return True, "0.1 s"
 
     def stop(self, i: int) -> None:
         assert i not in self.registered, f"replica {i} stopped while the gateway routes to it"
@@ -122,7 +124,9 @@ def test_a_drain_that_never_ends_is_cut_and_said() -> None:
     result = roll(fleet, [0, 1], OPTIONS)
     assert result.ok
     cut = [step for step in result.steps if step.what == "drain-cut"]
-    assert [(s.replica, s.detail) for s in cut] == [(0, "still busy after 5 s: stopped")]
+    assert [(s.replica, s.detail) for s in cut] == [
+        (0, "1 request(s) still in flight after 5 s: stopped")
+    ]
 
 
 def test_the_canary_goes_alone_then_max_unavailable_at_a_time() -> None:
