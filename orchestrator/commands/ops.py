@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -12,6 +13,7 @@ from orchestrator.commands.events import Stopped, Stopping
 from orchestrator.commands.fanout import parallel
 from orchestrator.commands.routing import Routed
 from orchestrator.errors import OrchError, TransportError
+from orchestrator.fleet.gateway import normal_url
 from orchestrator.model import Profile, RunState, deployment_name
 
 
@@ -102,6 +104,20 @@ def _down_replicas(
 
 
 @dataclass(frozen=True)
+class GatewayView:
+    """A server as its gateway (``router:``) sees it, beside what its agent says."""
+
+    url: str  # the gateway's
+    registered: bool
+    status: str | None = None  # smg: pending, ready, not_ready, draining, failed
+    ready: bool = False
+    healthy: bool | None = None
+    load: int | None = None  # requests the gateway has in flight to it
+    circuit: str | None = None
+    error: str | None = None  # the gateway could not be asked (a warning, never a failure)
+
+
+@dataclass(frozen=True)
 class StatusRow:
     profile: str
     host: str
@@ -109,6 +125,7 @@ class StatusRow:
     error: OrchError | None = None
     rank: int | None = None  # a launch group's rank; None for a single server
     replica: int | None = None  # the replica (``replicas:``); None for a profile without
+    gateway: GatewayView | None = None  # a server behind a router: the gateway's view
 
     @property
     def deployment(self) -> str:
@@ -149,7 +166,51 @@ def status(ctx: Context, names: Sequence[str]) -> list[StatusRow]:
     with ThreadPoolExecutor(max_workers=min(16, max(len(by_host), 1))) as pool:
         results = list(pool.map(ask, by_host.values()))
     order = {name: index for index, name in enumerate(names)}
-    return sorted(
+    rows = sorted(
         (row for rows in results for row in rows),
         key=lambda r: (order[r.profile], r.replica or 0, r.rank or 0),
     )
+    views = _gateway_views(ctx, [profile for profile, rank in servers if not rank])
+    return [
+        dataclasses.replace(row, gateway=views.get((row.profile, row.replica)))
+        if row.rank in (None, 0)
+        else row
+        for row in rows
+    ]
+
+
+def _gateway_views(
+    ctx: Context, profiles: Sequence[Profile]
+) -> dict[tuple[str, int | None], GatewayView]:
+    """Each server behind a router, as its gateway lists it: one ``GET /workers`` per gateway.
+    A gateway that cannot be asked is said on each of its rows, never an error of status."""
+    behind: dict[str, list[Profile]] = {}
+    for profile in profiles:
+        if profile.router is not None:
+            behind.setdefault(profile.router.url, []).append(profile)
+    views: dict[tuple[str, int | None], GatewayView] = {}
+    for url, served in behind.items():
+        try:
+            client = routing.gateway_for(ctx, served[0])
+            assert client is not None  # noqa: S101 - a profile behind a router
+            workers = {normal_url(w.url): w for w in client.workers()}
+        except OrchError as exc:
+            for profile in served:
+                views[(profile.name, profile.replica)] = GatewayView(url, False, error=exc.message)
+            continue
+        for profile in served:
+            worker = workers.get(normal_url(routing.worker_url(profile)))
+            views[(profile.name, profile.replica)] = (
+                GatewayView(url, False)
+                if worker is None
+                else GatewayView(
+                    url,
+                    True,
+                    worker.status,
+                    worker.ready,
+                    worker.healthy,
+                    worker.load,
+                    worker.circuit,
+                )
+            )
+    return views

@@ -29,7 +29,7 @@ from orchestrator.commands.events import (
     Warn,
 )
 from orchestrator.commands.logs import RunsView
-from orchestrator.commands.ops import StatusRow
+from orchestrator.commands.ops import GatewayView, StatusRow
 from orchestrator.commands.rolling import RollResult
 from orchestrator.commands.rolling import Step as RollStep
 from orchestrator.commands.routing import Routed
@@ -538,7 +538,27 @@ def status_json(row: StatusRow) -> dict[str, object]:
         document.update(dataclasses.asdict(row.state))
         document["alive"] = row.state.alive
         document["unsupervised"] = row.state.unsupervised
+    if row.gateway is not None:
+        document["gateway"] = dataclasses.asdict(row.gateway)
     return document
+
+
+def gateway_cell(view: GatewayView | None) -> str:
+    """The gateway's view of a server in a few words."""
+    if view is None:
+        return "-"
+    if view.error is not None:
+        return f"not asked: {view.error}"
+    if not view.registered:
+        return "not registered"
+    words = [view.status or ("ready" if view.ready else "listed")]
+    if view.healthy is False:
+        words.append("unhealthy")
+    if view.load is not None:
+        words.append(f"load {view.load}")
+    if view.circuit not in (None, "closed"):
+        words.append(f"circuit {view.circuit}")
+    return ", ".join(words)
 
 
 FAILURE_WIDTH = 60  # the LAST FAILURE column without --wide; `orch status --wide` shows it all
@@ -606,6 +626,11 @@ def status_table(rows: Sequence[StatusRow], *, wide: bool = False) -> str:
             cells.append(origin)
         table.append(tuple(cells))
     lines = [grid(table)]
+    for row in rows:  # behind a router: the gateway's view beside the agent's
+        if row.gateway is not None:
+            lines.append(
+                f"{row.deployment}: gateway {row.gateway.url}: {gateway_cell(row.gateway)}"
+            )
     for row in rows:  # what the running servers say of their memory (/v1/loads)
         for load in row.state.memory_loads if row.state is not None else ():
             rank = f" DP{load.dp_rank}" if load.dp_rank is not None else ""
