@@ -498,6 +498,10 @@ class RunState:
     disk_full: bool = False  # the deployment's filesystem has (almost) no room left now
     output_dropped_bytes: int = 0  # server output its supervisor could not write (no room)
     corrupt_state: str | None = None  # state.json is corrupt: this state was rebuilt, and why
+    # what the agent did at the server's gateway (router:) on its own, after a failure:
+    # untouched, deregistered, registering, registered, failed; and its last trouble there
+    gateway_status: str | None = None
+    gateway_error: str | None = None
 
     @property
     def alive(self) -> bool:

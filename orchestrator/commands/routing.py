@@ -15,6 +15,7 @@ drained as one on this machine is.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from orchestrator.commands.context import Context, Launch, ProfilesOrigin
 from orchestrator.errors import GatewayError, RenderError
@@ -78,6 +79,33 @@ def gateway_for(ctx: Context, profile: Profile) -> GatewayClient | None:
             )
         ctx.redactor.add({name: key})
     return GatewayClient(router.url, api_key=key, clock=ctx.clock, sleep=ctx.sleep)
+
+
+def spec_gateway(ctx: Context, launch: Launch) -> dict[str, Any] | None:
+    """The run spec's ``gateway`` (remote/agent/gateway.py ``GatewaySpec``): what the agent
+    needs to take its server out of the gateway after a failure and register a restarted run
+    again without orch. The keys' values are in it (the spec is written 0600, never shown); the
+    control plane's is read from the environment as ``gateway_for`` reads it. None for a
+    profile without ``router:`` (its spec stays as it was)."""
+    profile = launch.profile
+    router = profile.router
+    if router is None:
+        return None
+    gateway = gateway_for(ctx, profile)
+    if gateway is None:
+        return None
+    section: dict[str, Any] = {
+        "url": gateway.url,
+        "worker_url": worker_url(profile),
+        "labels": worker_labels(profile, ctx.origin()),
+        "ready_timeout_s": router.ready_timeout_s,
+    }
+    if router.api_key is not None:
+        section["api_key"] = ctx.environ[router.api_key.env_var]
+    server_key = _server_key(launch)
+    if server_key is not None:
+        section["worker_api_key"] = server_key
+    return section
 
 
 def register(ctx: Context, launch: Launch) -> Routed | None:

@@ -173,7 +173,9 @@ def _up(
     meta = launch.meta(ctx.origin())
     if budget is not None:  # kept with the run: diff-effective compares SGLang's figures with it
         meta["memory_plan"] = predicted_figures(budget)
-    spec = build_spec(profile, member.argv, member.env, meta)
+    spec = build_spec(
+        profile, member.argv, member.env, meta, gateway=routing.spec_gateway(ctx, launch)
+    )
     # Started and followed on one channel; the inspection of the server comes with its READY.
     reply, events = pending.send(spec, render.launcher_script(member.command))
     if not reply.ok or reply.state is None:

@@ -31,7 +31,7 @@ import re
 import time
 import urllib.parse
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from orchestrator.errors import (
@@ -43,6 +43,19 @@ from orchestrator.errors import (
 )
 from orchestrator.fleet import http_json
 
+# How smg lists a worker is read the same way by the agent (which re-registers its server after
+# a restart, remote/agent/gateway_duty.py): defined there, where the agent's bundle has it.
+from orchestrator.remote.agent.smg import GatewayWorker, decode_smg_worker, normal_url
+
+__all__ = [
+    "GatewayClient",
+    "GatewayWorker",
+    "Registration",
+    "decode_smg_worker",
+    "normal_url",
+    "parse_circuits",
+]
+
 Dialect = Literal["smg", "legacy"]
 
 CALL_TIMEOUT_S = 10.0  # one control-plane call; smg answers in milliseconds
@@ -53,36 +66,11 @@ _CB_STATE = re.compile(r'^smg_worker_cb_state\{worker="([^"]*)"\}\s+([0-9.]+)\s*
 
 
 @dataclass(frozen=True)
-class GatewayWorker:
-    """One worker as the gateway sees it."""
-
-    id: str  # smg's worker id (a UUID); the URL itself on a legacy router
-    url: str
-    status: str  # smg: pending, ready, not_ready, draining, failed; legacy: "listed"
-    ready: bool  # the gateway routes to it (smg: status ready; legacy: listed)
-    healthy: bool | None  # smg's is_healthy; None on a legacy router
-    circuit: str | None  # closed, open, half_open (from metrics_url); None when not read
-    labels: Mapping[str, str] = field(default_factory=dict)
-    load: int | None = None  # requests the gateway has in flight to it (smg's "load")
-    job: str | None = None  # smg's registration job while pending: "processing", "failed: ..."
-
-
-@dataclass(frozen=True)
 class Registration:
     """What ``register`` left behind: the id to poll (smg), or the URL (legacy)."""
 
     url: str
     id: str
-
-
-def normal_url(url: str) -> str:
-    """A worker URL as compared here: scheme and host lower-cased, no trailing slash (smg
-    stores the URL as given, so orch compares, never rewrites, what it sends)."""
-    parts = urllib.parse.urlsplit(url.strip())
-    netloc = parts.netloc.lower()
-    return urllib.parse.urlunsplit(
-        (parts.scheme.lower(), netloc, parts.path.rstrip("/"), parts.query, "")
-    )
 
 
 class GatewayClient:
@@ -367,32 +355,6 @@ def parse_circuits(metrics_text: str) -> dict[str, str]:
         normal_url(url): CIRCUIT_STATES.get(int(float(value)), value)
         for url, value in _CB_STATE.findall(metrics_text)
     }
-
-
-def decode_smg_worker(entry: Mapping[str, Any], circuits: Mapping[str, str]) -> GatewayWorker:
-    """One entry of smg's ``GET /workers`` (or a ``GET /workers/{id}`` answer)."""
-    url = str(entry.get("url") or "")
-    status = str(entry.get("status") or "unknown")
-    healthy = entry.get("is_healthy")
-    labels = entry.get("labels")
-    load = entry.get("load")
-    job = entry.get("job_status")
-    job_text = None
-    if isinstance(job, dict):
-        job_text = str(job.get("status") or "")
-        if job.get("message"):
-            job_text += f": {job['message']}"
-    return GatewayWorker(
-        id=str(entry.get("id") or url),
-        url=url,
-        status=status,
-        ready=status == "ready",
-        healthy=healthy if isinstance(healthy, bool) else None,
-        circuit=circuits.get(normal_url(url)),
-        labels={str(k): str(v) for k, v in labels.items()} if isinstance(labels, dict) else {},
-        load=load if isinstance(load, int) and not isinstance(load, bool) else None,
-        job=job_text or None,
-    )
 
 
 def _said(worker: GatewayWorker) -> str:

@@ -1,55 +1,18 @@
 """One bounded HTTP exchange from orch's machine, for the gateway's worker API and a worker's
-``/v1/loads`` (gateway.py, drain.py).
-
-The conventions are ``diff-effective --url``'s (commands/by_url.py): ``http``/``https`` base
-URLs without credentials, query or fragment; the key sent as ``Authorization: Bearer``, never
-shown; TLS with the system's default verification; no proxy from the environment (a gateway
-and its workers are addressed directly); redirects not followed (a control-plane call answered
-with a redirect is an answer orch does not understand, and the key must not travel on). Each
-exchange has one timeout for connect and every read, and reads at most :data:`MAX_BODY_BYTES`.
+``/v1/loads`` (gateway.py, drain.py): the exchange itself is the agent's
+(``orchestrator/remote/agent/http_json.py``, which the agent uses for its own gateway calls);
+what is orch's alone is here: a base URL checked as ``diff-effective --url`` checks one
+(commands/by_url.py): ``http``/``https`` without credentials, query or fragment.
 """
 
 from __future__ import annotations
 
-import http.client
-import json
-import ssl
 import urllib.parse
-from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any
 
 from orchestrator.errors import UsageError
+from orchestrator.remote.agent.http_json import MAX_BODY_BYTES, Reply, Unreachable, exchange
 
-MAX_BODY_BYTES = 8 << 20  # smg's GET /workers is ~2 KB per worker
-
-
-class Unreachable(Exception):
-    """Nothing answered (refused, DNS, timeout, TLS, a connection cut mid-answer); ``reason``
-    is one line without the key. Callers turn it into their own OrchError."""
-
-    def __init__(self, reason: str) -> None:
-        super().__init__(reason)
-        self.reason = reason
-
-
-@dataclass(frozen=True)
-class Reply:
-    status: int
-    reason: str
-    body: bytes
-
-    def json(self) -> Any:
-        """The body as JSON, None when it is not JSON."""
-        try:
-            return json.loads(self.body)
-        except ValueError:
-            return None
-
-    def text(self, limit: int = 200) -> str:
-        """The body as one line of text, cut at ``limit`` characters (for messages)."""
-        line = " ".join(self.body.decode("utf-8", "replace").split())
-        return line if len(line) <= limit else line[: limit - 3] + "..."
+__all__ = ["MAX_BODY_BYTES", "Reply", "Unreachable", "base_url", "exchange"]
 
 
 def base_url(text: str, what: str) -> str:
@@ -70,50 +33,3 @@ def base_url(text: str, what: str) -> str:
     except ValueError as exc:
         raise UsageError(f"{what} {text!r}: {exc}") from exc
     return urllib.parse.urlunsplit((parts.scheme, parts.netloc, parts.path.rstrip("/"), "", ""))
-
-
-def exchange(
-    method: str,
-    url: str,
-    *,
-    key: str | None,
-    timeout_s: float,
-    payload: Mapping[str, Any] | None = None,
-) -> Reply:
-    """``method url`` (with ``payload`` as a JSON body), the reply whatever its status.
-    Raises :class:`Unreachable` when no whole reply came."""
-    parts = urllib.parse.urlsplit(url)
-    secure = parts.scheme == "https"
-    host = parts.hostname or ""
-    port = parts.port or (443 if secure else 80)
-    connection: http.client.HTTPConnection = (
-        http.client.HTTPSConnection(
-            host, port, timeout=timeout_s, context=ssl.create_default_context()
-        )
-        if secure
-        else http.client.HTTPConnection(host, port, timeout=timeout_s)
-    )
-    target = urllib.parse.urlunsplit(("", "", parts.path or "/", parts.query, ""))
-    headers = {"Accept": "application/json", "Accept-Encoding": "identity"}
-    body = None
-    if payload is not None:
-        body = json.dumps(payload).encode()
-        headers["Content-Type"] = "application/json"
-    if key is not None:
-        headers["Authorization"] = f"Bearer {key}"
-    try:
-        connection.request(method, target, body=body, headers=headers)
-        response = connection.getresponse()
-        data = response.read(MAX_BODY_BYTES + 1)
-        if len(data) > MAX_BODY_BYTES:
-            raise Unreachable(f"answered more than {MAX_BODY_BYTES >> 20} MiB: not read")
-        return Reply(response.status, response.reason, data)
-    except TimeoutError as exc:
-        raise Unreachable(f"no answer within {timeout_s:g} s") from exc
-    except ssl.SSLError as exc:
-        raise Unreachable(exc.reason or str(exc)) from exc
-    except (OSError, http.client.HTTPException) as exc:
-        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-        raise Unreachable(reason or type(exc).__name__) from exc
-    finally:
-        connection.close()

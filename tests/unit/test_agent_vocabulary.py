@@ -19,6 +19,10 @@ VOCABULARY = {
     f"{AGENT}.sglang_log",
     f"{AGENT}.verdict",
     f"{AGENT}.protocol",
+    # the gateway's worker JSON and the bounded HTTP exchange: orch's gateway client and the
+    # agent's (which registers a restarted server again on its own) speak to smg alike
+    f"{AGENT}.smg",
+    f"{AGENT}.http_json",
 }
 LOADED_LINES_MAX = 1000
 

@@ -12,6 +12,8 @@ from typing import Any
 
 import pytest
 
+from orchestrator.commands import routing
+from orchestrator.commands.context import Context, ProfilesOrigin
 from orchestrator.errors import PreflightError, SupervisorError
 from orchestrator.fleet.protocol.inspect import decode_inspect
 from orchestrator.fleet.protocol.plan import decode_plan_answer
@@ -85,6 +87,49 @@ def test_the_spec_orch_builds_is_the_spec_the_agent_reads(profile_dir: ProfileDi
     assert spec.restart == RestartPolicy("always", 2.0, 3.0, 40.0, 4, 120.0)
     assert spec.stop_timeout_s == 12.0
     assert spec.meta == META
+
+
+ROUTED = (
+    PROFILE
+    + """\
+router:
+  url: http://10.0.0.5:30080/
+  api_key: {from_env: SMG_CONTROL_KEY}
+  labels: {team: serving}
+  ready_timeout_s: 45
+args: {api-key: {from_env: SERVER_KEY}}
+"""
+)
+
+
+def test_the_gateway_orch_sends_is_the_gateway_the_agent_reads(profile_dir: ProfileDir) -> None:
+    profile_dir.write("p", ROUTED)
+    environ = {"SMG_CONTROL_KEY": "control-key-value", "SERVER_KEY": "server-key-value"}
+    origin = ProfilesOrigin(repo="r", directory="d", commit="c0ffee" * 6, dirty=False)
+    ctx = Context(profile_dir.store(), environ, "/usr/bin/python3", known_origin=origin)
+    launch = ctx.launch("p")
+    section = routing.spec_gateway(ctx, launch)
+    document = build_spec(launch.profile, launch.primary.argv, {}, META, gateway=section)
+    gateway = Spec.from_json(json.loads(json.dumps(document))).gateway
+    assert gateway is not None
+    assert (gateway.url, gateway.worker_url) == ("http://10.0.0.5:30080", "http://127.0.0.1:31234")
+    assert gateway.labels == {
+        "orch.profile": "p",
+        "orch.deployment": "p",
+        "orch.commit": "c0ffeec0ffee",
+        "team": "serving",
+    }
+    assert (gateway.api_key, gateway.worker_api_key) == ("control-key-value", "server-key-value")
+    assert gateway.ready_timeout_s == 45.0
+    assert "control-key-value" not in repr(gateway)
+    # orch's own output never shows the key: it joined the redactor
+    assert "control-key-value" not in ctx.redactor("key control-key-value")
+
+
+def test_a_profile_without_a_router_sends_no_gateway(profile_dir: ProfileDir) -> None:
+    document = _spec_document(profile_dir)
+    assert "gateway" not in document
+    assert Spec.from_json(document).gateway is None
 
 
 def test_the_agent_refuses_a_spec_of_another_protocol(profile_dir: ProfileDir) -> None:

@@ -13,7 +13,7 @@ import json
 import os
 import signal
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 
 from orchestrator.remote.agent.files import Paths
+from orchestrator.remote.agent.http_json import Reply
 from orchestrator.remote.agent.identity import process_identity
 from orchestrator.remote.agent.output import OutputWatcher
 from orchestrator.remote.agent.policy import RestartPolicy
@@ -221,6 +222,19 @@ class ScriptedWorld:
 
     def sweep(self, deployment_dir: str, run_id: str, seen: dict[int, float]) -> list[int]:
         return []
+
+    def gateway_exchange(
+        self,
+        method: str,
+        url: str,
+        *,
+        key: str | None,
+        timeout_s: float,
+        payload: Mapping[str, Any] | None = None,
+    ) -> Reply:
+        """A spec without ``gateway`` never calls one (tests/unit/test_agent_gateway.py has
+        a world with a gateway)."""
+        raise AssertionError(f"{method} {url}: this spec has no gateway")
 
 
 # -- running the supervisor on them -------------------------------------------------------------

@@ -699,6 +699,8 @@ def state_cell(state: RunState) -> str:
         notes.append("adopted" + ("; output lost" if state.output_lost else ""))
     if state.health_failures and state.state == READY:
         notes.append(f"health failed {state.health_failures}x")
+    if state.gateway_error:
+        notes.append(f"gateway: {state.gateway_error}")
     if state.disk_full:
         notes.append("disk full")
     if state.output_dropped_bytes:

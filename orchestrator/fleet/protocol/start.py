@@ -28,9 +28,12 @@ def build_spec(
     env: Mapping[str, str],
     meta: Mapping[str, Any],
     group: Mapping[str, Any] | None = None,
+    gateway: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The run spec for ``agent start`` (read there by ``Spec.from_json``); ``profile`` as
-    its node runs it (``Profile.for_rank``), ``group`` the rank's part in a launch group."""
+    its node runs it (``Profile.for_rank``), ``group`` the rank's part in a launch group,
+    ``gateway`` the gateway the server sits behind (``routing.spec_gateway``: keys included,
+    as the server's environment is: the agent writes the spec 0600 and never shows it)."""
     spec = {
         "protocol": PROTOCOL,
         "deployment": profile.deployment,
@@ -57,6 +60,8 @@ def build_spec(
     }
     if group is not None:
         spec["group"] = dict(group)
+    if gateway is not None:
+        spec["gateway"] = dict(gateway)
     return spec
 
 

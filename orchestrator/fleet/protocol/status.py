@@ -33,6 +33,8 @@ def decode_state(document: Any, *, agent_alive: bool | None = None) -> RunState:
     meta = reader.child("meta") or Reader({}, "agent state.meta")
     # the deployment's filesystem (agents before issue 26 said nothing of it)
     disk = reader.child("disk") or Reader({}, "agent state.disk")
+    # what the agent did at its server's gateway (agents before issue 30 did nothing there)
+    gateway = reader.child("gateway") or Reader({}, "agent state.gateway")
     # Agents up to this version wrote the launch digest as "plan_hash".
     digest = meta.opt_text("launch_digest") or meta.opt_text("plan_hash")
     dirty = meta.document.get("git_dirty")
@@ -77,6 +79,8 @@ def decode_state(document: Any, *, agent_alive: bool | None = None) -> RunState:
         disk_full=disk.flag("full"),
         output_dropped_bytes=disk.integer("dropped_bytes", 0),
         corrupt_state=reader.opt_text("corrupt_state"),
+        gateway_status=gateway.opt_text("status"),
+        gateway_error=gateway.opt_text("error"),
     )
 
 

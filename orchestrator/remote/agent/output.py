@@ -16,6 +16,7 @@ from .sglang_log import (
     GATE_LINE_MARK,
     config_line_payload,
     gate_waiting_rank,
+    is_batch_line,
     is_gate_activated_line,
     is_ready_line,
     is_worker_ready_line,
@@ -157,6 +158,7 @@ class OutputWatcher:
         self.gate_waiting: frozenset[int] = frozenset()
         self.gate_activated = False
         self.memory_lines: list[str] = []
+        self.batch_lines = 0  # SGLang's prefill and decode batch lines: the server progresses
         # The line being received: its first LINE_SCAN_BYTES, in pieces (never re-joined per
         # read: a 30 MB line without a newline took READY from 0.1 s to 68 s when it was).
         self._partial: list[bytes] = []
@@ -217,7 +219,9 @@ class OutputWatcher:
         ):
             self.memory_lines.append(line[:TAIL_LINE_CHARS])
             self._keep_memory()
-        if is_ready_line(line):
+        if is_batch_line(line):
+            self.batch_lines += 1
+        elif is_ready_line(line):
             self.saw_ready_line = True
             if not self.saw_worker_line and is_worker_ready_line(line):
                 self.saw_worker_line = True

@@ -75,6 +75,22 @@ def is_worker_ready_line(line: str) -> bool:
     )
 
 
+# The scheduler's batch lines (0.5.11 to 0.5.23: observability/scheduler_metrics_mixin.py,
+# managers/scheduler_components/metrics_reporter.py): ``Prefill batch, #new-seq: ...`` for each
+# prefill (each chunk of a chunked one), ``Decode batch, #running-req: ...`` every
+# --decode-log-interval (40) decode steps; `` [N]`` after ``batch`` with SGLANG_LOG_FORWARD_ITERS.
+BATCH_LINE_MARK = " batch"
+_BATCH_MESSAGE = re.compile(r"(?:Prefill|Decode) batch(?: \[\d+\])?, ")
+
+
+def is_batch_line(line: str) -> bool:
+    """A scheduler logged a prefill or decode batch: the server is making progress."""
+    if BATCH_LINE_MARK not in line:
+        return False
+    record = log_record(line.rstrip("\r\n"))
+    return record is not None and _BATCH_MESSAGE.match(record.message) is not None
+
+
 def strip_log_prefix(line: str) -> str:
     record = log_record(line)
     return (line if record is None else record.message).strip()

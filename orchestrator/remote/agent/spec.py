@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .files import Paths, read_json
+from .gateway import GatewaySpec
 from .policy import RestartPolicy
 from .protocol import PROTOCOL
 from .trust import check_file
@@ -172,6 +173,9 @@ class Spec:
     cwd: str | None = None  # None: the run's own directory
     meta: dict[str, Any] = field(default_factory=dict)  # plan hash, git commit ...: echoed
     group: GroupSpec | None = None  # None: a server on one node
+    # the gateway the server sits behind (a profile's router:): the agent takes it out after a
+    # failure and registers a restarted run again (gateway_duty.py); None: no gateway
+    gateway: GatewaySpec | None = None
 
     @staticmethod
     def from_json(data: dict[str, Any]) -> Spec:
@@ -195,6 +199,7 @@ class Spec:
             cwd=data.get("cwd"),
             meta=dict(data.get("meta", {})),
             group=None if data.get("group") is None else GroupSpec.from_json(data["group"]),
+            gateway=None if data.get("gateway") is None else GatewaySpec.from_json(data["gateway"]),
         )
 
 

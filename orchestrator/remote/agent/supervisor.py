@@ -38,6 +38,7 @@ from .files import (
     write_json_atomic,
     write_private,
 )
+from .gateway_duty import GatewayDuty
 from .identity import DEPLOYMENT_ENV, IDENTITY_CMDLINE_ITEMS, RUN_ID_ENV
 from .journal import Journal
 from .output import LogSink, OutputWatcher
@@ -132,6 +133,18 @@ class Supervisor:
         )
         self.journal = Journal(paths, record, self.clock)
         self.role: Role = Alone(self)
+        self.gateway: GatewayDuty | None = None  # out after a failure, back in after a restart
+        if spec.gateway is not None:
+            self.gateway = GatewayDuty(
+                spec.gateway,
+                self.world.gateway_exchange,
+                monotonic=self.clock.monotonic,
+                wall=self.clock.wall,
+                event=self.event,
+                note=lambda view: self.update(gateway=view),
+            )
+            record.update({"gateway": self.gateway.view()})
+        self._runs = 0  # runs watched: the first one's registration is orch's, after its checks
         self.exit_noticed: float | None = None  # monotonic: when _watch saw its server end
         self._dropped_before = 0  # server output dropped in the runs before this one
         self._next_disk_look = 0.0
@@ -284,6 +297,7 @@ class Supervisor:
                 self.journal.disk_trouble(exc, "failed_writes")
 
     def run_once(self, adopted: ServerProcess | None = None) -> tuple[int, ExitVerdict, bool]:
+        self._runs += 1
         if adopted is not None:
             return self._watch(adopted, None)
         spawned = self._spawn()
@@ -385,6 +399,8 @@ class Supervisor:
         next_health = started if not self.record.ready else started + spec.health_interval_s
         probe_timeout = min(max(spec.health_interval_s, 0.2), 5.0)  # a probe never outlasts
         ready_line_at: float | None = None  # the interval: detection in interval x failures
+        batches = 0  # SGLang's batch lines logged by the last probe after READY
+        excused = False  # failed probes excused by progress, said once
         failures = 0
         ended_by: ExitVerdict | None = None
         while process.poll() is None:
@@ -425,18 +441,30 @@ class Supervisor:
                     # what the server says of its memory, once: the pools do not change after
                     # READY, and a status call never waits on the server for them
                     self.update(**self.world.memory_loads(spec.health_host, spec.port))
+                    if self.gateway is not None and self._runs > 1:
+                        self.gateway.bring_back(run_id)  # a restart of ours: back in
                     next_health = self.clock.monotonic() + spec.health_interval_s
+                    batches = watcher.batch_lines if watcher is not None else 0
                 elif now - started > spec.startup_timeout_s:
                     why = f"not READY after {spec.startup_timeout_s:g} s (health.startup_timeout_s)"
                     ended_by = self._give_up(process, tracked, STARTUP_TIMEOUT, why)
                     break
             elif now >= next_health:
                 # Liveness, as a Kubernetes liveness probe: every interval, a probe that never
-                # outlasts it; health.failures failures in a row make the server UNHEALTHY.
+                # outlasts it; health.failures failures in a row without progress make the
+                # server UNHEALTHY. Progress: SGLang logged a prefill or decode batch since the
+                # last probe (its /health runs a generation, which times out behind a long
+                # prefill: a busy server is not a hung one).
                 next_health = now + spec.health_interval_s
-                if self.world.health_ok(
+                progressed = watcher is not None and watcher.batch_lines != batches
+                batches = watcher.batch_lines if watcher is not None else 0
+                healthy = self.world.health_ok(
                     spec.health_host, spec.port, spec.health_endpoint, probe_timeout
-                ):
+                )
+                if healthy or progressed:
+                    if not healthy and not excused:  # once per stretch of failed probes
+                        self.event("health_excused", run_id=run_id, why="batches logged")
+                    excused = not healthy
                     if failures:
                         failures = 0
                         self.update(health_failures=0)
@@ -454,8 +482,14 @@ class Supervisor:
                         break
             tracked.refresh()
             self._tend_disk(watcher)
+            if self.gateway is not None:
+                self.gateway.tick()
             self.clock.wait(process.ended, 0.05)  # a death wakes it at once
         self.exit_noticed = self.clock.monotonic()
+        if self.gateway is not None:
+            self.gateway.cancel()
+            if not self.stop_requested.is_set():  # a stop's take-out is orch's (orch down)
+                self.gateway.take_out(run_id)  # before the sweep and the restart
         returncode = process.wait()
         # Children that outlive the server hold its output pipe open: give the last lines a
         # moment, give the verdict at once, then sweep (which closes the pipe for good).
@@ -571,6 +605,8 @@ class Supervisor:
         if self.record.state != UNHEALTHY:
             self.update(message=f"{cls}: {why}; stopping it")
         self.event(cls, run_id=self.record.run_id, message=why)
+        if self.gateway is not None:  # out before its stop grace, not after
+            self.gateway.take_out(str(self.record.run_id))
         self.terminate(process, tracked)
         return ExitVerdict(cls, why)
 

@@ -11,12 +11,13 @@ import json
 import os
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     import subprocess
 
+from .http_json import Reply, exchange
 from .identity import DEPLOYMENT_ENV, RUN_ID_ENV, proc_facts, process_identity, same_process
 from .output import OutputWatcher
 from .verdict import LOST_RETURNCODE
@@ -104,6 +105,18 @@ class World(Protocol):
         """Kill what is left of a run: every process carrying its markers or seen as a
         descendant (same pid and start time); the pids killed."""
 
+    def gateway_exchange(
+        self,
+        method: str,
+        url: str,
+        *,
+        key: str | None,
+        timeout_s: float,
+        payload: Mapping[str, Any] | None = None,
+    ) -> Reply:
+        """One call to the server's gateway (http_json.exchange): its reply whatever its
+        status; http_json.Unreachable when none came."""
+
 
 class RealWorld:
     def __init__(self, clock: Clock) -> None:
@@ -164,6 +177,17 @@ class RealWorld:
 
     def sweep(self, deployment_dir: str, run_id: str, seen: dict[int, float]) -> list[int]:
         return kill_leftovers(deployment_dir, run_id, seen, self.clock)
+
+    def gateway_exchange(
+        self,
+        method: str,
+        url: str,
+        *,
+        key: str | None,
+        timeout_s: float,
+        payload: Mapping[str, Any] | None = None,
+    ) -> Reply:
+        return exchange(method, url, key=key, timeout_s=timeout_s, payload=payload)
 
 
 class _Spawned:
