@@ -106,6 +106,10 @@ def test_a_rolling_restart_loses_no_request(
     gateway = start_gateway(fast_health=False)  # smg's own health checks: every 60 s
     name = _fleet(local_workspace, gateway, monkeypatch)
     _up(local_workspace, name, gateway)
+    status = local_workspace.orch("status", name)
+    assert status.code == ExitCode.OK, status.err
+    for replica in ("fleet@0", "fleet@1"):  # the gateway's view beside the agent's
+        assert f"{replica}: gateway {gateway.url}: ready" in status.out
     before = _ready(gateway)
     with load_through(gateway) as load:
         time.sleep(1)
