@@ -98,14 +98,27 @@ def _up(space: Workspace, name: str, gateway: Gateway) -> None:
     assert len(_ready(gateway)) == 2
 
 
+def _running(
+    space: Workspace,
+    start_gateway: Callable[..., Gateway],
+    monkeypatch: pytest.MonkeyPatch,
+    *,
+    fast_health: bool = True,
+) -> tuple[Gateway, str]:
+    """A gateway and the two-replica profile up behind it: (the gateway, the profile)."""
+    gateway = start_gateway(fast_health=fast_health)
+    name = _fleet(space, gateway, monkeypatch)
+    _up(space, name, gateway)
+    return gateway, name
+
+
 def test_a_rolling_restart_loses_no_request(
     local_workspace: Workspace,
     start_gateway: Callable[..., Gateway],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    gateway = start_gateway(fast_health=False)  # smg's own health checks: every 60 s
-    name = _fleet(local_workspace, gateway, monkeypatch)
-    _up(local_workspace, name, gateway)
+    # smg's own health checks: every 60 s
+    gateway, name = _running(local_workspace, start_gateway, monkeypatch, fast_health=False)
     status = local_workspace.orch("status", name)
     assert status.code == ExitCode.OK, status.err
     for replica in ("fleet@0", "fleet@1"):  # the gateway's view beside the agent's
@@ -152,9 +165,8 @@ def test_the_same_roll_in_place_loses_requests(
     start_gateway: Callable[..., Gateway],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    gateway = start_gateway(fast_health=False)  # smg's own health checks: every 60 s
-    name = _fleet(local_workspace, gateway, monkeypatch)
-    _up(local_workspace, name, gateway)
+    # smg's own health checks: every 60 s
+    gateway, name = _running(local_workspace, start_gateway, monkeypatch, fast_health=False)
     ctx = Context(
         store=ProfileStore(local_workspace.profiles),
         environ=os.environ,
@@ -196,9 +208,7 @@ def test_down_takes_each_replica_out_of_the_gateway_before_its_sigterm(
 ) -> None:
     import psutil
 
-    gateway = start_gateway()
-    name = _fleet(local_workspace, gateway, monkeypatch)
-    _up(local_workspace, name, gateway)
+    gateway, name = _running(local_workspace, start_gateway, monkeypatch)
     pids = _pids(local_workspace, name)
     assert len(pids) == 2
     client = gateway.client(poll_s=0.05)
@@ -248,9 +258,7 @@ def test_a_failed_relaunch_puts_the_canary_back_and_leaves_the_other_untouched(
     start_gateway: Callable[..., Gateway],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    gateway = start_gateway()
-    name = _fleet(local_workspace, gateway, monkeypatch)
-    _up(local_workspace, name, gateway)
+    gateway, name = _running(local_workspace, start_gateway, monkeypatch)
     before = _pids(local_workspace, name)
     profile = local_workspace.profiles / f"{name}.yaml"
     launched = profile.read_text()
@@ -279,9 +287,7 @@ def test_a_drain_that_never_ends_is_cut_at_the_drain_timeout(
     start_gateway: Callable[..., Gateway],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    gateway = start_gateway()
-    name = _fleet(local_workspace, gateway, monkeypatch)
-    _up(local_workspace, name, gateway)
+    _, name = _running(local_workspace, start_gateway, monkeypatch)
     port = _ports(local_workspace, name)["fleet@0"]
     held = threading.Thread(  # ~30 s of generation on replica 0, straight to it
         target=generate, args=(f"http://127.0.0.1:{port}",), kwargs={"max_new_tokens": 3000}
