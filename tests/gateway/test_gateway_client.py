@@ -46,7 +46,11 @@ def test_register_lists_the_worker_ready_and_requests_through_the_gateway_reach_
     assert ready.labels["version"] == "0.5.23"  # smg read the stand-in's /server_info itself
     assert [w.url for w in client.workers()] == [worker.url]
     assert generate(gateway.url) == 200
-    assert '"POST /generate HTTP/1.1" 200' in worker.process.log.read_text()
+    # the worker's access line is written after the answer: look until it is there
+    deadline = time.monotonic() + 10
+    while '"POST /generate HTTP/1.1" 200' not in worker.process.log.read_text():
+        assert time.monotonic() < deadline, worker.process.log.read_text()[-2000:]
+        time.sleep(0.05)
 
 
 def test_deregister_drains_then_the_gateway_lets_the_worker_go(
