@@ -150,7 +150,7 @@ def _rolling(args: argparse.Namespace, output: Output) -> int:
 
 
 def handle_status(args: argparse.Namespace, output: Output) -> int:
-    from orchestrator.cli.show import core as show
+    from orchestrator.cli.show import status as show
     from orchestrator.commands import ops
 
     ctx = context_for(args, output)

@@ -24,7 +24,7 @@ from typing import Any
 import psutil
 import pytest
 
-from orchestrator.cli.show.core import state_cell
+from orchestrator.cli.show.status import state_cell
 from orchestrator.fleet.protocol.status import decode_state
 from orchestrator.fleet.protocol.stop import decode_stop
 from orchestrator.remote.agent import states as agent_states

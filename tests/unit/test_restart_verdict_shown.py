@@ -8,6 +8,7 @@ import json
 from typing import Any
 
 from orchestrator.cli.show import core as show
+from orchestrator.cli.show import status as show_status
 from orchestrator.commands.events import RunEnded
 from orchestrator.commands.follow import exit_code_of, failure_outcome
 from orchestrator.commands.logs import RunsView
@@ -81,10 +82,10 @@ def test_an_older_agents_last_exit_reads_its_classs_restart_verdict() -> None:
 
 def test_status_shows_the_class_and_whether_a_restart_helps_in_text_and_json() -> None:
     row = StatusRow("demo", "gpu1", decode_state(ASSERTED))
-    text = show.status_table([row], wide=True)
+    text = show_status.status_table([row], wide=True)
     assert "config-error: AssertionError: 16 is not divisible by 6" in text
     assert f"restart will not help: {restart_for(CONFIG_ERROR).why}" in text
-    document = json.loads(json.dumps(show.status_json(row)))
+    document = json.loads(json.dumps(show_status.status_json(row)))
     assert document["last_exit"]["cls"] == "config-error"
     assert document["last_exit"]["restart_helps"] is False
     assert document["last_exit"]["restart_why"] == restart_for(CONFIG_ERROR).why

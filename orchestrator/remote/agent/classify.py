@@ -23,12 +23,39 @@ from .verdict import (
     IMPORT_ERROR,
     KERNEL_ERROR,
     KILLED,
+    LOST,
     MODEL_NOT_FOUND,
     NCCL,
     PORT_IN_USE,
     ExitVerdict,
     restart_for,
 )
+
+
+def run_ending(
+    returncode: int,
+    tail: Sequence[str] | None,
+    *,
+    stopped: ExitVerdict | None,
+    ended_by: ExitVerdict | None,
+    saw_config_line: bool,
+    was_ready: bool,
+) -> ExitVerdict:
+    """How a watched run ended: the stop that was asked for (``stopped``, unless the
+    supervisor had ended it itself), the supervisor's own verdict (``ended_by``: hung, not READY
+    in time, the group's), an adopted server's end (``tail`` None: its output went with the
+    supervisor that died), else its exit classified."""
+    if stopped is not None and ended_by is None:
+        return stopped
+    if ended_by is not None:
+        return ended_by
+    if tail is None:
+        return ExitVerdict(
+            LOST,
+            "the adopted server ended; its exit status and last lines are unknown (it was "
+            "not this supervisor's child, and its output went with the one that died)",
+        )
+    return classify_exit(returncode, tail, saw_config_line=saw_config_line, was_ready=was_ready)
 
 
 def classify_exit(

@@ -40,6 +40,21 @@ class GatewayDuty:
     ``note`` writes the state's ``gateway`` view; ``monotonic`` and ``wall`` are the
     supervisor's clock."""
 
+    @classmethod
+    def of(cls, spec: GatewaySpec | None, supervisor: Any) -> GatewayDuty | None:
+        """The duty of a supervisor whose spec names a gateway (None when it names none): its
+        world's exchange, its clock, its events and state."""
+        if spec is None:
+            return None
+        return cls(
+            spec,
+            supervisor.world.gateway_exchange,
+            monotonic=supervisor.clock.monotonic,
+            wall=supervisor.clock.wall,
+            event=supervisor.event,
+            note=lambda view: supervisor.update(gateway=view),
+        )
+
     def __init__(
         self,
         spec: GatewaySpec,

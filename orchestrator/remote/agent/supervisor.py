@@ -25,7 +25,7 @@ import time
 from collections import deque
 from typing import Any
 
-from .classify import classify_exit, signal_name
+from .classify import run_ending, signal_name
 from .files import (
     DISK_LOOK_S,
     NO_DISK_TROUBLE,
@@ -41,6 +41,7 @@ from .files import (
 from .gateway_duty import GatewayDuty
 from .identity import DEPLOYMENT_ENV, IDENTITY_CMDLINE_ITEMS, RUN_ID_ENV
 from .journal import Journal
+from .liveness import Liveness
 from .output import LogSink, OutputWatcher
 from .protocol import CONFIG_FILE, RECEIVED_FILE
 from .record import AgentState
@@ -59,7 +60,7 @@ from .states import (
     IllegalTransition,
     check_transition,
 )
-from .verdict import CRASHED, HUNG, LOST, SPAWN_FAILED, STARTUP_TIMEOUT, STOPPED, ExitVerdict
+from .verdict import CRASHED, HUNG, SPAWN_FAILED, STARTUP_TIMEOUT, STOPPED, ExitVerdict
 from .world import Clock, Descendants, RealClock, RealWorld, ServerProcess, World, spawn_failure
 
 
@@ -133,16 +134,9 @@ class Supervisor:
         )
         self.journal = Journal(paths, record, self.clock)
         self.role: Role = Alone(self)
-        self.gateway: GatewayDuty | None = None  # out after a failure, back in after a restart
-        if spec.gateway is not None:
-            self.gateway = GatewayDuty(
-                spec.gateway,
-                self.world.gateway_exchange,
-                monotonic=self.clock.monotonic,
-                wall=self.clock.wall,
-                event=self.event,
-                note=lambda view: self.update(gateway=view),
-            )
+        # out of its gateway after a failure, back in after a restart
+        self.gateway = GatewayDuty.of(spec.gateway, self)
+        if self.gateway is not None:
             record.update({"gateway": self.gateway.view()})
         self._runs = 0  # runs watched: the first one's registration is orch's, after its checks
         self.exit_noticed: float | None = None  # monotonic: when _watch saw its server end
@@ -399,9 +393,7 @@ class Supervisor:
         next_health = started if not self.record.ready else started + spec.health_interval_s
         probe_timeout = min(max(spec.health_interval_s, 0.2), 5.0)  # a probe never outlasts
         ready_line_at: float | None = None  # the interval: detection in interval x failures
-        batches = 0  # SGLang's batch lines logged by the last probe after READY
-        excused = False  # failed probes excused by progress, said once
-        failures = 0
+        liveness = Liveness(spec.health_failures)
         ended_by: ExitVerdict | None = None
         while process.poll() is None:
             if self.stop_requested.is_set():
@@ -444,42 +436,33 @@ class Supervisor:
                     if self.gateway is not None and self._runs > 1:
                         self.gateway.bring_back(run_id)  # a restart of ours: back in
                     next_health = self.clock.monotonic() + spec.health_interval_s
-                    batches = watcher.batch_lines if watcher is not None else 0
+                    liveness.ready(watcher.batch_lines if watcher is not None else None)
                 elif now - started > spec.startup_timeout_s:
                     why = f"not READY after {spec.startup_timeout_s:g} s (health.startup_timeout_s)"
                     ended_by = self._give_up(process, tracked, STARTUP_TIMEOUT, why)
                     break
-            elif now >= next_health:
-                # Liveness, as a Kubernetes liveness probe: every interval, a probe that never
-                # outlasts it; health.failures failures in a row without progress make the
-                # server UNHEALTHY. Progress: SGLang logged a prefill or decode batch since the
-                # last probe (its /health runs a generation, which times out behind a long
-                # prefill: a busy server is not a hung one).
+            elif now >= next_health:  # liveness after READY (liveness.py)
                 next_health = now + spec.health_interval_s
-                progressed = watcher is not None and watcher.batch_lines != batches
-                batches = watcher.batch_lines if watcher is not None else 0
-                healthy = self.world.health_ok(
-                    spec.health_host, spec.port, spec.health_endpoint, probe_timeout
+                batches = watcher.batch_lines if watcher is not None else None
+                probe = liveness.probe(
+                    self.world.health_ok(
+                        spec.health_host, spec.port, spec.health_endpoint, probe_timeout
+                    ),
+                    batches,
                 )
-                if healthy or progressed:
-                    if not healthy and not excused:  # once per stretch of failed probes
-                        self.event("health_excused", run_id=run_id, why="batches logged")
-                    excused = not healthy
-                    if failures:
-                        failures = 0
-                        self.update(health_failures=0)
-                else:
-                    failures += 1
-                    self.update(health_failures=failures)
-                    if failures >= spec.health_failures:
-                        why = (
-                            f"{spec.health_endpoint} failed {failures} times in a row "
-                            f"({spec.health_interval_s:g} s apart) after READY"
-                        )
-                        self.change_state(UNHEALTHY, message=f"{why}: stopping it")
-                        self.event("unhealthy", run_id=run_id, failures=failures)
-                        ended_by = self._give_up(process, tracked, HUNG, f"{why}: stopped")
-                        break
+                if probe.excused:
+                    self.event("health_excused", run_id=run_id, why="batches logged")
+                if probe.failures_changed:
+                    self.update(health_failures=probe.failures)
+                if probe.unhealthy:
+                    why = (
+                        f"{spec.health_endpoint} failed {probe.failures} times in a row "
+                        f"({spec.health_interval_s:g} s apart) after READY"
+                    )
+                    self.change_state(UNHEALTHY, message=f"{why}: stopping it")
+                    self.event("unhealthy", run_id=run_id, failures=probe.failures)
+                    ended_by = self._give_up(process, tracked, HUNG, f"{why}: stopped")
+                    break
             tracked.refresh()
             self._tend_disk(watcher)
             if self.gateway is not None:
@@ -495,23 +478,18 @@ class Supervisor:
         # moment, give the verdict at once, then sweep (which closes the pipe for good).
         process.drain(0.2)
         was_ready = bool(self.record.ready)
-        if self.stop_requested.is_set() and ended_by is None:
-            verdict = ExitVerdict(STOPPED, self.role.why_stopped())
-        elif ended_by is not None:
-            verdict = ended_by
-        elif watcher is None:
-            verdict = ExitVerdict(
-                LOST,
-                "the adopted server ended; its exit status and last lines are unknown (it was "
-                "not this supervisor's child, and its output went with the one that died)",
-            )
-        else:
-            verdict = classify_exit(
-                returncode,
-                list(watcher.tail),
-                saw_config_line=watcher.saw_config_line,
-                was_ready=was_ready,
-            )
+        verdict = run_ending(
+            returncode,
+            list(watcher.tail) if watcher is not None else None,
+            stopped=(
+                ExitVerdict(STOPPED, self.role.why_stopped())
+                if self.stop_requested.is_set()
+                else None
+            ),
+            ended_by=ended_by,
+            saw_config_line=watcher is not None and watcher.saw_config_line,
+            was_ready=was_ready,
+        )
         self.record_exit(run_id, returncode, verdict)
         swept = self._sweep(run_id, tracked)
         process.drain(5.0)
