@@ -282,6 +282,9 @@ class Profile:
     # then replica 0's); empty: one server. ``for_replica`` gives each as it runs.
     replicas: tuple[Replica, ...] = ()
     replica: int | None = None  # the replica this profile is (``for_replica``); None: not one
+    # ``labels:``: words that select the profile (``orch sync --on LABEL``); they change nothing
+    # on the host (not in the launch, not in its digest)
+    labels: tuple[str, ...] = ()
 
     @property
     def deployment(self) -> str:

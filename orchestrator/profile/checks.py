@@ -48,6 +48,7 @@ from orchestrator.sglang import argtable
 from orchestrator.sglang.argtable import ArgTable
 
 _FIELD_NAME_RE = re.compile(r"^[a-z][a-z0-9_]*$")
+_LABEL_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
 
 _TOP_KEYS = (
     "extends",
@@ -71,6 +72,7 @@ _TOP_KEYS = (
     "replicas",
     "export",
     "router",
+    "labels",
 )
 _SECTION_KEYS: dict[str, tuple[str, ...]] = {
     "model": ("path", "served_model_name"),
@@ -185,6 +187,7 @@ class ProfileChecker(DocChecker):
         export = export_section(self)
         router = router_section(self)
         description = self.text(("description",), one_line=False) or ""
+        labels = self._labels()
 
         if self.errors:
             return None, table
@@ -218,6 +221,7 @@ class ProfileChecker(DocChecker):
             export=export,
             router=router,
             replicas=replicas,
+            labels=labels,
         )
         return profile, table
 
@@ -369,6 +373,28 @@ class ProfileChecker(DocChecker):
             else:
                 args[name] = value
         return args
+
+    def _labels(self) -> tuple[str, ...]:
+        """``labels:``: words naming the profile for ``orch sync --on LABEL`` (a team, a
+        region, a tier); a list, each a word a command line can carry."""
+        raw = self.get(("labels",))
+        if raw is MISSING:
+            return ()
+        if not isinstance(raw, list):
+            self.error(("labels",), "expected a list of words", "labels: [team-a, canary]")
+            return ()
+        labels: list[str] = []
+        for index, item in enumerate(raw):
+            if not isinstance(item, str) or not _LABEL_RE.match(item):
+                self.error(
+                    ("labels", index),
+                    f"expected a word of letters, digits, '.', '_' or '-', got {item!r}",
+                    "a label such as team-a, eu-west or canary",
+                )
+                continue
+            if item not in labels:
+                labels.append(item)
+        return tuple(labels)
 
     def _pin(self) -> tuple[str, ...]:
         raw = self.get(("pin",))
