@@ -58,6 +58,7 @@ class ExitCode(enum.IntEnum):
     # it never marks ready, one it never lets go, an answer that is not its worker API
     ROLL = 34  # orch restart --rolling stopped: a replica failed its relaunch or its soak (and was
     # put back on its previous launch), or the others could not carry the load
+    SYNC = 36  # orch sync stopped its rollout or a deployment failed (the report says each)
     # orch diff's results, as terraform's -detailed-exitcode: 0 no change, 2 changes. Its usage
     # errors exit EX_USAGE, so that a mistyped command line never reads as "changes".
     CHANGES = 2

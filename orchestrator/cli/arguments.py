@@ -11,6 +11,7 @@ from pathlib import Path
 
 from orchestrator import __version__
 from orchestrator.cli.arguments_review import add_review
+from orchestrator.cli.arguments_sync import add_sync
 from orchestrator.errors import ExitCode
 from orchestrator.model import EXPORT_ENGINES
 from orchestrator.profile.bundled import bundled_profiles
@@ -402,6 +403,7 @@ def parser() -> argparse.ArgumentParser:
     diff.set_defaults(command="diff-effective")
 
     add_review(commands)
+    add_sync(commands)
 
     init = commands.add_parser(
         "init",
@@ -463,6 +465,9 @@ EXAMPLES: dict[str, str] = {
     "  orch diff main..HEAD qwen36-mtp-b200\n"
     "  orch diff origin/main...HEAD --format markdown  # a pull request's comment\n"
     "  orch diff main --local-sglang --model-config config.json  # SGLang's own resolution",
+    "sync": "orch sync --dry-run                       # what differs from HEAD\n"
+    "  orch sync --on team-a --yes\n"
+    "  orch sync --rev v12 --max-unavailable 2 --max-failures 3",
     "hosts": "orch hosts trust b200-1",
     "init": "orch init ~/src/team-profiles",
 }

@@ -20,7 +20,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import TextIO
 
-from orchestrator.cli import arguments, cmd_plan, cmd_profiles, cmd_review, cmd_run
+from orchestrator.cli import arguments, cmd_plan, cmd_profiles, cmd_review, cmd_run, cmd_sync
 from orchestrator.cli.output import Output
 from orchestrator.errors import ExitCode, InvalidProfile, OrchError
 
@@ -33,7 +33,7 @@ def main(
     except SystemExit as exc:
         # `orch diff`'s 2 means "changes" (terraform's -detailed-exitcode): its usage errors
         # must not read as that
-        if exc.code == ExitCode.USAGE and _command_word(argv) == "diff":
+        if exc.code == ExitCode.USAGE and _command_word(argv) in CHANGES_CODED:
             return ExitCode.DIFF_USAGE
         raise
     from orchestrator.render import Redactor  # render loads the profile store: not for --help
@@ -52,7 +52,7 @@ def main(
         if args.debug:
             output.traceback(exc)
         output.error(exc)
-        if exc.exit_code == ExitCode.USAGE and args.command == "diff":
+        if exc.exit_code == ExitCode.USAGE and args.command in CHANGES_CODED:
             return ExitCode.DIFF_USAGE
         return exc.exit_code
     except KeyboardInterrupt:
@@ -96,6 +96,10 @@ def _command_word(argv: Sequence[str] | None) -> str | None:
     return None
 
 
+# the commands whose exit 2 means "changes" (terraform's -detailed-exitcode): their usage errors
+# exit EX_USAGE (64) instead, so that a mistyped command line never reads as a change
+CHANGES_CODED = ("diff", "sync")
+
 HANDLERS: dict[str, Callable[[argparse.Namespace, Output], int]] = {
     "render": cmd_profiles.handle_render,
     "export": cmd_profiles.handle_export,
@@ -113,6 +117,7 @@ HANDLERS: dict[str, Callable[[argparse.Namespace, Output], int]] = {
     "upgrade": cmd_plan.handle_upgrade,
     "diff-effective": cmd_plan.handle_diff_effective,
     "diff": cmd_review.handle_diff,
+    "sync": cmd_sync.handle_sync,
     "init": cmd_profiles.handle_init,
     "hosts": cmd_profiles.handle_hosts,
     "hosts-trust": cmd_profiles.handle_hosts_trust,
