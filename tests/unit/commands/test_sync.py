@@ -1,0 +1,362 @@
+"""``orch sync`` over the fake agent (fake_agent.py) and a real git repository of the recorded
+profiles: the dry run's states from what the hosts answer and what the repository says, and the
+apply acting on the pending ones only."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import subprocess
+import textwrap
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from orchestrator import render
+from orchestrator.cli.main import main
+from orchestrator.commands import sync
+from orchestrator.commands.context import ProfilesOrigin, profiles_origin
+from orchestrator.effective import sync as esync
+from orchestrator.errors import ConnectError, ExitCode
+from orchestrator.model import Profile
+from tests.conftest import HOSTS
+from tests.unit.commands.fake_agent import (
+    READY,
+    RECORDED_PROFILES,
+    STOPPED,
+    FakeAgent,
+    FakeFleet,
+)
+
+
+class Repo:
+    """The recorded profiles committed in a git repository (``profiles/`` inside it)."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.profiles = root / "profiles"
+        self.profiles.mkdir(parents=True)
+        self.git("init", "-q", "-b", "main")
+        (self.profiles / "hosts.yaml").write_text(HOSTS)
+        for name in ("demo", "drift"):
+            text = (RECORDED_PROFILES / f"{name}.yaml").read_text()
+            (self.profiles / f"{name}.yaml").write_text(text)
+
+    def git(self, *argv: str) -> str:
+        done = subprocess.run(
+            ["git", "-c", "user.name=t", "-c", "user.email=t@example.net", *argv],
+            cwd=self.root,
+            env={**os.environ, "GIT_CONFIG_GLOBAL": os.devnull, "GIT_CONFIG_NOSYSTEM": "1"},
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        )
+        return done.stdout.strip()
+
+    def commit(self) -> str:
+        self.git("add", "-A")
+        self.git("commit", "-q", "--allow-empty", "-m", "change")
+        return self.git("rev-parse", "HEAD")
+
+    def edit(self, name: str, old: str, new: str) -> None:
+        path = self.profiles / f"{name}.yaml"
+        text = path.read_text()
+        assert old in text
+        path.write_text(text.replace(old, new, 1))
+
+    def add_env(self, name: str) -> None:
+        """A new variable in the server's environment: a restart."""
+        self.edit(name, "env:\n", "env:\n  TOKENIZERS_PARALLELISM: 'false'\n")
+
+    def append(self, name: str, text: str) -> None:
+        path = self.profiles / f"{name}.yaml"
+        path.write_text(path.read_text() + textwrap.dedent(text))
+
+
+class Agent(FakeAgent):
+    """The fake agent with the SURVEY branch's ``reconfigure``: the supervisor takes the new
+    spec's meta (what the real one records) without touching the server."""
+
+    def reconfigure(
+        self, spec: Mapping[str, Any], launch_script: str, live: Mapping[str, Any] | None = None
+    ) -> Any:
+        deployment = self._reach()
+        deployment.meta = dict(spec["meta"])
+        deployment.history.append("reconfigured")
+        return type("Reply", (), {"ok": True, "reason": ""})()
+
+
+@dataclasses.dataclass
+class World:
+    repo: Repo
+    fleet: FakeFleet
+
+    def factory(self, profile: Profile) -> Agent:
+        return Agent(self.fleet, profile)
+
+    def session(self, **request: Any) -> sync.Session:
+        return sync.Session(
+            self.repo.profiles,
+            sync.Request(**request),
+            environ={},
+            local_python="/usr/bin/python3",
+            redactor=render.Redactor(),
+            agent_factory=self.factory,
+        )
+
+    def deploy(
+        self, name: str, situation: str = READY, *, commit: str, dirty: bool = False
+    ) -> None:
+        """``name`` running as orch launched it from the repository at ``commit``."""
+        origin = profiles_origin(self.repo.profiles)
+        origin = dataclasses.replace(origin, commit=commit, dirty=dirty)
+        with self.session(rev=commit) as opened:
+            meta = opened.ctx.launch(name, require_secrets=False).meta(origin)
+        self.fleet.deploy("gpu-1", name, situation, meta)
+
+    def states(self, **request: Any) -> dict[str, esync.Verdict]:
+        with self.session(**request) as opened:
+            found = opened.dry_run()
+        return {row.row.name: row.row.verdict for row in found.rows}
+
+
+@pytest.fixture
+def world(tmp_path: Path) -> World:
+    return World(Repo(tmp_path / "team"), FakeFleet())
+
+
+def test_the_repository_at_head_running_is_clean(world: World) -> None:
+    a = world.repo.commit()
+    world.deploy("demo", commit=a)
+    world.deploy("drift", commit=a)
+    states = world.states()
+    assert {name: v.state for name, v in states.items()} == {"demo": "clean", "drift": "clean"}
+
+
+def test_a_commit_that_changes_one_profile_makes_it_pending_and_only_it(world: World) -> None:
+    a = world.repo.commit()
+    world.deploy("demo", commit=a)
+    world.deploy("drift", commit=a)
+    world.repo.add_env("demo")
+    world.repo.commit()
+    states = world.states()
+    assert states["drift"].state == esync.CLEAN
+    demo = states["demo"]
+    assert demo.state == esync.PENDING
+    assert demo.action == "restart"
+    assert demo.forced_by == ("env.TOKENIZERS_PARALLELISM",)
+
+
+def test_down_and_out_of_band_and_a_dirty_launch_of_the_wanted_launch(world: World) -> None:
+    a = world.repo.commit()
+    world.deploy("demo", STOPPED, commit=a)
+    world.repo.append("drift", "description: edited\n")
+    world.repo.edit("drift", "stop_timeout_s: 3", "stop_timeout_s: 4")
+    b = world.repo.commit()
+    world.deploy("drift", commit=b, dirty=True)  # the same launch as HEAD's, from a dirty tree
+    states = world.states()
+    assert (states["demo"].state, states["demo"].why) == (esync.DOWN, "stopped (EXITED)")
+    assert states["drift"].state == esync.CLEAN
+    assert states["drift"].notes == ("launched from a dirty tree; its launch is the wanted one",)
+    world.fleet.deployment("gpu-1", "drift").meta["launch_digest"] = "0123456789ab"
+    assert world.states()["drift"].state == esync.OUT_OF_BAND
+
+
+def test_an_agent_only_change_with_the_same_launch_is_pending_agent_only(world: World) -> None:
+    a = world.repo.commit()
+    world.deploy("demo", commit=a)
+    world.repo.edit("demo", "stop_timeout_s: 3", "stop_timeout_s: 9")
+    world.repo.commit()
+    demo = world.states(names=("demo",))["demo"]
+    assert (demo.state, demo.action, demo.forced_by) == (
+        esync.PENDING,
+        "agent-only",
+        ("stop_timeout_s",),
+    )
+
+
+def test_a_commit_not_in_the_history_is_out_of_band(world: World) -> None:
+    world.repo.commit()
+    world.repo.git("checkout", "-q", "-b", "side")
+    world.repo.edit("demo", "port: 43889", "port: 43890")
+    side = world.repo.commit()
+    world.repo.git("checkout", "-q", "main")
+    world.deploy("demo", commit=side)
+    demo = world.states(names=("demo",))["demo"]
+    assert demo.state == esync.OUT_OF_BAND
+    assert "not in the wanted commit's history" in demo.why
+
+
+def test_an_unreachable_host_is_down_saying_so(world: World) -> None:
+    world.repo.commit()
+    world.fleet.unreachable["gpu-1"] = ConnectError("connection refused")
+    states = world.states()
+    assert {v.why for v in states.values()} == {"host unreachable: connection refused"}
+
+
+def test_on_selects_by_label_or_host(world: World) -> None:
+    world.repo.append("demo", "labels: [team-a]\n")
+    world.repo.commit()
+    assert list(world.states(on="team-a")) == ["demo"]
+    assert sorted(world.states(on="gpu-1")) == ["demo", "drift"]
+
+
+def test_the_dry_run_changes_nothing_on_the_host(world: World) -> None:
+    a = world.repo.commit()
+    world.deploy("demo", STOPPED, commit=a)
+    world.deploy("drift", commit=a)
+    world.repo.edit("drift", "stop_timeout_s: 3", "stop_timeout_s: 4")
+    world.repo.commit()
+    before = {
+        key: (d.situation, dict(d.meta), list(d.history))
+        for key, d in world.fleet.deployments.items()
+    }
+    world.states()
+    after = {
+        key: (d.situation, dict(d.meta), list(d.history))
+        for key, d in world.fleet.deployments.items()
+    }
+    assert after == before
+
+
+def test_apply_relaunches_only_the_pending_one_then_all_is_clean(world: World) -> None:
+    a = world.repo.commit()
+    world.deploy("demo", commit=a)
+    world.deploy("drift", commit=a)
+    world.repo.add_env("demo")
+    b = world.repo.commit()
+    with world.session() as opened:
+        found = opened.dry_run()
+        planned, report = opened.apply(found, esync.Options(), lock_wait_s=1)
+    assert [(o.unit.name, o.result) for o in report.outcomes] == [("demo", esync.DONE)]
+    assert report.ok
+    demo, drift = world.fleet.deployment("gpu-1", "demo"), world.fleet.deployment("gpu-1", "drift")
+    assert demo.history == [READY, STOPPED, READY]
+    assert demo.meta["git_commit"] == b
+    assert drift.history == [READY]  # its process kept
+    assert {v.state for v in world.states().values()} == {esync.CLEAN}
+
+
+def test_apply_reconfigures_an_agent_only_change_without_a_restart(world: World) -> None:
+    a = world.repo.commit()
+    world.deploy("demo", commit=a)
+    world.repo.edit("demo", "stop_timeout_s: 3", "stop_timeout_s: 9")
+    world.repo.commit()
+    with world.session(names=("demo",)) as opened:
+        _, report = opened.apply(opened.dry_run(), esync.Options(), lock_wait_s=1)
+    assert report.ok
+    assert world.fleet.deployment("gpu-1", "demo").history == [READY, "reconfigured"]
+    assert world.states(names=("demo",))["demo"].state == esync.CLEAN
+
+
+def test_apply_refuses_a_dirty_tree_unless_allowed(world: World) -> None:
+    world.repo.commit()
+    world.repo.edit("demo", "stop_timeout_s: 3", "stop_timeout_s: 9")
+    with world.session() as opened, pytest.raises(sync.DirtyTree) as caught:
+        opened.apply(opened.dry_run(), esync.Options(), lock_wait_s=1)
+    assert "--allow-dirty" in (caught.value.hint or "")
+
+
+# -- the command line --------------------------------------------------------------------------
+
+
+def _fake_hosts(world: World, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The CLI's sessions reach the fake fleet."""
+    opened = sync.session
+
+    def session(*args: Any, **kwargs: Any) -> Any:
+        kwargs["agent_factory"] = world.factory
+        return opened(*args, **kwargs)
+
+    monkeypatch.setattr(sync, "session", session)
+
+
+def orch(world: World, *argv: str) -> tuple[int, str, str]:
+    import io
+
+    out, err = io.StringIO(), io.StringIO()
+    code = main(["--profiles", str(world.repo.profiles), *argv], out=out, err=err)
+    return code, out.getvalue(), err.getvalue()
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ("sync", "--max-unavailable", "0"),
+        ("sync", "--max-failures", "x"),
+        ("sync", "--halt-on-failure", "--max-failures", "3"),
+        ("sync", "--all", "--on", "a"),
+        ("sync", "--lock-wait", "-1"),
+    ],
+)
+def test_usage_errors_exit_64_never_2(world: World, argv: tuple[str, ...]) -> None:
+    code, _, _ = orch(world, *argv)
+    assert code == ExitCode.DIFF_USAGE
+
+
+def test_naming_profiles_with_all_is_a_usage_error(world: World) -> None:
+    world.repo.commit()
+    code, _, err = orch(world, "sync", "demo", "--all", "--dry-run")
+    assert code == ExitCode.DIFF_USAGE
+    assert "--all selects every profile" in err
+
+
+def test_an_apply_without_a_terminal_or_yes_is_refused(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    a = world.repo.commit()
+    world.deploy("demo", STOPPED, commit=a)
+    _fake_hosts(world, monkeypatch)
+    code, out, err = orch(world, "sync", "demo")
+    assert code == ExitCode.DIFF_USAGE
+    assert "there is no terminal to ask on" in err
+    assert "--yes" in err
+    assert world.fleet.deployment("gpu-1", "demo").history == [STOPPED]
+
+
+def test_dry_run_json_and_exit_codes(world: World, monkeypatch: pytest.MonkeyPatch) -> None:
+    a = world.repo.commit()
+    world.deploy("demo", commit=a)
+    world.deploy("drift", STOPPED, commit=a)
+    _fake_hosts(world, monkeypatch)
+    code, out, _ = orch(world, "sync", "--dry-run", "--json")
+    assert code == ExitCode.CHANGES
+    document = json.loads(out)
+    assert document["format"] == "orch.sync/1"
+    assert document["wanted"] == {"commit": a, "dirty": False, "rev": None}
+    rows = {d["deployment"]: d for d in document["deployments"]}
+    assert rows["demo"]["state"] == "clean"
+    assert rows["demo"]["running"]["commit"] == a
+    assert rows["drift"]["state"] == "down"
+    assert rows["drift"]["action"] == "start"
+    assert document["summary"] == "0 of 2 would change; 1 down"
+    code, out, _ = orch(world, "sync", "demo", "--dry-run")
+    assert code == ExitCode.OK
+    assert out.splitlines()[0].split() == [
+        "DEPLOYMENT", "HOST", "STATE", "ACTION", "FORCED-BY", "RUNNING", "WANTED", "WHY",
+    ]  # fmt: skip
+    assert out.rstrip().endswith("all 1 clean")
+
+
+def test_apply_with_yes_reports_and_exits_0(world: World, monkeypatch: pytest.MonkeyPatch) -> None:
+    a = world.repo.commit()
+    world.deploy("demo", commit=a)
+    world.repo.add_env("demo")
+    world.repo.commit()
+    _fake_hosts(world, monkeypatch)
+    code, out, _ = orch(world, "sync", "demo", "--yes")
+    assert code == ExitCode.OK, out
+    assert "sync: demo: restart (relaunch) ..." in out
+    assert "sync complete (1 done, 0 failed, 0 skipped, 0 not reached, 0 already clean)" in out
+
+
+def test_origin_is_the_real_repository_never_the_exported_copy(world: World) -> None:
+    a = world.repo.commit()
+    with world.session(rev=a) as opened:
+        origin: ProfilesOrigin = opened.ctx.origin()
+    real = profiles_origin(world.repo.profiles)
+    assert (origin.repo, origin.directory, origin.commit) == (real.repo, real.directory, a)
