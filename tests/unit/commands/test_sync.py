@@ -231,7 +231,7 @@ def test_apply_relaunches_only_the_pending_one_then_all_is_clean(world: World) -
     b = world.repo.commit()
     with world.session() as opened:
         found = opened.dry_run()
-        planned, report = opened.apply(found, esync.Options(), lock_wait_s=1)
+        _planned, report = opened.apply(found, esync.Options(), lock_wait_s=1)
     assert [(o.unit.name, o.result) for o in report.outcomes] == [("demo", esync.DONE)]
     assert report.ok
     demo, drift = world.fleet.deployment("gpu-1", "demo"), world.fleet.deployment("gpu-1", "drift")
@@ -311,7 +311,7 @@ def test_an_apply_without_a_terminal_or_yes_is_refused(
     a = world.repo.commit()
     world.deploy("demo", STOPPED, commit=a)
     _fake_hosts(world, monkeypatch)
-    code, out, err = orch(world, "sync", "demo")
+    code, _out, err = orch(world, "sync", "demo")
     assert code == ExitCode.DIFF_USAGE
     assert "there is no terminal to ask on" in err
     assert "--yes" in err
