@@ -173,14 +173,19 @@ def handle_status(args: argparse.Namespace, output: Output) -> int:
             if not (listing and abstract):
                 launchable.append(name)
         rows = (ops.status(ctx, launchable) if launchable else []) + invalid
+        sync = None
+        if listing:  # the fleet view: each deployment against the profiles' HEAD
+            from orchestrator.commands.sync import status_verdicts
+
+            sync = status_verdicts(ctx, rows)
     finally:
         ctx.close()
     order = {name: index for index, name in enumerate(names)}
     rows.sort(key=lambda row: order[row.profile])
     if args.json:
-        output.print(json.dumps([show.status_json(row) for row in rows], indent=2))
+        output.print(json.dumps([show.status_json(row, sync) for row in rows], indent=2))
     else:
-        output.print(show.status_table(rows, wide=args.wide))
+        output.print(show.status_table(rows, wide=args.wide, sync=sync))
     if listing:  # every profile: a host that cannot be reached is a row, not a failure
         return ExitCode.CONFIG if invalid else ExitCode.OK
     failed = [row for row in rows if row.error is not None]

@@ -31,6 +31,7 @@ from orchestrator.commands import locking, restarting, review, sync_read
 from orchestrator.commands.context import Context, HostAgent, Launch, UpOptions, profiles_origin
 from orchestrator.commands.events import Outcome as UpOutcome
 from orchestrator.commands.fanout import parallel
+from orchestrator.commands.ops import StatusRow
 from orchestrator.commands.revisions import Repository, repository_of
 from orchestrator.commands.rolling import RollOptions
 from orchestrator.commands.up import up
@@ -267,26 +268,7 @@ class Session:
         return esync.Seen(state, host_sglang=answer.sglang_version)
 
     def _histories(self, commits: set[str]) -> dict[str, str]:
-        """Each running commit against the wanted one: SAME, ANCESTOR, DIVERGED or UNKNOWN."""
-        wanted, repository = self.wanted.commit, self.repository
-        out: dict[str, str] = {}
-        for commit in commits:
-            if repository is None or wanted is None:
-                out[commit] = esync.UNKNOWN
-            elif commit == wanted:
-                out[commit] = esync.SAME
-            else:
-                try:
-                    full = repository.commit(commit)
-                except RevisionError:
-                    out[commit] = esync.UNKNOWN
-                    continue
-                try:
-                    repository.git("merge-base", "--is-ancestor", full, wanted)
-                    out[commit] = esync.ANCESTOR
-                except RevisionError:  # exit 1: not an ancestor
-                    out[commit] = esync.DIVERGED
-        return out
+        return histories(self.repository, self.wanted.commit, commits)
 
     def _reviews(
         self,
@@ -352,6 +334,69 @@ class Session:
         ops = _Ops(self, found, options, lock_wait_s, say)
         report = esync.apply(planned, ops, options, say=lambda outcome: say(_said(outcome)))
         return planned, report
+
+
+def histories(
+    repository: Repository | None, wanted: str | None, commits: set[str]
+) -> dict[str, str]:
+    """Each running commit against the wanted one: SAME, ANCESTOR, DIVERGED or UNKNOWN."""
+    out: dict[str, str] = {}
+    for commit in commits:
+        if repository is None or wanted is None:
+            out[commit] = esync.UNKNOWN
+        elif commit == wanted:
+            out[commit] = esync.SAME
+        else:
+            try:
+                full = repository.commit(commit)
+            except RevisionError:
+                out[commit] = esync.UNKNOWN
+                continue
+            try:
+                repository.git("merge-base", "--is-ancestor", full, wanted)
+                out[commit] = esync.ANCESTOR
+            except RevisionError:  # exit 1: not an ancestor
+                out[commit] = esync.DIVERGED
+    return out
+
+
+def status_verdicts(
+    ctx: Context, rows: Sequence[StatusRow]
+) -> dict[tuple[str, int | None], esync.Verdict]:
+    """``orch status``'s SYNC column: each row's state against the profiles as ``ctx`` loaded
+    them (the working tree) at its HEAD commit, by the same ``effective.sync.classify``; no
+    review is run (an agent-only change shows in ``orch sync --dry-run``), and the host's SGLang
+    is not asked (no version-skew here). Keyed by (deployment, rank)."""
+    origin = ctx.origin()
+    try:
+        repository: Repository | None = repository_of(ctx.store.root)
+    except RevisionError:
+        repository = None
+    commits = {r.state.git_commit for r in rows if r.state is not None and r.state.git_commit}
+    known = histories(repository, origin.commit, commits)
+    launches: dict[str, Launch | None] = {}
+    out: dict[tuple[str, int | None], esync.Verdict] = {}
+    for row in rows:
+        if row.profile not in launches:
+            try:
+                launches[row.profile] = ctx.launch(row.profile, require_secrets=False)
+            except OrchError:
+                launches[row.profile] = None
+        launch = launches[row.profile]
+        if launch is None:
+            continue
+        one = launch.replicas[row.replica] if row.replica is not None else launch
+        profile = one.members[row.rank or 0].profile
+        wanted = esync.Wanted(origin.commit, one.digest, profile.sglang_version, origin.repo)
+        state = row.state
+        commit = state.git_commit if state is not None else None
+        seen = esync.Seen(
+            state,
+            row.error.message if row.error is not None else None,
+            known.get(commit or "", esync.NO_COMMIT),
+        )
+        out[(row.deployment, row.rank)] = esync.classify(wanted, seen)
+    return out
 
 
 def _said(outcome: esync.Outcome) -> str:

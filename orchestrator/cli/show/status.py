@@ -4,18 +4,22 @@ gateway's view beside it, what the running servers say of their memory. Nothing 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from orchestrator.cli.show.core import duration, restart_verdict
 from orchestrator.cli.show.text import grid
 from orchestrator.commands.ops import GatewayView, StatusRow
+from orchestrator.effective.sync import Verdict
 from orchestrator.errors import ProfileError, TransportError
 from orchestrator.model import MemoryLoad, RunState
 from orchestrator.remote.agent.states import FATAL, READY
 from orchestrator.remote.agent.verdict import STOPPED
 
+# ``orch status --all``'s SYNC column: each row's ``effective.sync`` verdict by (deployment, rank)
+SyncVerdicts = Mapping[tuple[str, int | None], Verdict]
 
-def status_json(row: StatusRow) -> dict[str, object]:
+
+def status_json(row: StatusRow, sync: SyncVerdicts | None = None) -> dict[str, object]:
     document: dict[str, object] = {"profile": row.profile, "host": row.host}
     if row.replica is not None:  # a replica: its index and its deployment (NAME@I)
         document["replica"] = row.replica
@@ -30,6 +34,11 @@ def status_json(row: StatusRow) -> dict[str, object]:
         document["unsupervised"] = row.state.unsupervised
     if row.gateway is not None:
         document["gateway"] = dataclasses.asdict(row.gateway)
+    if sync is not None:
+        verdict = sync.get((row.deployment, row.rank))
+        document["sync"] = (
+            {"state": verdict.state, "why": verdict.why} if verdict is not None else None
+        )
     return document
 
 
@@ -54,7 +63,11 @@ def gateway_cell(view: GatewayView | None) -> str:
 FAILURE_WIDTH = 60  # the LAST FAILURE column without --wide; `orch status --wide` shows it all
 
 
-def status_table(rows: Sequence[StatusRow], *, wide: bool = False) -> str:
+def status_table(
+    rows: Sequence[StatusRow], *, wide: bool = False, sync: SyncVerdicts | None = None
+) -> str:
+    """The table; ``sync`` (``orch status`` over every profile): a SYNC column, each row's
+    state against the profiles' HEAD (``orch sync --dry-run`` says why)."""
     header = [
         "PROFILE",
         "HOST",
@@ -70,6 +83,8 @@ def status_table(rows: Sequence[StatusRow], *, wide: bool = False) -> str:
     ]
     if wide:
         header.append("LAUNCHED FROM")
+    if sync is not None:
+        header.append("SYNC")
     table = [tuple(header)]
 
     def cut(text: str) -> str:
@@ -114,6 +129,9 @@ def status_table(rows: Sequence[StatusRow], *, wide: bool = False) -> str:
                     f" ({state.launched_by})" if state.launched_by else ""
                 )
             cells.append(origin)
+        if sync is not None:
+            verdict = sync.get((row.deployment, row.rank))
+            cells.append(verdict.state if verdict is not None else "-")
         table.append(tuple(cells))
     lines = [grid(table)]
     for row in rows:  # behind a router: the gateway's view beside the agent's

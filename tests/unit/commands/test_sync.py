@@ -360,3 +360,38 @@ def test_origin_is_the_real_repository_never_the_exported_copy(world: World) -> 
         origin: ProfilesOrigin = opened.ctx.origin()
     real = profiles_origin(world.repo.profiles)
     assert (origin.repo, origin.directory, origin.commit) == (real.repo, real.directory, a)
+
+
+# -- orch status's SYNC column ------------------------------------------------------------------
+
+
+def test_status_of_every_profile_has_a_sync_column(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from orchestrator.cli import cmd_run
+
+    a = world.repo.commit()
+    world.deploy("demo", commit=a)
+    world.deploy("drift", STOPPED, commit=a)
+    world.repo.add_env("demo")
+    world.repo.commit()
+    made = cmd_run.context_for
+
+    def context_for(*args: Any) -> Any:
+        ctx = made(*args)
+        ctx.agent_factory = world.factory
+        return ctx
+
+    monkeypatch.setattr(cmd_run, "context_for", context_for)
+    code, out, _ = orch(world, "status", "--all")
+    assert code == ExitCode.OK
+    lines = out.splitlines()
+    assert lines[0].split()[-1] == "SYNC"
+    sync_of = {line.split()[0]: line.split()[-1] for line in lines[1:3]}
+    assert sync_of == {"demo": "pending", "drift": "down"}
+    code, out, _ = orch(world, "status", "--json")
+    by_profile = {d["profile"]: d["sync"] for d in json.loads(out)}
+    assert by_profile["demo"]["state"] == "pending"
+    assert by_profile["drift"] == {"state": "down", "why": "stopped (EXITED)"}
+    code, out, _ = orch(world, "status", "demo")  # profiles named: the table as it was
+    assert "SYNC" not in out.splitlines()[0]
