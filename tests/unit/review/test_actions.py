@@ -188,3 +188,11 @@ def test_a_group_that_stops_validating_is_blocked_on_every_rank(repo: ProfilesRe
     for item in deployments.values():
         assert item["action"] == "blocked"
         assert any("no_such_flag" in reason for reason in item["reasons"])
+
+
+def test_labels_change_nothing_a_review_shows(repo: ProfilesRepo) -> None:
+    repo.edit("leaf.yaml", "port: 30001\n", "port: 30001\nlabels: [team-a]\n")
+    repo.commit("label leaf")
+    code, document = repo.diff_json("HEAD~1..HEAD")
+    assert code == 0
+    assert document["deployments"] == []
