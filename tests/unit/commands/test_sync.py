@@ -21,6 +21,7 @@ from orchestrator.commands import sync
 from orchestrator.commands.context import ProfilesOrigin, profiles_origin
 from orchestrator.effective import sync as esync
 from orchestrator.errors import ConnectError, ExitCode
+from orchestrator.fleet.protocol.start import StartReply, decode_start
 from orchestrator.model import Profile
 from tests.conftest import HOSTS
 from tests.unit.commands.fake_agent import (
@@ -29,6 +30,7 @@ from tests.unit.commands.fake_agent import (
     STOPPED,
     FakeAgent,
     FakeFleet,
+    recorded,
 )
 
 
@@ -88,6 +90,14 @@ class Agent(FakeAgent):
         deployment.meta = dict(spec["meta"])
         deployment.history.append("reconfigured")
         return type("Reply", (), {"ok": True, "reason": ""})()
+
+    def start_previous(self) -> StartReply:
+        """The agent starts the launch it ran before (its meta, READY again)."""
+        deployment = self._reach()
+        deployment.meta = dict(getattr(deployment, "previous"))  # noqa: B009 - set by the test
+        deployment.become("previous " + READY)
+        deployment.situation = READY
+        return decode_start(recorded("adopt", deployment.meta))
 
 
 @dataclasses.dataclass
@@ -241,6 +251,29 @@ def test_apply_relaunches_only_the_pending_one_then_all_is_clean(world: World) -
     assert {v.state for v in world.states().values()} == {esync.CLEAN}
 
 
+def test_a_failed_relaunch_halts_the_rollout_and_is_put_back(world: World) -> None:
+    """drift's new launch comes up with a pinned field SGLang changed (its recorded startup):
+    up fails it; the canary (demo) went first and stays done, drift goes back to its previous
+    launch, the rollout halts."""
+    a = world.repo.commit()
+    world.deploy("demo", commit=a)
+    world.deploy("drift", commit=a)
+    drift = world.fleet.deployment("gpu-1", "drift")
+    drift.previous = dict(drift.meta)  # type: ignore[attr-defined]
+    world.repo.add_env("demo")
+    world.repo.add_env("drift")
+    world.repo.commit()
+    with world.session() as opened:
+        _, report = opened.apply(opened.dry_run(), esync.Options(), lock_wait_s=1)
+    results = [(o.unit.name, o.result, o.restored) for o in report.outcomes]
+    assert results == [("demo", esync.DONE, None), ("drift", esync.FAILED, True)]
+    assert report.halted is not None
+    assert report.halted.startswith("drift failed:")
+    assert "put back on its previous launch" in report.outcomes[1].why
+    assert drift.meta["git_commit"] == a
+    assert drift.history[-1] == "previous " + READY
+
+
 def test_apply_reconfigures_an_agent_only_change_without_a_restart(world: World) -> None:
     a = world.repo.commit()
     world.deploy("demo", commit=a)
@@ -375,7 +408,7 @@ def test_status_of_every_profile_has_a_sync_column(
     world.deploy("drift", STOPPED, commit=a)
     world.repo.add_env("demo")
     world.repo.commit()
-    made = cmd_run.context_for
+    from orchestrator.cli.inputs import context_for as made
 
     def context_for(*args: Any) -> Any:
         ctx = made(*args)
