@@ -1,0 +1,136 @@
+"""``orch sync`` over the real sshd: deployments up from commit A of a profiles repository, commit
+B changes one; the dry run finds exactly that one and touches nothing on the host; the apply
+relaunches only it; a stopped one is down, a dirty launch out-of-band; a new rendering that fails
+at startup (the stand-in's ORCH_STANDIN_FAIL) halts the rollout and goes back to its previous
+launch. (The lock's race between two syncs is the lock's own test.)"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+from orchestrator.errors import ExitCode
+from tests.e2e.conftest import Workspace
+
+
+def _git(space: Workspace, *argv: str) -> str:
+    done = subprocess.run(
+        ["git", "-c", "user.name=t", "-c", "user.email=t@example.net", *argv],
+        cwd=space.root,
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    return done.stdout.strip()
+
+
+def _commit(space: Workspace, message: str) -> str:
+    _git(space, "add", "profiles")
+    _git(space, "commit", "-q", "-m", message)
+    return _git(space, "rev-parse", "HEAD")
+
+
+def _host_files(workdir: Path) -> dict[str, int]:
+    """Every file under the host's workdir with its mtime (ns): what a read-only run keeps.
+    The servers' own logs are left out: the running servers write them, not orch."""
+    return {
+        str(path.relative_to(workdir)): path.stat().st_mtime_ns
+        for path in sorted(workdir.rglob("*"))
+        if path.is_file() and path.name != "server.log"
+    }
+
+
+def _pids(space: Workspace, *names: str) -> dict[str, int | None]:
+    found = space.orch("status", *names, "--json")
+    return {row["profile"]: row.get("pid") for row in found.json()}
+
+
+def _states(space: Workspace, *argv: str) -> tuple[int, dict[str, dict[str, object]]]:
+    found = space.orch("sync", "--dry-run", "--json", *argv)
+    assert found.out, found.err
+    return found.code, {row["deployment"]: row for row in json.loads(found.out)["deployments"]}
+
+
+def _two_up_from_a(space: Workspace) -> str:
+    _git(space, "init", "-q", "-b", "main")
+    space.profile("one")
+    space.profile("two")
+    a = _commit(space, "A")
+    for name in ("one", "two"):
+        up = space.orch("up", name)
+        assert up.code == ExitCode.OK, up.err
+    return a
+
+
+def test_dry_run_then_sync_relaunch_only_the_changed_one(ssh_workspace: Workspace) -> None:
+    space = ssh_workspace
+    _two_up_from_a(space)
+    code, states = _states(space)
+    assert code == ExitCode.OK
+    assert {name: row["state"] for name, row in states.items()} == {"one": "clean", "two": "clean"}
+    path = space.profiles / "one.yaml"
+    path.write_text(
+        path.read_text().replace(
+            "skip_server_warmup: true", "skip_server_warmup: true\n  mem_fraction_static: 0.8"
+        )
+    )
+    _commit(space, "B")
+    files, pids = _host_files(space.workdir), _pids(space, "one", "two")
+    code, states = _states(space)
+    assert code == ExitCode.CHANGES
+    assert (states["one"]["state"], states["one"]["action"]) == ("pending", "restart")
+    assert states["one"]["forced_by"] == ["mem_fraction_static"]
+    assert states["two"]["state"] == "clean"
+    assert _host_files(space.workdir) == files  # the dry run wrote nothing on the host
+    assert _pids(space, "one", "two") == pids
+    applied = space.orch("sync", "--yes")
+    assert applied.code == ExitCode.OK, applied.out + applied.err
+    after = _pids(space, "one", "two")
+    assert after["two"] == pids["two"]  # its process kept
+    assert after["one"] != pids["one"]
+    code, states = _states(space)
+    assert code == ExitCode.OK, states
+
+
+def test_a_stopped_one_is_down_and_a_dirty_launch_out_of_band(ssh_workspace: Workspace) -> None:
+    space = ssh_workspace
+    _two_up_from_a(space)
+    assert space.orch("down", "one").code == ExitCode.OK
+    path = space.profiles / "two.yaml"
+    path.write_text(
+        path.read_text().replace(
+            "skip_server_warmup: true", "skip_server_warmup: true\n  mem_fraction_static: 0.7"
+        )
+    )
+    relaunched = space.orch("up", "two", "--replace")  # from the dirty tree
+    assert relaunched.code == ExitCode.OK, relaunched.err
+    _git(space, "checkout", "--", "profiles")
+    code, states = _states(space)
+    assert code == ExitCode.CHANGES
+    assert (states["one"]["state"], states["one"]["why"]) == ("down", "stopped (EXITED)")
+    assert states["two"]["state"] == "out-of-band"
+    assert "dirty tree" in str(states["two"]["why"])
+
+
+def test_a_failing_new_rendering_halts_after_the_first_and_goes_back(
+    ssh_workspace: Workspace,
+) -> None:
+    space = ssh_workspace
+    _two_up_from_a(space)
+    for name in ("one", "two"):
+        path = space.profiles / f"{name}.yaml"
+        text = path.read_text()
+        path.write_text(text.replace("env:\n", "env:\n  ORCH_STANDIN_FAIL: config-error\n"))
+    _commit(space, "B: both fail at startup")
+    pids = _pids(space, "one", "two")
+    applied = space.orch("sync", "--yes")
+    assert applied.code == ExitCode.SYNC, applied.out + applied.err
+    assert "sync halted: the canary one failed" in applied.out
+    assert "put back on its previous launch" in applied.out
+    assert "not reached" in applied.out
+    after = _pids(space, "one", "two")
+    assert after["two"] == pids["two"]  # never reached: its process kept
+    status = {row["profile"]: row for row in space.orch("status", "one", "--json").json()}
+    assert status["one"]["state"] == "READY"  # its previous launch again
