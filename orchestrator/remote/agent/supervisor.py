@@ -150,6 +150,12 @@ class Supervisor:
     def record(self) -> AgentState:
         return self.journal.record
 
+    def take_spec(self, spec: Spec) -> None:
+        """A reconfigure's spec (reload.py): its policies at once, its argv/env at the next
+        start."""
+        self._start_times = deque(self._start_times, maxlen=max(spec.restart.start_limit, 1) * 2)
+        self.spec = spec
+
     def take_role(self, role: Role) -> None:
         """Run as ``role`` (before ``run``); its view is in the first state.json written."""
         self.role = role
@@ -396,6 +402,7 @@ class Supervisor:
         liveness = Liveness(spec.health_failures)
         ended_by: ExitVerdict | None = None
         while process.poll() is None:
+            spec = self.spec  # a reconfigure's health policy applies at once
             if self.stop_requested.is_set():
                 self._stop_process(process, tracked)
                 break
