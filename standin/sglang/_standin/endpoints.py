@@ -498,7 +498,12 @@ class _Handler(BaseHTTPRequestHandler):
             state.log(live.logging_line(body, state.knobs.version))
             self._send(200)
         elif path == "/set_internal_state":
-            updated, warning = live.update_internal_state(body, state.values, state.overrides)
+            updated, warning = live.update_internal_state(
+                body,
+                state.figures.max_running_requests,
+                int(state.values.get("pp_size") or 1),
+                state.overrides,
+            )
             if warning is not None:
                 state.scheduler_log(warning)
             self._send(200, [updated] * state.dp_size)

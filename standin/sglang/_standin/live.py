@@ -59,14 +59,15 @@ def logging_line(body: dict[str, Any], version: tuple[int, ...]) -> str:
 
 
 def update_internal_state(
-    body: dict[str, Any], values: dict[str, Any], overrides: dict[str, Any]
+    body: dict[str, Any], max_running_requests: int, pp_size: int, overrides: dict[str, Any]
 ) -> tuple[bool, str | None]:
     """The scheduler's verdict on ``{"server_args": {...}}``, ``overrides`` updated when it
-    accepts; the warning it logs when it refuses."""
+    accepts; the warning it logs when it refuses. ``max_running_requests``: the scheduler's
+    own (after the KV cap), as SGLang's bound reads it."""
     requested = body.get("server_args")
     if not isinstance(requested, dict):
         return False, "server_args: field required"
-    upper = int(values.get("max_running_requests") or 0) // max(int(values.get("pp_size") or 1), 1)
+    upper = max_running_requests // max(pp_size, 1)
     for key, value in requested.items():
         if key not in UPDATABLE:
             return False, f"Updating {key} is not supported."
