@@ -95,7 +95,7 @@ def running(tmp_path: Path) -> Iterator[Running]:
 
 
 def _new_spec(old: dict[str, Any], **changes: Any) -> dict[str, Any]:
-    spec = json.loads(json.dumps(old))
+    spec: dict[str, Any] = json.loads(json.dumps(old))
     spec.update(changes)
     return spec
 
