@@ -26,9 +26,11 @@ from orchestrator.fleet.client import Agent, Deployment, locate
 from orchestrator.fleet.protocol.inspect import InspectRequest, LastRun
 from orchestrator.fleet.protocol.probe import HostFacts
 from orchestrator.fleet.protocol.reach import ProbeAnswer
+from orchestrator.fleet.protocol.reconfigure import LiveChanges, ReconfigureReply
 from orchestrator.fleet.protocol.runs import RunInfo, RunsReply
 from orchestrator.fleet.protocol.start import StartReply
 from orchestrator.fleet.protocol.stop import StopReply
+from orchestrator.fleet.protocol.survey import HostSurvey
 from orchestrator.fleet.protocol.tail import TailReply
 from orchestrator.model import Host, Profile, RunState, ServerCommand
 from orchestrator.profile.fields import RequestedField, requested_fields
@@ -108,6 +110,15 @@ class HostAgent(Protocol):
     ) -> ProbeAnswer: ...
 
     def reach(self, host: str, port: int, token: str, timeout: float) -> ProbeAnswer: ...
+
+    def survey(self) -> HostSurvey: ...
+
+    def reconfigure(
+        self,
+        spec: Mapping[str, Any],
+        launch_script: str,
+        live: LiveChanges | None = None,
+    ) -> ReconfigureReply: ...
 
 
 @dataclass(frozen=True)
@@ -283,9 +294,12 @@ class Context:
     # The agent of a profile's deployment: None, the real one over the host's transport; the
     # unit tests hand in a fake that answers as the agent answered (tests/unit/commands/).
     agent_factory: Callable[[Profile], HostAgent] | None = None
+    # the agent of a host bound to no deployment (``host_agent``); None: the real one
+    host_agent_factory: Callable[[Host], HostAgent] | None = None
     known_origin: ProfilesOrigin | None = None  # else read with git, once, when first asked
     _transports: dict[str, Transport] = field(default_factory=dict)
     _agents: dict[tuple[str, str], HostAgent] = field(default_factory=dict)
+    _surveys: dict[str, HostSurvey] = field(default_factory=dict)
     _locks: dict[str, threading.Lock] = field(default_factory=dict)
     _locks_guard: threading.Lock = field(default_factory=threading.Lock)
 
@@ -345,6 +359,23 @@ class Context:
                     self._agents[key] = Agent(transport, deployment)
             return self._agents[key]
 
+    def survey(self, host: Host) -> HostSurvey:
+        """Every deployment on ``host`` (``agent survey``: one command, nothing written there),
+        asked once per command, through the host's agent (the survey is its workdir's, no one
+        deployment's)."""
+        with self._lock(f"survey:{host.name}"):
+            if host.name not in self._surveys:
+                self._surveys[host.name] = self.host_agent(host).survey()
+            return self._surveys[host.name]
+
+    def host_agent(self, host: Host) -> HostAgent:
+        """The agent of ``host`` bound to no deployment (its ``deployment.name`` is empty):
+        for what is asked of the host as a whole (``survey``)."""
+        if self.host_agent_factory is not None:
+            return self.host_agent_factory(host)
+        transport = self.transport(host)
+        return Agent(transport, locate(transport, "", host.python or self.local_python))
+
     def _lock(self, key: str) -> threading.Lock:
         """One lock per connection or agent: replicas on one host are walked on threads, and
         each opens its host's connection once, not once per thread."""
@@ -362,3 +393,4 @@ class Context:
             transport.close()
         self._transports.clear()
         self._agents.clear()
+        self._surveys.clear()

@@ -21,9 +21,14 @@ Exit codes 90 (missing), 91 (another content) and 92 (unsafe) say why it did not
 command instead of by a file transfer of its own. Written when the host lacks it (0600,
 atomically; missing directories 0700), checked like any other, then run with the rest of stdin.
 
-``--stdin-first`` (after ``--carried``, if both): all of stdin is read before anything else is
-looked at; empty, it ends there, having done nothing. A command can thus be started before orch
-knows what it will send it (``Agent.open_start``), and called off.
+``--no-write`` (after ``--carried``): the bootstrap writes nothing on the host: a carried
+bundle is run from the carried bytes (checked against the sha256) and never written, no
+compiled code is cached, no bytecode is written (``sys.dont_write_bytecode``). What reads a
+host without changing it (``survey``, orch sync's dry run) runs so.
+
+``--stdin-first`` (after ``--carried`` and ``--no-write``): all of stdin is read before
+anything else is looked at; empty, it ends there, having done nothing. A command can thus be
+started before orch knows what it will send it (``Agent.open_start``), and called off.
 
 The compiled code of every module is kept beside the file (``<file>.<cache tag>.code``: one
 marshal of {path in the bundle: code}, 0600, written atomically): compiling costs tens of
@@ -61,8 +66,14 @@ def unsafe(st):
     return st.st_uid != os.getuid() or st.st_mode & 0o022
 directory = os.path.dirname(path)
 rest = sys.argv[3:]
+carried = None
 if rest[:1] == ["--carried"]:
     carried, rest = sys.stdin.buffer.read(int(rest[1])), rest[2:]
+writes = rest[:1] != ["--no-write"]
+if not writes:
+    rest = rest[1:]
+    sys.dont_write_bytecode = True
+if carried is not None and writes:
     if not os.path.exists(path):
         data = zlib.decompress(carried)
         if hashlib.sha256(data).hexdigest() != want:
@@ -94,20 +105,25 @@ if rest[:1] == ["--stdin-first"]:
     if not held:
         raise SystemExit(0)
     sys.stdin = io.TextIOWrapper(io.BytesIO(held), encoding="utf-8")
-try:
-    if unsafe(os.stat(directory)):
-        stop(92, directory + " is not owned by you or is writable by others")
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
-except FileNotFoundError:
-    stop(90, path + " is missing")
-except OSError as exc:
-    stop(92, path + ": " + exc.strerror + " (a symlink?)")
-with os.fdopen(fd, "rb") as handle:
-    if unsafe(os.fstat(handle.fileno())):
-        stop(92, path + " is not owned by you or is writable by others")
-    data = handle.read()
-if hashlib.sha256(data).hexdigest() != want:
-    stop(91, path + " is not the file orch pushed")
+if carried is not None and not writes:
+    data = zlib.decompress(carried)
+    if hashlib.sha256(data).hexdigest() != want:
+        stop(91, path + ": the carried file is not the one orch sent")
+else:
+    try:
+        if unsafe(os.stat(directory)):
+            stop(92, directory + " is not owned by you or is writable by others")
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+    except FileNotFoundError:
+        stop(90, path + " is missing")
+    except OSError as exc:
+        stop(92, path + ": " + exc.strerror + " (a symlink?)")
+    with os.fdopen(fd, "rb") as handle:
+        if unsafe(os.fstat(handle.fileno())):
+            stop(92, path + " is not owned by you or is writable by others")
+        data = handle.read()
+    if hashlib.sha256(data).hexdigest() != want:
+        stop(91, path + " is not the file orch pushed")
 origin = "<" + want[:12] + ">/"
 def members():
     import io, zipfile
@@ -125,10 +141,12 @@ try:
                 codes = marshal.loads(body)
 except (OSError, ValueError, EOFError, TypeError):
     codes = None
-if not isinstance(codes, dict):
+compiled = not isinstance(codes, dict)
+if compiled:
     codes = {}
     for name, source in members().items():
         codes[name] = compile(source, origin + name, "exec", dont_inherit=True)
+if compiled and writes:
     temp = cache + "." + str(os.getpid()) + ".tmp"
     try:
         body = marshal.dumps(codes)
@@ -198,10 +216,17 @@ runpy.run_module(named["ENTRY"], run_name="__main__", alter_sys=True)
 
 
 def bootstrap_argv(
-    python: str, path: str, sha256: str, args: Sequence[str], *, stdin_first: bool = False
+    python: str,
+    path: str,
+    sha256: str,
+    args: Sequence[str],
+    *,
+    stdin_first: bool = False,
+    no_write: bool = False,
 ) -> tuple[str, ...]:
-    """The command that runs the bundle at ``path`` on the host, checked against ``sha256``."""
-    first = ("--stdin-first",) if stdin_first else ()
+    """The command that runs the bundle at ``path`` on the host, checked against ``sha256``;
+    ``no_write``: the bootstrap's ``--no-write`` (nothing written on the host)."""
+    first = ("--no-write",) * no_write + ("--stdin-first",) * stdin_first
     return (python, "-c", BOOTSTRAP, path, sha256, *first, *args)
 
 

@@ -58,6 +58,12 @@ from orchestrator.fleet.protocol.reach import (
     listen_request,
     reach_request,
 )
+from orchestrator.fleet.protocol.reconfigure import (
+    LiveChanges,
+    ReconfigureReply,
+    decode_reconfigure,
+    reconfigure_request,
+)
 from orchestrator.fleet.protocol.runs import RunInfo, RunsReply, decode_runs_reply, runs_request
 from orchestrator.fleet.protocol.start import (
     StartReply,
@@ -70,6 +76,7 @@ from orchestrator.fleet.protocol.start import (
 )
 from orchestrator.fleet.protocol.status import decode_state, status_request
 from orchestrator.fleet.protocol.stop import StopReply, decode_stop, stop_request
+from orchestrator.fleet.protocol.survey import HostSurvey, decode_survey, survey_request
 from orchestrator.fleet.protocol.tail import TailReply, decode_tail, tail_request
 from orchestrator.fleet.protocol.watch import watch_args
 from orchestrator.model import Host, RunState
@@ -215,19 +222,22 @@ class Agent:
         stdin: bytes | None = None,
         *,
         carry: bool = False,
+        no_write: bool = False,
     ) -> Any:
         """Run a pushed bundle through the checking bootstrap. Optimistic: when the host does
         not have this version, the same command again, carrying the bundle on its stdin (one
         more command, once per orch version and host; no file transfer). ``carry``: carry it
-        on the first try (57 KB, where a round trip costs more)."""
-        argv = bootstrap_argv(self.deployment.python, path, bundle.sha256, args)
+        on the first try (57 KB, where a round trip costs more). ``no_write``: nothing is
+        written on the host (the bootstrap's ``--no-write``): a bundle the host lacks, or holds
+        in another content, is carried and run from memory, never written or replaced."""
+        argv = bootstrap_argv(self.deployment.python, path, bundle.sha256, args, no_write=no_write)
         if carry:
             result = self._run(*carrying(argv, bundle.data, stdin), timeout)
         else:
             result = self._run(argv, stdin, timeout)
-        if result.returncode == BOOT_MISSING:
+        if result.returncode == BOOT_MISSING or (no_write and result.returncode == BOOT_CHANGED):
             result = self._run(*carrying(argv, bundle.data, stdin), timeout)
-        if result.returncode == BOOT_CHANGED:  # not what orch pushed under its digest: replace
+        if result.returncode == BOOT_CHANGED and not no_write:  # not what orch pushed: replace
             self.transport.put(bundle.data, path, 0o600)
             result = self._run(argv, stdin, timeout)
         if result.returncode == BOOT_UNSAFE:
@@ -329,12 +339,20 @@ class Agent:
                 stream.close()
 
     def call(
-        self, *args: str, timeout: float = 60.0, stdin: bytes | None = None, carry: bool = False
+        self,
+        *args: str,
+        timeout: float = 60.0,
+        stdin: bytes | None = None,
+        carry: bool = False,
+        no_write: bool = False,
     ) -> Any:
         """Run an agent command; its answer as JSON (decoded by the caller's decoder).
-        ``carry``: the agent travels with it (see ``run_pushed``)."""
+        ``carry``: the agent travels with it; ``no_write``: nothing written on the host to run
+        it (see ``run_pushed``)."""
         path = self.deployment.agent_path
-        result = self.run_pushed(agent_bundle(), path, args, timeout, stdin, carry=carry)
+        result = self.run_pushed(
+            agent_bundle(), path, args, timeout, stdin, carry=carry, no_write=no_write
+        )
         if result.returncode not in (0, 3):
             raise self._failed(args[0], result.returncode, result.stderr)
         try:
@@ -353,10 +371,16 @@ class Agent:
                 )
         return document
 
-    def ask(self, request: Request, *, carry: bool = False) -> Any:
+    def ask(self, request: Request, *, carry: bool = False, no_write: bool = False) -> Any:
         """One agent command of the protocol (``fleet/protocol/``): its answer as JSON, for
         the decoder beside the request."""
-        return self.call(*request.args, timeout=request.timeout, stdin=request.stdin, carry=carry)
+        return self.call(
+            *request.args,
+            timeout=request.timeout,
+            stdin=request.stdin,
+            carry=carry,
+            no_write=no_write,
+        )
 
     def _failed(self, command: str, returncode: int, stderr_bytes: bytes) -> OrchError:
         """An agent command that ended without its answer (a traceback, a missing module)."""
@@ -437,6 +461,25 @@ class Agent:
         if not isinstance(document, dict):
             return None  # corrupt (null, []): the agent's status says so, and finds what runs
         return decode_state(document, agent_alive=True)
+
+    def survey(self) -> HostSurvey:
+        """Every deployment under the host's workdir, its state as ``status`` reports it, and
+        the host's SGLang version, in one command that writes nothing on the host (not even
+        the agent's bundle: a host without it gets it carried and run from memory)."""
+        request = survey_request(self.deployment.workdir)
+        return decode_survey(self.deployment.host.name, self.ask(request, no_write=True))
+
+    def reconfigure(
+        self,
+        spec: Mapping[str, Any],
+        launch_script: str,
+        live: LiveChanges | None = None,
+    ) -> ReconfigureReply:
+        """The running supervisor takes ``spec`` (a new launch of the same deployment) without
+        its server being touched; ``live`` changes applied over HTTP by the agent first, and
+        verified (see ``agent reconfigure``)."""
+        request = reconfigure_request(self.deployment.dir, spec, launch_script, live)
+        return decode_reconfigure(self.ask(request))
 
     def stop(self, timeout: float) -> StopReply:
         return decode_stop(self.ask(stop_request(self.deployment.dir, timeout)))

@@ -12,6 +12,8 @@ one JSON document on stdout (exit 0, or 3 when it says ``"ok": false``)::
     inspect --dir DIR [--pid P] [--port N] [--env NAME ...]  # diff-effective's facts
     listen --bind ADDR --port P --token T --seconds S [--expect N]  # a probe listener, detached
     reach  --host H --port P --token T --timeout S   # reach one: JSON, exit 0
+    survey --workdir W                               # every deployment's status; writes nothing
+    reconfigure --dir D --spec - [--live JSON]       # a new spec, its server untouched
 
 Each command's module is imported when it is asked for: a ``status`` compiles none of the
 supervisor's code.
@@ -111,6 +113,11 @@ def _dispatch(argv: Sequence[str]) -> dict[str, Any]:
     reach.add_argument("--port", type=int, required=True)
     reach.add_argument("--token", required=True)
     reach.add_argument("--timeout", type=float, default=5.0)
+    commands.add_parser("survey").add_argument("--workdir", required=True)
+    reconfigure = commands.add_parser("reconfigure")
+    reconfigure.add_argument("--dir", required=True)
+    reconfigure.add_argument("--spec", required=True)  # "-": {"spec", "launch_script", "live"}
+    reconfigure.add_argument("--live")  # a JSON list of {"endpoint", "body"} (else stdin's)
     args = parser.parse_args(argv)
     if args.command == "start":
         from .cmd_start import cmd_start
@@ -155,6 +162,14 @@ def _dispatch(argv: Sequence[str]) -> dict[str, Any]:
         from .cmd_listen import cmd_listen
 
         result = cmd_listen(args.bind, args.port, args.token, args.seconds, args.expect)
+    elif args.command == "survey":
+        from .cmd_survey import cmd_survey
+
+        result = cmd_survey(args.workdir)
+    elif args.command == "reconfigure":
+        from .cmd_reconfigure import cmd_reconfigure
+
+        result = cmd_reconfigure(args.dir, args.spec, args.live)
     elif args.command == "reach":
         from .cmd_reach import cmd_reach
 

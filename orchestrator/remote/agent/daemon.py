@@ -13,6 +13,7 @@ import threading
 from typing import Any
 
 from .files import NOFOLLOW, Paths, open_append, read_json
+from .reload import listen as listen_for_reload
 from .states import TERMINAL_STATES
 from .supervisor import Supervisor
 from .world import ServerProcess
@@ -86,6 +87,7 @@ def supervise(supervisor: Supervisor, writer: int, adopted: ServerProcess | None
     signal.signal(signal.SIGTERM, lambda *_: supervisor.stop_requested.set())
     signal.signal(signal.SIGINT, lambda *_: supervisor.stop_requested.set())
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    listen_for_reload(supervisor)  # SIGHUP: a reconfigure's new spec (reload.py)
     answered = threading.Event()
 
     # A group's rank spawns once every member joined (the others are started at the same time).

@@ -18,7 +18,8 @@ from .states import INITIAL_STATE
 # Written once set: a state.json without them is one of a single server (group), or of a server
 # not spawned yet (its memory figures, or why there are none, asked once READY), or of a server
 # behind no gateway (gateway: what the agent did there, gateway_duty.py).
-LATER_KEYS = frozenset({"group", "memory_loads", "memory_loads_error", "gateway"})
+# ``reconfigured``: the last new spec a running supervisor took (reload.py).
+LATER_KEYS = frozenset({"group", "memory_loads", "memory_loads_error", "gateway", "reconfigured"})
 
 
 @dataclass

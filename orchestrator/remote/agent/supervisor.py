@@ -150,6 +150,12 @@ class Supervisor:
     def record(self) -> AgentState:
         return self.journal.record
 
+    def take_spec(self, spec: Spec) -> None:
+        """A reconfigure's spec (reload.py): its policies at once, its argv/env at the next
+        start."""
+        self._start_times = deque(self._start_times, maxlen=max(spec.restart.start_limit, 1) * 2)
+        self.spec = spec
+
     def take_role(self, role: Role) -> None:
         """Run as ``role`` (before ``run``); its view is in the first state.json written."""
         self.role = role
@@ -300,6 +306,7 @@ class Supervisor:
         return self._watch(*spawned)
 
     def _spawn(self) -> tuple[ServerProcess, OutputWatcher] | ExitVerdict:
+        spec = self.spec  # one spec for the whole start: a reconfigure's lands between two
         run_id, run_dir = self._new_run_id()
         try:
             self._make_run_dir(run_dir)
@@ -324,16 +331,16 @@ class Supervisor:
             return verdict
         log_path = os.path.join(run_dir, "server.log")
         env = dict(os.environ)
-        env.update(self.spec.env)
+        env.update(spec.env)
         env[RUN_ID_ENV] = run_id
         env[DEPLOYMENT_ENV] = self.paths.root
-        sink = LogSink(log_path, self.spec.log_max_bytes, self.spec.log_keep)
+        sink = LogSink(log_path, spec.log_max_bytes, spec.log_keep)
         watcher = OutputWatcher(sink, config_path=os.path.join(run_dir, CONFIG_FILE))
         self._received_key = None
         try:
-            process = self.world.spawn(self.spec.argv, self.spec.cwd or run_dir, env, watcher)
+            process = self.world.spawn(spec.argv, spec.cwd or run_dir, env, watcher)
         except OSError as exc:
-            why = spawn_failure(self.spec.argv, exc)
+            why = spawn_failure(spec.argv, exc)
             sink.write(f"orch agent: {why}\n".encode())
             sink.close()
             # The run exists (its directory and log say why): up finds its verdict by run id.
@@ -396,6 +403,7 @@ class Supervisor:
         liveness = Liveness(spec.health_failures)
         ended_by: ExitVerdict | None = None
         while process.poll() is None:
+            spec = self.spec  # a reconfigure's health policy applies at once
             if self.stop_requested.is_set():
                 self._stop_process(process, tracked)
                 break

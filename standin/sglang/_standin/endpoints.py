@@ -34,6 +34,7 @@ from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from sglang._standin import live
 from sglang._standin.inflight import InFlight
 from sglang._standin.knobs import Knobs
 from sglang._standin.logs import Log
@@ -65,6 +66,8 @@ class ServerState:
     group_broken: threading.Event = field(default_factory=threading.Event)  # a peer node is gone
     last_receive: float = field(default_factory=time.time)  # the last answer from a scheduler
     inflight: InFlight = field(default_factory=InFlight)  # SGLang's rid_to_state
+    # what POST /set_internal_state changed: every scheduler's view shows it (live.py)
+    overrides: dict[str, Any] = field(default_factory=dict)
 
     # --- payloads ---
 
@@ -94,6 +97,7 @@ class ServerState:
     def internal_state(self) -> dict[str, Any]:
         """A scheduler's view: its copy of ServerArgs as the scheduler changed it, plus stats."""
         state = redacted(self.values, self.knobs.dict_style_server_args)
+        state.update(self.overrides)
         figures = self.figures
         # max_running_requests stays the resolved argument, as SGLang's does (0.5.11
         # scheduler.py get_internal_state, 0.5.23 scheduler_components/internal_state.py); the
@@ -490,6 +494,19 @@ class _Handler(BaseHTTPRequestHandler):
             with state.inflight.request():
                 time.sleep(state.generation_time(body))
                 self._generate(path, body)
+        elif path == "/configure_logging":
+            state.log(live.logging_line(body, state.knobs.version))
+            self._send(200)
+        elif path == "/set_internal_state":
+            updated, warning = live.update_internal_state(
+                body,
+                state.figures.max_running_requests,
+                int(state.values.get("pp_size") or 1),
+                state.overrides,
+            )
+            if warning is not None:
+                state.scheduler_log(warning)
+            self._send(200, [updated] * state.dp_size)
         else:
             self._send(404, {"detail": "Not Found"})
 

@@ -528,10 +528,14 @@ class Launcher:
         target = wildcard.get(host, host)
         base = f"http://[{target}]:{port}" if ":" in target else f"http://{target}:{port}"
         info = "/model_info" if self.knobs.resolves_in_run_server else "/get_model_info"
+        # with --api-key, SGLang's warm-up sends it (0.5.23 http_server._execute_server_warmup)
+        key = state.values.get("api_key")
+        auth = {"Authorization": f"Bearer {key}"} if key else {}
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             try:
-                with urllib.request.urlopen(base + info, timeout=5) as response:  # noqa: S310 - own loopback
+                asked = urllib.request.Request(base + info, headers=auth)  # noqa: S310 - own loopback
+                with urllib.request.urlopen(asked, timeout=5) as response:  # noqa: S310 - own loopback
                     response.read()
                 break
             except OSError:
@@ -540,7 +544,7 @@ class Launcher:
         request = urllib.request.Request(  # noqa: S310 - own loopback
             base + "/generate",
             data=json.dumps(WARMUP_PROMPT).encode(),
-            headers={"content-type": "application/json"},
+            headers={"content-type": "application/json", **auth},
             method="POST",
         )
         with contextlib.suppress(OSError), urllib.request.urlopen(request, timeout=30) as response:  # noqa: S310

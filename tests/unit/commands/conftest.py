@@ -80,6 +80,7 @@ def commands(profile_dir: ProfileDir) -> Commands:
         clock=clock.monotonic,
         sleep=clock.sleep,
         agent_factory=fleet.agent,
+        host_agent_factory=fleet.host_agent,
         known_origin=OURS,
     )
     return Commands(ctx, fleet, profile_dir)

@@ -35,12 +35,19 @@ from orchestrator.fleet.protocol.inspect import InspectRequest, LastRun, decode_
 from orchestrator.fleet.protocol.plan import decode_plan_answer
 from orchestrator.fleet.protocol.probe import HostFacts, decode_probe
 from orchestrator.fleet.protocol.reach import ProbeAnswer
+from orchestrator.fleet.protocol.reconfigure import (
+    LiveChanges,
+    ReconfigureReply,
+    live_changes,
+)
 from orchestrator.fleet.protocol.runs import RunInfo, RunsReply, decode_runs_reply
 from orchestrator.fleet.protocol.start import StartReply, decode_start
 from orchestrator.fleet.protocol.status import decode_state
 from orchestrator.fleet.protocol.stop import StopReply, decode_stop
+from orchestrator.fleet.protocol.survey import HostSurvey, decode_survey
 from orchestrator.fleet.protocol.tail import TailReply, decode_tail
 from orchestrator.model import Host, Profile, RunState
+from orchestrator.remote.agent.live import fields_of as live_fields
 from orchestrator.transport import CommandResult, Stream, Transport
 from tests.conftest import REPO
 
@@ -112,6 +119,7 @@ class FakeDeployment:
     situation: str = UNDEPLOYED
     meta: dict[str, Any] = field(default_factory=dict)
     started: list[dict[str, Any]] = field(default_factory=list)
+    reconfigured: list[dict[str, Any]] = field(default_factory=list)  # specs taken running
     history: list[str] = field(default_factory=list)
     # the meta of a launch that another orch starts here just before this one's start arrives
     concurrent: Mapping[str, Any] | None = None
@@ -189,7 +197,35 @@ class FakeFleet:
 
     def agent(self, profile: Profile) -> FakeAgent:
         """``Context.agent_factory``: the fake agent of ``profile``'s deployment."""
-        return FakeAgent(self, profile)
+        return FakeAgent(self, profile.host, profile.name)
+
+    def host_agent(self, host: Host) -> FakeAgent:
+        """``Context.host_agent_factory``: the fake agent of ``host``, bound to no deployment."""
+        return FakeAgent(self, host, "")
+
+    def survey_answer(self, host: Host) -> dict[str, Any]:
+        """``survey``'s answer on ``host``, built as the agent builds it: every deployment there
+        that is not undeployed, by its recorded ``status`` answer (an unsafe one, refused, by
+        its reason in ``unreadable``); the host's SGLang as the recorded probe found it."""
+        deployments: dict[str, Any] = {}
+        unreadable: dict[str, str] = {}
+        for (on, name), deployment in sorted(self.deployments.items()):
+            if on != host.name or not name or deployment.situation == UNDEPLOYED:
+                continue
+            answer = deployment.status_answer("status")
+            if answer.get("refused"):
+                unreadable[name] = str(answer["reason"])
+            else:
+                deployments[name] = answer
+        return {
+            "protocol": 1,
+            "ok": True,
+            "workdir": host.workdir,
+            "hostname": recorded("probe")["hostname"],
+            "sglang_version": recorded("probe")["sglang"]["version"],
+            "deployments": deployments,
+            "unreadable": unreadable,
+        }
 
 
 class _NoFiles:
@@ -248,13 +284,13 @@ class FakeStart:
 class FakeAgent:
     """What a command asks the agent of one deployment, answered from the recorded answers."""
 
-    def __init__(self, fleet: FakeFleet, profile: Profile) -> None:
-        host = profile.host
+    def __init__(self, fleet: FakeFleet, host: Host, name: str) -> None:
         self._fleet = fleet
         self._host = host.name
-        self._deployment = fleet.deployment(host.name, profile.name)
+        self._host_value = host
+        self._deployment = fleet.deployment(host.name, name)
         self.deployment = Deployment(
-            profile.name, host, host.python or "/opt/venv/bin/python", host.workdir
+            name, host, host.python or "/opt/venv/bin/python", host.workdir
         )
         self.transport: Transport = _NoFiles(host)
 
@@ -354,6 +390,34 @@ class FakeAgent:
         if key is None:
             raise NotRecorded(f"no inspect of {deployment.name} {deployment.situation}")
         return decode_inspect(recorded(key))
+
+    def survey(self) -> HostSurvey:
+        self._reach()
+        return decode_survey(self._host, self._fleet.survey_answer(self._host_value))
+
+    def reconfigure(
+        self,
+        spec: Mapping[str, Any],
+        launch_script: str,
+        live: LiveChanges | None = None,
+    ) -> ReconfigureReply:
+        """As the agent takes a new spec: a running supervisor (a READY deployment here) takes
+        it and echoes its meta; live changes need a READY server too. Anything else is refused
+        with the agent's reason."""
+        deployment = self._reach()
+        applied = live_fields(live_changes(live))
+        if deployment.situation not in RUNNING or deployment.situation == UNSUPERVISED:
+            return ReconfigureReply(
+                ok=False,
+                reason=f"no supervisor runs {deployment.name} (state "
+                f"{deployment.situation.upper()}): a new spec is taken by a running one; orch "
+                "up starts one",
+                state=self.status(),
+                live_applied={},
+            )
+        deployment.meta = dict(spec["meta"])
+        deployment.reconfigured.append(dict(spec))
+        return ReconfigureReply(ok=True, reason="", state=self.status(), live_applied=applied)
 
     def listen(
         self, bind: str, port: int, token: str, seconds: float, *, expect: int
