@@ -24,10 +24,10 @@ import tempfile
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol, cast
+from typing import Any
 
 from orchestrator import render
-from orchestrator.commands import locking, restarting, review, sync_read
+from orchestrator.commands import locking, restarting, review, routing, sync_read
 from orchestrator.commands.context import Context, HostAgent, Launch, UpOptions, profiles_origin
 from orchestrator.commands.events import Outcome as UpOutcome
 from orchestrator.commands.fanout import parallel
@@ -39,7 +39,7 @@ from orchestrator.effective import sync as esync
 from orchestrator.effective.review import DeploymentChange
 from orchestrator.errors import OrchError, RevisionError, UsageError
 from orchestrator.fleet.protocol.start import build_spec
-from orchestrator.model import Profile, RunState
+from orchestrator.model import Host, Profile, RunState
 from orchestrator.profile.store import ProfileStore
 
 
@@ -98,6 +98,7 @@ class Session:
         local_python: str,
         redactor: render.Redactor,
         agent_factory: Callable[[Profile], HostAgent] | None = None,
+        host_agent_factory: Callable[[Host], HostAgent] | None = None,
     ) -> None:
         self.profiles_dir, self.request = profiles_dir, request
         self.local_python, self.redactor = local_python, redactor
@@ -115,6 +116,8 @@ class Session:
         )
         if agent_factory is not None:
             self.ctx.agent_factory = agent_factory
+        if host_agent_factory is not None:
+            self.ctx.host_agent_factory = host_agent_factory
         # what each launch records: the real repository, the wanted commit (never the
         # private directory a revision was read into)
         self.ctx.known_origin = dataclasses.replace(
@@ -212,7 +215,7 @@ class Session:
             for one in launch.replicas or (launch,):
                 members += [(one, m.profile, m.rank if one.is_group else None) for m in one.members]
         hosts = list({profile.host.name: profile.host for _, profile, _ in members}.values())
-        surveyed = sync_read.survey(self.ctx, hosts, [profile for _, profile, _ in members])
+        surveyed = sync_read.survey(self.ctx, hosts)
         origin = self.ctx.origin()
         rows: list[SyncRow] = []
         seen: list[tuple[Launch, Profile, int | None, esync.Seen]] = []
@@ -413,24 +416,16 @@ def _abstract(store: ProfileStore, name: str) -> bool:
 
 
 def _live(change: DeploymentChange) -> dict[str, dict[str, Any]]:
-    """A live change's requests: endpoint -> the fields it sets, at their new values."""
-    out: dict[str, dict[str, Any]] = {}
+    """A live change's requests: endpoint -> its body, the fields at their new values
+    (``/set_internal_state`` takes them under ``server_args``, as SGLang reads them)."""
+    fields: dict[str, dict[str, Any]] = {}
     values = {c.field: c.after for c in change.changes}
     for name, endpoint in change.live_endpoints.items():
-        out.setdefault(endpoint, {})[name] = values.get(name)
-    return out
-
-
-class _Reconfigurable(Protocol):
-    """The SURVEY branch's ``HostAgent.reconfigure`` (31-shared.md): until it lands, the
-    integrator wires it into ``HostAgent``; sync calls it through this."""
-
-    def reconfigure(
-        self,
-        spec: Mapping[str, Any],
-        launch_script: str,
-        live: Mapping[str, Any] | None = None,
-    ) -> Any: ...
+        fields.setdefault(endpoint, {})[name] = values.get(name)
+    return {
+        endpoint: {"server_args": body} if endpoint == "/set_internal_state" else body
+        for endpoint, body in fields.items()
+    }
 
 
 class _Ops(esync.SyncOps):
@@ -517,7 +512,13 @@ class _Ops(esync.SyncOps):
         origin = self.ctx.origin()
         for one, profile in deployments:
             member = one.members[profile.rank if one.is_group else 0]
-            spec = build_spec(profile, member.argv, member.env, one.meta(origin))
+            spec = build_spec(
+                profile,
+                member.argv,
+                member.env,
+                one.meta(origin),
+                gateway=routing.spec_gateway(self.ctx, one),
+            )
             row = self.rows.get(
                 profile.deployment if not one.is_group else f"{profile.deployment}[{profile.rank}]"
             )
@@ -526,7 +527,7 @@ class _Ops(esync.SyncOps):
                 commit = row.running.git_commit if row.running is not None else None
                 reviewed = self.session.reviewed.get((commit or "", row.row.name))
                 live = dict(reviewed.live) if reviewed is not None else None
-            agent = cast(_Reconfigurable, self.ctx.agent(profile))
+            agent = self.ctx.agent(profile)
             reply = agent.reconfigure(spec, render.launcher_script(member.command), live=live)
             if not reply.ok:
                 return esync.Acted(f"{profile.deployment}: {reply.reason}")
@@ -567,6 +568,7 @@ def session(
     local_python: str,
     redactor: render.Redactor,
     agent_factory: Callable[[Profile], HostAgent] | None = None,
+    host_agent_factory: Callable[[Host], HostAgent] | None = None,
 ) -> Iterator[Session]:
     opened = Session(
         profiles_dir,
@@ -575,6 +577,7 @@ def session(
         local_python=local_python,
         redactor=redactor,
         agent_factory=agent_factory,
+        host_agent_factory=host_agent_factory,
     )
     try:
         yield opened

@@ -288,7 +288,8 @@ class FakeAgent:
         self._fleet = fleet
         self._host = host.name
         self._host_value = host
-        self._deployment = fleet.deployment(host.name, name)
+        # a host's agent (no deployment: survey) keeps nothing in the fleet's records
+        self._deployment = fleet.deployment(host.name, name) if name else FakeDeployment(name)
         self.deployment = Deployment(
             name, host, host.python or "/opt/venv/bin/python", host.workdir
         )

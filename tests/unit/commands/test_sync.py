@@ -18,11 +18,11 @@ import pytest
 from orchestrator import render
 from orchestrator.cli.main import main
 from orchestrator.commands import sync
-from orchestrator.commands.context import ProfilesOrigin, profiles_origin
+from orchestrator.commands.context import HostAgent, ProfilesOrigin, profiles_origin
 from orchestrator.effective import sync as esync
 from orchestrator.errors import ConnectError, ExitCode
 from orchestrator.fleet.protocol.start import StartReply, decode_start
-from orchestrator.model import Profile
+from orchestrator.model import Host, Profile
 from tests.conftest import HOSTS
 from tests.unit.commands.fake_agent import (
     READY,
@@ -80,16 +80,7 @@ class Repo:
 
 
 class Agent(FakeAgent):
-    """The fake agent with the SURVEY branch's ``reconfigure``: the supervisor takes the new
-    spec's meta (what the real one records) without touching the server."""
-
-    def reconfigure(
-        self, spec: Mapping[str, Any], launch_script: str, live: Mapping[str, Any] | None = None
-    ) -> Any:
-        deployment = self._reach()
-        deployment.meta = dict(spec["meta"])
-        deployment.history.append("reconfigured")
-        return type("Reply", (), {"ok": True, "reason": ""})()
+    """The fake agent, whose ``start_previous`` puts back the launch a test set as previous."""
 
     def start_previous(self) -> StartReply:
         """The agent starts the launch it ran before (its meta, READY again)."""
@@ -105,8 +96,11 @@ class World:
     repo: Repo
     fleet: FakeFleet
 
-    def factory(self, profile: Profile) -> Agent:
-        return Agent(self.fleet, profile)
+    def factory(self, profile: Profile) -> HostAgent:
+        return Agent(self.fleet, profile.host, profile.name)
+
+    def host_factory(self, host: Host) -> HostAgent:
+        return Agent(self.fleet, host, "")
 
     def session(self, **request: Any) -> sync.Session:
         return sync.Session(
@@ -116,6 +110,7 @@ class World:
             local_python="/usr/bin/python3",
             redactor=render.Redactor(),
             agent_factory=self.factory,
+            host_agent_factory=self.host_factory,
         )
 
     def deploy(
@@ -278,11 +273,14 @@ def test_apply_reconfigures_an_agent_only_change_without_a_restart(world: World)
     a = world.repo.commit()
     world.deploy("demo", commit=a)
     world.repo.edit("demo", "stop_timeout_s: 3", "stop_timeout_s: 9")
-    world.repo.commit()
+    b = world.repo.commit()
     with world.session(names=("demo",)) as opened:
         _, report = opened.apply(opened.dry_run(), esync.Options(), lock_wait_s=1)
     assert report.ok
-    assert world.fleet.deployment("gpu-1", "demo").history == [READY, "reconfigured"]
+    demo = world.fleet.deployment("gpu-1", "demo")
+    assert demo.history == [READY]  # never stopped nor started
+    [spec] = demo.reconfigured
+    assert (spec["meta"]["git_commit"], spec["stop_timeout_s"]) == (b, 9)
     assert world.states(names=("demo",))["demo"].state == esync.CLEAN
 
 
@@ -303,6 +301,7 @@ def _fake_hosts(world: World, monkeypatch: pytest.MonkeyPatch) -> None:
 
     def session(*args: Any, **kwargs: Any) -> Any:
         kwargs["agent_factory"] = world.factory
+        kwargs["host_agent_factory"] = world.host_factory
         return opened(*args, **kwargs)
 
     monkeypatch.setattr(sync, "session", session)
@@ -413,6 +412,7 @@ def test_status_of_every_profile_has_a_sync_column(
     def context_for(*args: Any) -> Any:
         ctx = made(*args)
         ctx.agent_factory = world.factory
+        ctx.host_agent_factory = world.host_factory
         return ctx
 
     monkeypatch.setattr(cmd_run, "context_for", context_for)
