@@ -9,7 +9,6 @@ import json
 import os
 import subprocess
 import textwrap
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
