@@ -21,7 +21,7 @@ import functools
 import json
 import posixpath
 import threading
-from collections.abc import Generator, Mapping, Sequence
+from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -44,6 +44,11 @@ from orchestrator.fleet.bootstrap import (
 )
 from orchestrator.fleet.bundle import Bundle, build
 from orchestrator.fleet.protocol.common import Request, last_json_line
+from orchestrator.fleet.protocol.hold import (
+    HOLD_ANSWER_MARGIN_S,
+    decode_hold_line,
+    hold_args,
+)
 from orchestrator.fleet.protocol.inspect import (
     InspectRequest,
     LastRun,
@@ -72,7 +77,7 @@ from orchestrator.fleet.protocol.status import decode_state, status_request
 from orchestrator.fleet.protocol.stop import StopReply, decode_stop, stop_request
 from orchestrator.fleet.protocol.tail import TailReply, decode_tail, tail_request
 from orchestrator.fleet.protocol.watch import watch_args
-from orchestrator.model import Host, RunState
+from orchestrator.model import Host, LockHolder, RunState
 from orchestrator.remote.agent.protocol import PROTOCOL
 from orchestrator.transport import Stream, Transport, expand_home
 
@@ -118,6 +123,39 @@ class PendingStart:
         if self._opened is not None:
             self._opened.finish_stdin(b"")
             self._opened.close()
+
+
+class HeldLock:
+    """A deployment's operation lock, held on its host by ``agent hold`` for as long as the
+    command's stdin is open (``Agent.hold``). ``release`` ends stdin and waits, briefly, for
+    the agent to say it let go; orch dying ends it the same way (sshd closes the channel)."""
+
+    RELEASE_WAIT_S = 5.0
+
+    def __init__(self, stream: Stream, deployment: str, host: str) -> None:
+        self._stream = stream
+        self.deployment = deployment
+        self.host = host
+        self._released = False
+
+    def release(self) -> None:
+        if self._released:
+            return
+        self._released = True
+        try:
+            self._stream.finish_stdin(b"")
+            # its answer, so that a lock released here is free for the next one on return
+            with contextlib.suppress(OrchError, OSError):
+                while self._stream.readline(self.RELEASE_WAIT_S):
+                    pass
+        finally:
+            self._stream.close()
+
+    def __enter__(self) -> HeldLock:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
 
 
 WATCH_SILENCE_S = 5.0  # the watcher beats every second: this long without a line, it is lost
@@ -273,6 +311,76 @@ class Agent:
                 f"the agent's own log: {posixpath.join(self.deployment.dir, 'agent.log')}",
             )
         return decode_start(first), None  # refused: no run to follow
+
+    def hold(
+        self,
+        holder: LockHolder,
+        wait_s: float,
+        on_wait: Callable[[LockHolder], None] | None = None,
+    ) -> HeldLock:
+        """The deployment's operation lock (``agent hold``), waiting up to ``wait_s`` for
+        another holder to let go (``on_wait`` told once who it is); Locked naming the holder
+        when it does not. One command on the connection, its stdin left open: the lock is
+        held while it is (``HeldLock.release``)."""
+        deployment = self.deployment
+        path = deployment.agent_path
+        args = hold_args(deployment.workdir, deployment.name, holder, wait_s)
+        argv = bootstrap_argv(deployment.python, path, agent_bundle().sha256, args)
+        for attempt in (1, 2):
+            try:
+                stream = self.transport.stream(argv, hold_stdin=True)
+            except ProgramNotFound as exc:
+                raise self._missing_python(exc) from exc
+            try:
+                held = self._await_hold(stream, wait_s, on_wait)
+            except BaseException:
+                stream.close()
+                raise
+            if held:
+                return HeldLock(stream, deployment.name, deployment.host.name)
+            code = stream.returncode
+            stream.close()
+            if code == BOOT_UNSAFE:
+                raise self._unsafe(stream.stderr)
+            if code in (BOOT_MISSING, BOOT_CHANGED) and attempt == 1:
+                # this orch's agent is not on the host yet: push it (carried on a command's
+                # stdin, as run_pushed does; once per orch version and host), then hold
+                self.run_pushed(agent_bundle(), path, ("--version",), 60.0, carry=True)
+                continue
+            raise self._failed("hold", code or 0, stream.stderr)
+        raise SupervisorError(f"agent hold did not start on {deployment.host.name}")  # unreached
+
+    def _await_hold(
+        self, stream: Stream, wait_s: float, on_wait: Callable[[LockHolder], None] | None
+    ) -> bool:
+        """Read the hold's lines until it holds (True), or ended without an answer (False:
+        the bootstrap's code says why); a refusal raises Locked."""
+        host = self.deployment.host.name
+        waited = 0.0
+        limit = max(wait_s, 0.0) + HOLD_ANSWER_MARGIN_S
+        while True:
+            line = stream.readline(1.0)
+            if line is None:
+                waited += 1.0
+                if waited > limit:
+                    raise SupervisorError(
+                        f"agent hold said nothing on {host} in {limit:g} s",
+                        f"the agent's own log: {posixpath.join(self.deployment.dir, 'agent.log')}",
+                    )
+                continue
+            if not line:
+                return False
+            try:
+                document = json.loads(line)
+            except ValueError:
+                continue  # not ours (a sitecustomize printing?)
+            if not isinstance(document, dict):
+                continue
+            answer = decode_hold_line(document, self.deployment.name, host)
+            if answer.held:
+                return True
+            if answer.waiting and answer.holder is not None and on_wait is not None:
+                on_wait(answer.holder)
 
     def _stream(
         self,

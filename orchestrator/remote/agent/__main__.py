@@ -12,6 +12,8 @@ one JSON document on stdout (exit 0, or 3 when it says ``"ok": false``)::
     inspect --dir DIR [--pid P] [--port N] [--env NAME ...]  # diff-effective's facts
     listen --bind ADDR --port P --token T --seconds S [--expect N]  # a probe listener, detached
     reach  --host H --port P --token T --timeout S   # reach one: JSON, exit 0
+    hold   --workdir W --deployment NAME --holder JSON [--wait S]  # the operation lock, held
+                                                     # until stdin ends (cmd_hold)
 
 Each command's module is imported when it is asked for: a ``status`` compiles none of the
 supervisor's code.
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -50,7 +53,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         }
     finally:
         remove_env_file(env_file)
-    sys.stdout.write(json.dumps(result, sort_keys=True) + "\n")
+    try:
+        sys.stdout.write(json.dumps(result, sort_keys=True) + "\n")
+        sys.stdout.flush()
+    except BrokenPipeError:
+        if arguments[:1] != ["hold"]:
+            raise
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no flush error at exit
+        return 0  # orch went away, which is how a hold ends: released, nobody to tell
     if arguments[:1] == ["reach"]:
         return 0  # an unreachable port is an answer, not the agent's failure: the caller decides
     return 0 if result.get("ok", True) else 3
@@ -111,7 +121,16 @@ def _dispatch(argv: Sequence[str]) -> dict[str, Any]:
     reach.add_argument("--port", type=int, required=True)
     reach.add_argument("--token", required=True)
     reach.add_argument("--timeout", type=float, default=5.0)
+    hold = commands.add_parser("hold")
+    hold.add_argument("--workdir", required=True)
+    hold.add_argument("--deployment", required=True)
+    hold.add_argument("--holder", required=True)  # JSON: user, machine, pid, command, since
+    hold.add_argument("--wait", type=float, default=0.0)
     args = parser.parse_args(argv)
+    if args.command == "hold":
+        from .cmd_hold import cmd_hold
+
+        return cmd_hold(args.workdir, args.deployment, args.holder, args.wait)
     if args.command == "start":
         from .cmd_start import cmd_start
 
