@@ -28,6 +28,7 @@ import json
 import os
 import signal
 import sys
+import time
 from collections.abc import Callable
 from types import FrameType
 from typing import Any
@@ -35,11 +36,21 @@ from typing import Any
 from .files import NOFOLLOW, read_json, write_json_atomic
 from .protocol import PROTOCOL
 from .trust import UnsafePath, check_directory, check_file, check_workdir
-from .world import Clock, RealClock
 
 LOCKS_DIR = "locks"  # under <workdir>/.orch
 LOOK_S = 0.1  # how often a waiter tries the lock again
 HOLDER_KEYS = ("user", "machine", "pid", "command", "since")
+
+
+class Clock:
+    """The waiter's clock (monotonic) and sleep; a test hands in its own. Not world.py's:
+    importing the supervisor's OS façade would cost every hold tens of milliseconds."""
+
+    def monotonic(self) -> float:
+        return time.monotonic()
+
+    def sleep(self, seconds: float) -> None:
+        time.sleep(seconds)
 
 
 class _Released(Exception):
@@ -124,7 +135,7 @@ def cmd_hold(
 ) -> dict[str, Any]:
     """Take the lock (waiting up to ``wait_s``), say so, keep it until stdin ends or a SIGTERM
     or SIGHUP comes, then let it go; the final answer is main's to write."""
-    clock = clock or RealClock()
+    clock = clock or Clock()
     try:
         holder = json.loads(holder_json)
     except ValueError:
