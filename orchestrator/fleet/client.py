@@ -21,6 +21,7 @@ import functools
 import json
 import posixpath
 import threading
+import time
 from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -123,6 +124,15 @@ class PendingStart:
         if self._opened is not None:
             self._opened.finish_stdin(b"")
             self._opened.close()
+
+
+def _exit_status(stream: Stream, wait_s: float = 5.0) -> int | None:
+    """The exit status of a command whose output ended: a local process may close its stdout
+    a moment before it is reaped (``returncode`` None until then)."""
+    deadline = time.monotonic() + wait_s
+    while (code := stream.returncode) is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return code
 
 
 class HeldLock:
@@ -338,7 +348,7 @@ class Agent:
                 raise
             if held:
                 return HeldLock(stream, deployment.name, deployment.host.name)
-            code = stream.returncode
+            code = _exit_status(stream)
             stream.close()
             if code == BOOT_UNSAFE:
                 raise self._unsafe(stream.stderr)
