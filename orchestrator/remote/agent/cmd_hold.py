@@ -31,7 +31,7 @@ import sys
 import time
 from collections.abc import Callable
 from types import FrameType
-from typing import Any
+from typing import Any, Protocol
 
 from .files import NOFOLLOW, read_json, write_json_atomic
 from .protocol import PROTOCOL
@@ -42,9 +42,17 @@ LOOK_S = 0.1  # how often a waiter tries the lock again
 HOLDER_KEYS = ("user", "machine", "pid", "command", "since")
 
 
-class Clock:
-    """The waiter's clock (monotonic) and sleep; a test hands in its own. Not world.py's:
-    importing the supervisor's OS façade would cost every hold tens of milliseconds."""
+class Clock(Protocol):
+    """The waiter's clock (monotonic) and sleep; a test hands in its own."""
+
+    def monotonic(self) -> float: ...
+
+    def sleep(self, seconds: float) -> None: ...
+
+
+class RealClock:
+    """Not world.py's: importing the supervisor's OS façade would cost every hold tens of
+    milliseconds."""
 
     def monotonic(self) -> float:
         return time.monotonic()
@@ -135,7 +143,7 @@ def cmd_hold(
 ) -> dict[str, Any]:
     """Take the lock (waiting up to ``wait_s``), say so, keep it until stdin ends or a SIGTERM
     or SIGHUP comes, then let it go; the final answer is main's to write."""
-    clock = clock or Clock()
+    clock = clock or RealClock()
     try:
         holder = json.loads(holder_json)
     except ValueError:
