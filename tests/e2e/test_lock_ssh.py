@@ -1,4 +1,5 @@
-"""The per-deployment operation lock (issue 31) over a real OpenSSH sshd on 127.0.0.1, against
+"""The per-deployment operation lock (issue 31) over a real OpenSSH sshd on 127.0.0.1 (and one
+case on host: local), against
 the SGLang stand-in: while another orch process holds a deployment's lock (through orch's own
 client, ``commands.locking.holding``), ``orch down`` waits for it or exits 35 naming the holder,
 and a holder that is killed frees the lock by itself."""
@@ -17,7 +18,7 @@ import pytest
 
 from orchestrator.errors import ExitCode
 from tests.conftest import REPO
-from tests.e2e.conftest import Workspace
+from tests.e2e.conftest import Workspace, free_port
 from tests.e2e.test_ssh_up import status_row
 
 # Another orch: holds NAME's lock as ``orch sync`` would, says "held", keeps it until its stdin
@@ -32,7 +33,8 @@ root = Path(sys.argv[1])
 store = ProfileStore(root, display_root=root.parent)
 ctx = Context(store=store, environ={}, local_python=sys.executable)
 launch = ctx.launch(sys.argv[2], require_secrets=False)
-with holding(ctx, deployments_of(launch), "orch sync", wait_s=0):
+replica = int(sys.argv[3]) if len(sys.argv) > 3 else None
+with holding(ctx, deployments_of(launch, replica), "orch sync", wait_s=0):
     print("held", flush=True)
     sys.stdin.read()
 ctx.close()
@@ -52,9 +54,9 @@ def _holders_end() -> Iterator[None]:
         holder.communicate(timeout=30)
 
 
-def _hold(space: Workspace, name: str) -> subprocess.Popen[str]:
+def _hold(space: Workspace, name: str, *replica: str) -> subprocess.Popen[str]:
     holder = subprocess.Popen(
-        [sys.executable, "-c", HOLDER, str(space.profiles), name],
+        [sys.executable, "-c", HOLDER, str(space.profiles), name, *replica],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -143,3 +145,20 @@ def test_restart_holds_across_down_and_up(ssh_workspace: Workspace) -> None:
     row = status_row(ssh_workspace, name)
     assert row["state"] == "READY"
     assert row["pid"] != first
+
+
+def test_up_of_replicas_starts_none_while_one_is_held(local_workspace: Workspace) -> None:
+    """Every replica's lock is taken before any is started: one held elsewhere, none starts
+    (here on host: local, the same agent command without SSH)."""
+    ports = (free_port(), free_port())
+    name = local_workspace.profile(
+        "pair", f"replicas:\n  - {{port: {ports[0]}}}\n  - {{port: {ports[1]}}}\n"
+    )
+    holder = _hold(local_workspace, name, "1")
+    up = local_workspace.orch("up", name, "--lock-wait", "0")
+    assert up.code == ExitCode.LOCKED
+    assert f"{name}@1 on local is locked by " in up.err
+    assert not (local_workspace.deployment_dir(f"{name}@0") / "state.json").exists()
+    _release(holder)
+    up = local_workspace.orch("up", name, "--lock-wait", "0")
+    assert up.code == ExitCode.OK, up.err
