@@ -21,7 +21,6 @@ import functools
 import json
 import posixpath
 import threading
-import time
 from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,12 +43,9 @@ from orchestrator.fleet.bootstrap import (
     carrying,
 )
 from orchestrator.fleet.bundle import Bundle, build
+from orchestrator.fleet.held_lock import HeldLock, await_hold, exit_status
 from orchestrator.fleet.protocol.common import Request, last_json_line
-from orchestrator.fleet.protocol.hold import (
-    HOLD_ANSWER_MARGIN_S,
-    decode_hold_line,
-    hold_args,
-)
+from orchestrator.fleet.protocol.hold import hold_args
 from orchestrator.fleet.protocol.inspect import (
     InspectRequest,
     LastRun,
@@ -124,48 +120,6 @@ class PendingStart:
         if self._opened is not None:
             self._opened.finish_stdin(b"")
             self._opened.close()
-
-
-def _exit_status(stream: Stream, wait_s: float = 5.0) -> int | None:
-    """The exit status of a command whose output ended: a local process may close its stdout
-    a moment before it is reaped (``returncode`` None until then)."""
-    deadline = time.monotonic() + wait_s
-    while (code := stream.returncode) is None and time.monotonic() < deadline:
-        time.sleep(0.01)
-    return code
-
-
-class HeldLock:
-    """A deployment's operation lock, held on its host by ``agent hold`` for as long as the
-    command's stdin is open (``Agent.hold``). ``release`` ends stdin and waits, briefly, for
-    the agent to say it let go; orch dying ends it the same way (sshd closes the channel)."""
-
-    RELEASE_WAIT_S = 5.0
-
-    def __init__(self, stream: Stream, deployment: str, host: str) -> None:
-        self._stream = stream
-        self.deployment = deployment
-        self.host = host
-        self._released = False
-
-    def release(self) -> None:
-        if self._released:
-            return
-        self._released = True
-        try:
-            self._stream.finish_stdin(b"")
-            # its answer, so that a lock released here is free for the next one on return
-            with contextlib.suppress(OrchError, OSError):
-                while self._stream.readline(self.RELEASE_WAIT_S):
-                    pass
-        finally:
-            self._stream.close()
-
-    def __enter__(self) -> HeldLock:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.release()
 
 
 WATCH_SILENCE_S = 5.0  # the watcher beats every second: this long without a line, it is lost
@@ -341,56 +295,25 @@ class Agent:
                 stream = self.transport.stream(argv, hold_stdin=True)
             except ProgramNotFound as exc:
                 raise self._missing_python(exc) from exc
+            host, log = deployment.host.name, posixpath.join(deployment.dir, "agent.log")
             try:
-                held = self._await_hold(stream, wait_s, on_wait)
+                held = await_hold(stream, deployment.name, host, log, wait_s, on_wait)
             except BaseException:
                 stream.close()
                 raise
             if held:
-                return HeldLock(stream, deployment.name, deployment.host.name)
-            code = _exit_status(stream)
+                return HeldLock(stream, deployment.name, host)
+            code, stderr = exit_status(stream), stream.stderr
             stream.close()
             if code == BOOT_UNSAFE:
-                raise self._unsafe(stream.stderr)
+                raise self._unsafe(stderr)
             if code in (BOOT_MISSING, BOOT_CHANGED) and attempt == 1:
                 # this orch's agent is not on the host yet: push it (carried on a command's
                 # stdin, as run_pushed does; once per orch version and host), then hold
                 self.run_pushed(agent_bundle(), path, ("--version",), 60.0, carry=True)
                 continue
-            raise self._failed("hold", code or 0, stream.stderr)
+            raise self._failed("hold", code or 0, stderr)
         raise SupervisorError(f"agent hold did not start on {deployment.host.name}")  # unreached
-
-    def _await_hold(
-        self, stream: Stream, wait_s: float, on_wait: Callable[[LockHolder], None] | None
-    ) -> bool:
-        """Read the hold's lines until it holds (True), or ended without an answer (False:
-        the bootstrap's code says why); a refusal raises Locked."""
-        host = self.deployment.host.name
-        waited = 0.0
-        limit = max(wait_s, 0.0) + HOLD_ANSWER_MARGIN_S
-        while True:
-            line = stream.readline(1.0)
-            if line is None:
-                waited += 1.0
-                if waited > limit:
-                    raise SupervisorError(
-                        f"agent hold said nothing on {host} in {limit:g} s",
-                        f"the agent's own log: {posixpath.join(self.deployment.dir, 'agent.log')}",
-                    )
-                continue
-            if not line:
-                return False
-            try:
-                document = json.loads(line)
-            except ValueError:
-                continue  # not ours (a sitecustomize printing?)
-            if not isinstance(document, dict):
-                continue
-            answer = decode_hold_line(document, self.deployment.name, host)
-            if answer.held:
-                return True
-            if answer.waiting and answer.holder is not None and on_wait is not None:
-                on_wait(answer.holder)
 
     def _stream(
         self,
