@@ -201,13 +201,21 @@ class FakeFleet:
     cannot be reached (their error); the operation locks held on them, and a clock (the
     command's: a waiter for a lock lets it pass)."""
 
-    def __init__(self, sleep: Callable[[float], None], monotonic: Callable[[], float]) -> None:
+    def __init__(
+        self,
+        sleep: Callable[[float], None] | None = None,
+        monotonic: Callable[[], float] | None = None,
+    ) -> None:
         self.deployments: dict[tuple[str, str], FakeDeployment] = {}
         self.unreachable: dict[str, TransportError] = {}
         self.locks: dict[tuple[str, str], FakeLock] = {}
         self.lock_log: list[tuple[str, str, str]] = []  # ("hold" | "release", host, deployment)
-        self.sleep = sleep
-        self.monotonic = monotonic
+        self._now = 0.0  # without the command's clock: time that passes only when a hold waits
+        self.sleep = sleep or self._pass
+        self.monotonic = monotonic or (lambda: self._now)
+
+    def _pass(self, seconds: float) -> None:
+        self._now += seconds
 
     def hold_elsewhere(
         self, host: str, deployment: str, holder: LockHolder, for_s: float | None = None
