@@ -58,6 +58,8 @@ class ExitCode(enum.IntEnum):
     # it never marks ready, one it never lets go, an answer that is not its worker API
     ROLL = 34  # orch restart --rolling stopped: a replica failed its relaunch or its soak (and was
     # put back on its previous launch), or the others could not carry the load
+    LOCKED = 35  # another orch holds the deployment's operation lock (up, down, restart, sync
+    # act under it): the message names the holder; --lock-wait SECONDS waits for it
     SYNC = 36  # orch sync stopped its rollout or a deployment failed (the report says each)
     # orch diff's results, as terraform's -detailed-exitcode: 0 no change, 2 changes. Its usage
     # errors exit EX_USAGE, so that a mistyped command line never reads as "changes".
@@ -248,6 +250,18 @@ class PreflightError(OrchError):
 
 class SupervisorError(OrchError):
     exit_code = ExitCode.SUPERVISOR
+
+
+class Locked(OrchError):
+    """Another orch holds a deployment's operation lock on its host (``agent hold``): the
+    message names the deployment, the host and the holder (who, where from, what, since when)."""
+
+    exit_code = ExitCode.LOCKED
+
+    def __init__(self, message: str, hint: str, *, deployment: str, host: str) -> None:
+        super().__init__(message, hint)
+        self.deployment = deployment
+        self.host = host
 
 
 class NotDeployed(OrchError):

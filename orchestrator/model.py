@@ -514,3 +514,19 @@ class RunState:
     def unsupervised(self) -> bool:
         """Its supervisor died and its server, verified by identity, still runs."""
         return self.deployed and self.state == UNSUPERVISED
+
+
+@dataclass(frozen=True)
+class LockHolder:
+    """Who holds (or asks for) a deployment's operation lock on its host (``agent hold``):
+    what a second orch is told while it waits, or when it gives up."""
+
+    user: str
+    machine: str
+    pid: int
+    command: str  # "orch up", "orch sync" ...
+    since: float  # the holder's wall clock when it asked
+
+    @property
+    def who(self) -> str:
+        return f"{self.user}@{self.machine}"

@@ -180,6 +180,7 @@ def parser() -> argparse.ArgumentParser:
     up.add_argument("--replace", action="store_true", help="stop a different running launch first")
     _replica_option(up, "start this replica only (default: every replica, at once)")
     _launch_options(up)
+    lock_wait_option(up)
     up.set_defaults(command="up")
 
     down = commands.add_parser(
@@ -199,6 +200,7 @@ def parser() -> argparse.ArgumentParser:
         "(default: the profile's stop_timeout_s)",
     )
     _replica_option(down, "stop this replica only (default: every replica, at once)")
+    lock_wait_option(down)
     down.set_defaults(command="down")
 
     restart = commands.add_parser(
@@ -239,6 +241,7 @@ def parser() -> argparse.ArgumentParser:
         help="how long each relaunched replica must serve healthy before the next goes "
         "(default 30)",
     )
+    lock_wait_option(restart)
     restart.set_defaults(command="restart", replace=False)
 
     status = commands.add_parser("status", help="state of deployments: pid, uptime, restarts ...")
@@ -506,6 +509,19 @@ def _launch_options(parser: argparse.ArgumentParser) -> None:
     )
     _no_cache_option(parser)
     _take_over_option(parser)
+
+
+def lock_wait_option(parser: argparse.ArgumentParser) -> None:
+    """``--lock-wait``: how long to wait for another orch's hold on a deployment (issue 31)."""
+    parser.add_argument(
+        "--lock-wait",
+        type=float,
+        default=60.0,
+        metavar="SECONDS",
+        help="when another orch acts on the deployment (it holds its lock on the host), wait "
+        f"this long for it, saying once who it is, then exit {ExitCode.LOCKED} (default 60; "
+        "0: do not wait)",
+    )
 
 
 def _replica_option(parser: argparse.ArgumentParser, help_text: str) -> None:

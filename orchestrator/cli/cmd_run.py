@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING
 
 from orchestrator.cli import arguments
@@ -18,11 +19,39 @@ if TYPE_CHECKING:
 
 
 def handle_up(args: argparse.Namespace, output: Output) -> int:
+    ctx = context_for(args, output)
+    try:
+        launch = ctx.launch(args.profile)
+        with _holding(ctx, launch, args, output, "orch up"):
+            return _up(ctx, launch, args, output)
+    finally:
+        ctx.close()
+
+
+def _holding(
+    ctx: Context, launch: Launch, args: argparse.Namespace, output: Output, command: str
+) -> AbstractContextManager[None]:
+    """The operation lock of every deployment the command acts on (commands/locking.py),
+    waiting ``--lock-wait`` seconds for another orch's, saying once who holds it."""
+    from orchestrator.cli.show import core as show
+    from orchestrator.commands.locking import deployments_of, holding
+
+    wait_s = args.lock_wait
+    profiles = deployments_of(launch, getattr(args, "replica", None))
+    return holding(
+        ctx,
+        profiles,
+        command,
+        wait_s=wait_s,
+        on_wait=lambda label, holder: output.write(show.waiting_for_lock(label, holder, wait_s)),
+    )
+
+
+def _up(ctx: Context, launch: Launch, args: argparse.Namespace, output: Output) -> int:
     from orchestrator.cli.show import core as show
     from orchestrator.commands.context import UpOptions
     from orchestrator.commands.up import up
 
-    ctx = context_for(args, output)
     options = UpOptions(
         replace=args.replace,
         check_plan=not args.no_plan,
@@ -30,17 +59,13 @@ def handle_up(args: argparse.Namespace, output: Output) -> int:
         take_over=args.take_over,
         plan_cache=not args.no_cache,
     )
-    try:
-        launch = ctx.launch(args.profile)
-        replica = getattr(args, "replica", None)
-        if launch.replicas or replica is not None:
-            return _up_replicas(ctx, launch, options, replica, output)
-        view = show.UpView(tty=output.out.isatty())
-        for event in up(ctx, launch, options):
-            output.write(view.event(event))
-        return view.exit_code
-    finally:
-        ctx.close()
+    replica = getattr(args, "replica", None)
+    if launch.replicas or replica is not None:
+        return _up_replicas(ctx, launch, options, replica, output)
+    view = show.UpView(tty=output.out.isatty())
+    for event in up(ctx, launch, options):
+        output.write(view.event(event))
+    return view.exit_code
 
 
 def _up_replicas(
@@ -71,40 +96,53 @@ def _up_replicas(
 
 
 def handle_down(args: argparse.Namespace, output: Output) -> int:
+    ctx = context_for(args, output)
+    try:
+        launch = ctx.launch(args.profile, require_secrets=False)
+        with _holding(ctx, launch, args, output, "orch down"):
+            return _down(ctx, args, output)
+    finally:
+        ctx.close()
+
+
+def _down(ctx: Context, args: argparse.Namespace, output: Output) -> int:
     from orchestrator.cli.show import core as show
     from orchestrator.commands import events, ops
     from orchestrator.commands.routing import Routed
 
-    ctx = context_for(args, output)
     stopped = False
-    try:
-        # restart comes through here too, without a --timeout of its own
-        for step in ops.down(
-            ctx,
-            args.profile,
-            timeout_s=getattr(args, "timeout", None),
-            take_over=args.take_over,
-            replica=getattr(args, "replica", None),
-        ):
-            if isinstance(step, events.Stopping):
-                output.write(show.stopping(step))
-            elif isinstance(step, Routed):
-                output.write(show.routed(step))
-            else:
-                stopped = True
-                output.write(show.down(step.label, step.reply))
-    finally:
-        ctx.close()
+    # restart comes through here too, without a --timeout of its own
+    for step in ops.down(
+        ctx,
+        args.profile,
+        timeout_s=getattr(args, "timeout", None),
+        take_over=args.take_over,
+        replica=getattr(args, "replica", None),
+    ):
+        if isinstance(step, events.Stopping):
+            output.write(show.stopping(step))
+        elif isinstance(step, Routed):
+            output.write(show.routed(step))
+        else:
+            stopped = True
+            output.write(show.down(step.label, step.reply))
     if not stopped:
         output.write(show.down(args.profile, None))
     return ExitCode.OK
 
 
 def handle_restart(args: argparse.Namespace, output: Output) -> int:
+    """down, then up, under ONE hold of the deployments: no other orch acts in between."""
     if args.rolling:
         return _rolling(args, output)
-    handle_down(args, output)
-    return handle_up(args, output)
+    ctx = context_for(args, output)
+    try:
+        launch = ctx.launch(args.profile)
+        with _holding(ctx, launch, args, output, "orch restart"):
+            _down(ctx, args, output)
+            return _up(ctx, launch, args, output)
+    finally:
+        ctx.close()
 
 
 def _rolling(args: argparse.Namespace, output: Output) -> int:
@@ -130,13 +168,15 @@ def _rolling(args: argparse.Namespace, output: Output) -> int:
             soak_s=args.soak,
             gateway_timeout_s=router.ready_timeout_s if router is not None else 120.0,
         )
-        result = rolling_restart(
-            ctx,
-            launch,
-            options,
-            take_over=args.take_over,
-            say=lambda step: output.write(show.roll_step(launch.profile.name, step)),
-        )
+        # every replica held for the whole roll: no other orch acts on one in between
+        with _holding(ctx, launch, args, output, "orch restart --rolling"):
+            result = rolling_restart(
+                ctx,
+                launch,
+                options,
+                take_over=args.take_over,
+                say=lambda step: output.write(show.roll_step(launch.profile.name, step)),
+            )
     finally:
         ctx.close()
     output.write(show.roll_result(launch.profile.name, result))

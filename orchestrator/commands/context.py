@@ -32,7 +32,7 @@ from orchestrator.fleet.protocol.start import StartReply
 from orchestrator.fleet.protocol.stop import StopReply
 from orchestrator.fleet.protocol.survey import HostSurvey
 from orchestrator.fleet.protocol.tail import TailReply
-from orchestrator.model import Host, Profile, RunState, ServerCommand
+from orchestrator.model import Host, LockHolder, Profile, RunState, ServerCommand
 from orchestrator.profile.fields import RequestedField, requested_fields
 from orchestrator.profile.store import LoadedProfile, ProfileStore
 from orchestrator.sglang.argtable import ArgTable
@@ -119,6 +119,22 @@ class HostAgent(Protocol):
         launch_script: str,
         live: LiveChanges | None = None,
     ) -> ReconfigureReply: ...
+    def hold(
+        self,
+        holder: LockHolder,
+        wait_s: float,
+        on_wait: Callable[[LockHolder], None] | None = None,
+    ) -> LockHandle: ...
+
+
+class LockHandle(Protocol):
+    """A deployment's operation lock held on its host (``fleet.client.HeldLock``)."""
+
+    def release(self) -> None: ...
+
+    def __enter__(self) -> LockHandle: ...
+
+    def __exit__(self, *exc: object) -> None: ...
 
 
 @dataclass(frozen=True)

@@ -37,9 +37,10 @@ from orchestrator.commands.rolling import RollOptions
 from orchestrator.commands.up import up
 from orchestrator.effective import sync as esync
 from orchestrator.effective.review import DeploymentChange
-from orchestrator.errors import OrchError, RevisionError, UsageError
+from orchestrator.errors import Locked, OrchError, RevisionError, UsageError
+from orchestrator.fleet.protocol.hold import holder_text
 from orchestrator.fleet.protocol.start import build_spec
-from orchestrator.model import Host, Profile, RunState
+from orchestrator.model import Host, LockHolder, Profile, RunState
 from orchestrator.profile.store import ProfileStore
 
 
@@ -468,12 +469,38 @@ class _Ops(esync.SyncOps):
             deployments = self._deployments(unit)
             profiles = [profile for _, profile in deployments]
             self.say(f"{unit.name}: {unit.action} ({unit.kind}) ...")
-            with locking.holding(self.ctx, profiles, "orch sync", wait_s=self.lock_wait_s):
-                if all(self._clean_now(one, profile) for one, profile in deployments):
-                    return esync.Acted(note="already clean (synced meanwhile)")
-                return self._act(unit, deployments)
+            with locking.holding(
+                self.ctx, profiles, "orch sync", wait_s=self.lock_wait_s, on_wait=self._waiting
+            ):
+                return self._under_lock(unit, deployments)
+        except Locked as exc:  # another orch acts on it: nothing was done here, nothing to undo
+            return esync.Acted(exc.message, touched=False)
+        except OrchError as exc:  # before its lock was held: nothing was done to it
+            return esync.Acted(exc.message, touched=False)
+
+    def _under_lock(
+        self, unit: esync.Unit, deployments: list[tuple[Launch, Profile]]
+    ) -> esync.Acted:
+        """The unit's state again, the act, and a failed relaunch put back, all while its locks
+        are held: no other orch acts in between."""
+        if all(self._clean_now(one, profile) for one, profile in deployments):
+            return esync.Acted(note="already clean (synced meanwhile)")
+        try:
+            acted = self._act(unit, deployments)
         except OrchError as exc:
-            return esync.Acted(exc.message)
+            acted = esync.Acted(exc.message)
+        if acted.problem is None or acted.restored is not None or not esync.wants_restore(unit):
+            return acted
+        problem = self.restore(unit)
+        return dataclasses.replace(
+            acted, problem=acted.problem + esync.restore_said(problem), restored=problem is None
+        )
+
+    def _waiting(self, label: str, holder: LockHolder) -> None:
+        self.say(
+            f"{label}: waiting: {holder_text(holder)} holds it; up to {self.lock_wait_s:g} s "
+            "(--lock-wait)"
+        )
 
     def _clean_now(self, launch: Launch, profile: Profile) -> bool:
         state = self.ctx.agent(profile).status()
@@ -544,8 +571,12 @@ class _Ops(esync.SyncOps):
 
 
 def _start_previous(ctx: Context, profile: Profile) -> str | None:
+    """The launch before the failed one started again and READY: None, or why not."""
     agent = ctx.agent(profile)
-    reply = agent.start_previous()
+    try:
+        reply = agent.start_previous()
+    except OrchError as exc:
+        return exc.message
     if not reply.ok:
         return reply.reason or "the agent did not start the previous launch"
     deadline = ctx.clock() + profile.health.startup_timeout_s
@@ -554,9 +585,9 @@ def _start_previous(ctx: Context, profile: Profile) -> str | None:
         if state.ready:
             return None
         if state.state in ("EXITED", "FATAL", "BACKOFF"):
-            return f"the previous launch did not come back: {state.state} {state.message}"
+            return f"{state.state} {state.message}".rstrip()
         ctx.sleep(0.25)
-    return "the previous launch was not READY in health.startup_timeout_s"
+    return "not READY within health.startup_timeout_s"
 
 
 @contextlib.contextmanager

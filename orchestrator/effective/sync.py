@@ -327,6 +327,7 @@ class Acted:
     problem: str | None = None
     restored: bool | None = None
     note: str = ""  # what a success amounted to (already clean: nothing done)
+    touched: bool = True  # False: nothing was done to it (another orch held its lock)
 
 
 class SyncOps(Protocol):
@@ -424,12 +425,20 @@ def _outcome(unit: Unit, acted: Acted, ops: SyncOps) -> Outcome:
         return Outcome(unit, DONE, acted.note)
     restored = acted.restored
     why = acted.problem
-    if restored is None and unit.kind == RELAUNCH and unit.action != START:
+    if restored is None and acted.touched and wants_restore(unit):
         problem = ops.restore(unit)
         restored = problem is None
-        why += (
-            "; put back on its previous launch"
-            if restored
-            else f"; its previous launch did not come back: {problem}"
-        )
+        why += restore_said(problem)
     return Outcome(unit, FAILED, why, restored)
+
+
+def wants_restore(unit: Unit) -> bool:
+    """A failed relaunch goes back to what ran before it (a start had nothing before it)."""
+    return unit.kind == RELAUNCH and unit.action != START
+
+
+def restore_said(problem: str | None) -> str:
+    """How a restore ended, added to the failure it followed."""
+    if problem is None:
+        return "; put back on its previous launch"
+    return f"; its previous launch did not come back: {problem}"

@@ -21,7 +21,7 @@ import functools
 import json
 import posixpath
 import threading
-from collections.abc import Generator, Mapping, Sequence
+from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -43,7 +43,9 @@ from orchestrator.fleet.bootstrap import (
     carrying,
 )
 from orchestrator.fleet.bundle import Bundle, build
+from orchestrator.fleet.held_lock import HeldLock, await_hold, exit_status
 from orchestrator.fleet.protocol.common import Request, last_json_line
+from orchestrator.fleet.protocol.hold import hold_args
 from orchestrator.fleet.protocol.inspect import (
     InspectRequest,
     LastRun,
@@ -79,7 +81,7 @@ from orchestrator.fleet.protocol.stop import StopReply, decode_stop, stop_reques
 from orchestrator.fleet.protocol.survey import HostSurvey, decode_survey, survey_request
 from orchestrator.fleet.protocol.tail import TailReply, decode_tail, tail_request
 from orchestrator.fleet.protocol.watch import watch_args
-from orchestrator.model import Host, RunState
+from orchestrator.model import Host, LockHolder, RunState
 from orchestrator.remote.agent.protocol import PROTOCOL
 from orchestrator.transport import Stream, Transport, expand_home
 
@@ -283,6 +285,45 @@ class Agent:
                 f"the agent's own log: {posixpath.join(self.deployment.dir, 'agent.log')}",
             )
         return decode_start(first), None  # refused: no run to follow
+
+    def hold(
+        self,
+        holder: LockHolder,
+        wait_s: float,
+        on_wait: Callable[[LockHolder], None] | None = None,
+    ) -> HeldLock:
+        """The deployment's operation lock (``agent hold``), waiting up to ``wait_s`` for
+        another holder to let go (``on_wait`` told once who it is); Locked naming the holder
+        when it does not. One command on the connection, its stdin left open: the lock is
+        held while it is (``HeldLock.release``)."""
+        deployment = self.deployment
+        path = deployment.agent_path
+        args = hold_args(deployment.workdir, deployment.name, holder, wait_s)
+        argv = bootstrap_argv(deployment.python, path, agent_bundle().sha256, args)
+        for attempt in (1, 2):
+            try:
+                stream = self.transport.stream(argv, hold_stdin=True)
+            except ProgramNotFound as exc:
+                raise self._missing_python(exc) from exc
+            host, log = deployment.host.name, posixpath.join(deployment.dir, "agent.log")
+            try:
+                held = await_hold(stream, deployment.name, host, log, wait_s, on_wait)
+            except BaseException:
+                stream.close()
+                raise
+            if held:
+                return HeldLock(stream, deployment.name, host)
+            code, stderr = exit_status(stream), stream.stderr
+            stream.close()
+            if code == BOOT_UNSAFE:
+                raise self._unsafe(stderr)
+            if code in (BOOT_MISSING, BOOT_CHANGED) and attempt == 1:
+                # this orch's agent is not on the host yet: push it (carried on a command's
+                # stdin, as run_pushed does; once per orch version and host), then hold
+                self.run_pushed(agent_bundle(), path, ("--version",), 60.0, carry=True)
+                continue
+            raise self._failed("hold", code or 0, stderr)
+        raise SupervisorError(f"agent hold did not start on {deployment.host.name}")  # unreached
 
     def _stream(
         self,

@@ -134,3 +134,48 @@ def test_a_failing_new_rendering_halts_after_the_first_and_goes_back(
     assert after["two"] == pids["two"]  # never reached: its process kept
     status = {row["profile"]: row for row in space.orch("status", "one", "--json").json()}
     assert status["one"]["state"] == "READY"  # its previous launch again
+
+
+def _wait_for_line(process: subprocess.Popen[str], needle: str) -> list[str]:
+    """The process's stdout lines until one holds ``needle`` (it still runs then)."""
+    assert process.stdout is not None
+    lines: list[str] = []
+    for line in process.stdout:
+        lines.append(line)
+        if needle in line:
+            return lines
+    raise AssertionError(f"{needle!r} never said: {''.join(lines)}")
+
+
+def test_two_concurrent_syncs_of_one_deployment_act_once(ssh_workspace: Workspace) -> None:
+    """Two people sync the same fleet: the first relaunches the changed deployment under its
+    lock; one that will not wait is refused naming the first as holder; one that waits finds it
+    synced and does nothing."""
+    space = ssh_workspace
+    _two_up_from_a(space)
+    path = space.profiles / "one.yaml"
+    # the new launch loads for a while: the first sync holds the lock that long
+    path.write_text(path.read_text().replace("env:\n", "env:\n  ORCH_STANDIN_LOAD_S: '4'\n"))
+    _commit(space, "B: a slower load")
+    runs_before = len(space.orch("runs", "one", "--json").json()["runs"])
+    first = space.spawn("sync", "--yes", "one")
+    try:
+        said = _wait_for_line(first, "one: restart")
+        refused = space.orch("sync", "--yes", "--lock-wait", "0", "one")
+        waited = space.spawn("sync", "--yes", "--lock-wait", "60", "one")
+        out, err = first.communicate(timeout=120)
+        assert first.returncode == ExitCode.OK, "".join(said) + out + err
+        waited_out, waited_err = waited.communicate(timeout=120)
+    finally:
+        for process in (first,):
+            if process.poll() is None:
+                process.kill()
+    assert refused.code == ExitCode.SYNC, refused.out + refused.err
+    assert "locked by" in refused.out + refused.err
+    assert "orch sync" in refused.out + refused.err  # the holder named, with its command
+    assert waited.returncode == ExitCode.OK, waited_out + waited_err
+    assert "already clean" in waited_out
+    runs = space.orch("runs", "one", "--json").json()["runs"]
+    assert len(runs) == runs_before + 1  # relaunched once, by the first sync only
+    code, states = _states(space)
+    assert code == ExitCode.OK, states

@@ -346,3 +346,19 @@ def test_a_roll_restores_itself() -> None:
     report = sync.apply(sync.plan(rows, Options()), ops, Options())
     assert ops.restored == []
     assert (report.outcomes[0].result, report.outcomes[0].restored) == (sync.FAILED, True)
+
+
+def test_a_relaunch_refused_by_another_orchs_lock_is_a_failure_with_nothing_to_put_back() -> None:
+    class Locked(Ops):
+        def act(self, units: Sequence[Unit]) -> Sequence[Acted]:
+            self.batches.append([u.name for u in units])
+            return [Acted("s0 on gpu-1 is locked by alice@laptop's orch sync", touched=False)]
+
+    ops = Locked()
+    report = sync.apply(sync.plan(relaunches(2), Options()), ops, Options())
+    assert ops.restored == []  # it was never touched: its running launch is another orch's now
+    assert [(o.unit.name, o.result, o.restored) for o in report.outcomes] == [
+        ("s0", sync.FAILED, None),
+        ("s1", sync.NOT_REACHED, None),
+    ]
+    assert report.halted is not None and "locked by alice@laptop" in report.halted

@@ -34,11 +34,13 @@ from orchestrator.commands.rolling import Step as RollStep
 from orchestrator.commands.routing import Routed
 from orchestrator.effective import plan, verify
 from orchestrator.errors import ExitCode
+from orchestrator.fleet.protocol.hold import holder_text
 from orchestrator.fleet.protocol.runs import RunInfo
 from orchestrator.fleet.protocol.stop import StopReply
 from orchestrator.model import (
     ExitInfo,
     Finding,
+    LockHolder,
     Profile,
     ServerCommand,
     Severity,
@@ -382,6 +384,18 @@ def stopping(event: Stopping) -> list[Text]:
     else:
         what = f"SIGTERM sent to {event.profile} (pid {event.pid})"
     return [Text(f"{what}; draining, up to {event.timeout_s:g} s\n", flush=True)]
+
+
+def waiting_for_lock(label: str, holder: LockHolder, wait_s: float) -> list[Text]:
+    """Said once per deployment another orch holds, before waiting for it (``--lock-wait``)."""
+    return [
+        Text(
+            f"orch: waiting for {label}: {holder_text(holder)} holds it; up to {wait_s:g} s "
+            "(--lock-wait)\n",
+            err=True,
+            flush=True,
+        )
+    ]
 
 
 # -- runs and logs -------------------------------------------------------------------------------

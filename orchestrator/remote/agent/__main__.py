@@ -14,6 +14,8 @@ one JSON document on stdout (exit 0, or 3 when it says ``"ok": false``)::
     reach  --host H --port P --token T --timeout S   # reach one: JSON, exit 0
     survey --workdir W                               # every deployment's status; writes nothing
     reconfigure --dir D --spec - [--live JSON]       # a new spec, its server untouched
+    hold   --workdir W --deployment NAME --holder JSON [--wait S]  # the operation lock, held
+                                                     # until stdin ends (cmd_hold)
 
 Each command's module is imported when it is asked for: a ``status`` compiles none of the
 supervisor's code.
@@ -23,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -52,7 +55,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         }
     finally:
         remove_env_file(env_file)
-    sys.stdout.write(json.dumps(result, sort_keys=True) + "\n")
+    try:
+        sys.stdout.write(json.dumps(result, sort_keys=True) + "\n")
+        sys.stdout.flush()
+    except BrokenPipeError:
+        if arguments[:1] != ["hold"]:
+            raise
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no flush error at exit
+        return 0  # orch went away, which is how a hold ends: released, nobody to tell
     if arguments[:1] == ["reach"]:
         return 0  # an unreachable port is an answer, not the agent's failure: the caller decides
     return 0 if result.get("ok", True) else 3
@@ -118,7 +128,16 @@ def _dispatch(argv: Sequence[str]) -> dict[str, Any]:
     reconfigure.add_argument("--dir", required=True)
     reconfigure.add_argument("--spec", required=True)  # "-": {"spec", "launch_script", "live"}
     reconfigure.add_argument("--live")  # a JSON list of {"endpoint", "body"} (else stdin's)
+    hold = commands.add_parser("hold")
+    hold.add_argument("--workdir", required=True)
+    hold.add_argument("--deployment", required=True)
+    hold.add_argument("--holder", required=True)  # JSON: user, machine, pid, command, since
+    hold.add_argument("--wait", type=float, default=0.0)
     args = parser.parse_args(argv)
+    if args.command == "hold":
+        from .cmd_hold import cmd_hold
+
+        return cmd_hold(args.workdir, args.deployment, args.holder, args.wait)
     if args.command == "start":
         from .cmd_start import cmd_start
 

@@ -71,8 +71,8 @@ class Commands:
 def commands(profile_dir: ProfileDir) -> Commands:
     for recorded in RECORDED_PROFILES.glob("*.yaml"):
         profile_dir.write(recorded.name, recorded.read_text())
-    fleet = FakeFleet()
     clock = StoppedClock()
+    fleet = FakeFleet(clock.sleep, clock.monotonic)
     ctx = Context(
         store=profile_dir.store(),
         environ={},

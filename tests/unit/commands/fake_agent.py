@@ -21,7 +21,7 @@ from __future__ import annotations
 import copy
 import functools
 import json
-from collections.abc import Generator, Mapping, Sequence
+from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,6 +31,7 @@ from orchestrator.effective.verify import Observation
 from orchestrator.errors import TransportError
 from orchestrator.fleet.client import Deployment
 from orchestrator.fleet.protocol.common import refused
+from orchestrator.fleet.protocol.hold import locked
 from orchestrator.fleet.protocol.inspect import InspectRequest, LastRun, decode_inspect
 from orchestrator.fleet.protocol.plan import decode_plan_answer
 from orchestrator.fleet.protocol.probe import HostFacts, decode_probe
@@ -46,7 +47,7 @@ from orchestrator.fleet.protocol.status import decode_state
 from orchestrator.fleet.protocol.stop import StopReply, decode_stop
 from orchestrator.fleet.protocol.survey import HostSurvey, decode_survey
 from orchestrator.fleet.protocol.tail import TailReply, decode_tail
-from orchestrator.model import Host, Profile, RunState
+from orchestrator.model import Host, LockHolder, Profile, RunState
 from orchestrator.remote.agent.live import fields_of as live_fields
 from orchestrator.transport import CommandResult, Stream, Transport
 from tests.conftest import REPO
@@ -172,13 +173,90 @@ class FakeDeployment:
         return recorded("adopt", self.meta)
 
 
+@dataclass
+class FakeLock:
+    """A deployment's operation lock on a fake host, as ``agent hold`` keeps it: its holder,
+    and for one another orch holds (``FakeFleet.hold_elsewhere``), when that one lets it go
+    (None: not while this test runs)."""
+
+    holder: LockHolder
+    until: float | None = None
+
+
+class FakeHeld:
+    """``fleet.client.HeldLock`` on the fake host: releasing it frees the lock."""
+
+    def __init__(self, fleet: FakeFleet, key: tuple[str, str]) -> None:
+        self._fleet = fleet
+        self._key = key
+        self.released = False
+
+    def release(self) -> None:
+        if not self.released:
+            self.released = True
+            del self._fleet.locks[self._key]
+            self._fleet.lock_log.append(("release", *self._key))
+
+    def __enter__(self) -> FakeHeld:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
 class FakeFleet:
     """The hosts a test's commands reach: each deployment by host and name, and the hosts that
-    cannot be reached (their error)."""
+    cannot be reached (their error); the operation locks held on them, and a clock (the
+    command's: a waiter for a lock lets it pass)."""
 
-    def __init__(self) -> None:
+    def __init__(
+        self,
+        sleep: Callable[[float], None] | None = None,
+        monotonic: Callable[[], float] | None = None,
+    ) -> None:
         self.deployments: dict[tuple[str, str], FakeDeployment] = {}
         self.unreachable: dict[str, TransportError] = {}
+        self.locks: dict[tuple[str, str], FakeLock] = {}
+        self.lock_log: list[tuple[str, str, str]] = []  # ("hold" | "release", host, deployment)
+        self._now = 0.0  # without the command's clock: time that passes only when a hold waits
+        self.sleep = sleep or self._pass
+        self.monotonic = monotonic or (lambda: self._now)
+
+    def _pass(self, seconds: float) -> None:
+        self._now += seconds
+
+    def hold_elsewhere(
+        self, host: str, deployment: str, holder: LockHolder, for_s: float | None = None
+    ) -> None:
+        """Another orch holds ``deployment``'s lock on ``host``; it lets go after ``for_s``
+        seconds of the command's clock (None: not while the test runs)."""
+        until = None if for_s is None else self.monotonic() + for_s
+        self.locks[(host, deployment)] = FakeLock(holder, until)
+
+    def hold(
+        self,
+        host: str,
+        deployment: str,
+        holder: LockHolder,
+        wait_s: float,
+        on_wait: Callable[[LockHolder], None] | None,
+    ) -> FakeHeld:
+        """As ``agent hold``: taken when free; held by another, its holder said once and
+        waited for up to ``wait_s``; still held then: Locked naming it."""
+        key = (host, deployment)
+        other = self.locks.get(key)
+        if other is not None:
+            if wait_s > 0 and on_wait is not None:
+                on_wait(other.holder)
+            now = self.monotonic()
+            if other.until is None or other.until > now + wait_s:
+                self.sleep(max(wait_s, 0.0))
+                raise locked(deployment, host, other.holder)
+            self.sleep(other.until - now)
+            del self.locks[key]
+        self.locks[key] = FakeLock(holder)
+        self.lock_log.append(("hold", host, deployment))
+        return FakeHeld(self, key)
 
     def deployment(self, host: str, name: str) -> FakeDeployment:
         key = (host, name)
@@ -197,7 +275,7 @@ class FakeFleet:
 
     def agent(self, profile: Profile) -> FakeAgent:
         """``Context.agent_factory``: the fake agent of ``profile``'s deployment."""
-        return FakeAgent(self, profile.host, profile.name)
+        return FakeAgent(self, profile.host, profile.deployment)
 
     def host_agent(self, host: Host) -> FakeAgent:
         """``Context.host_agent_factory``: the fake agent of ``host``, bound to no deployment."""
@@ -427,6 +505,15 @@ class FakeAgent:
 
     def reach(self, host: str, port: int, token: str, timeout: float) -> ProbeAnswer:
         raise NotRecorded("no reach was recorded")
+
+    def hold(
+        self,
+        holder: LockHolder,
+        wait_s: float,
+        on_wait: Callable[[LockHolder], None] | None = None,
+    ) -> FakeHeld:
+        self._reach()
+        return self._fleet.hold(self._host, self.deployment.name, holder, wait_s, on_wait)
 
 
 def _stream(documents: Sequence[Any]) -> Generator[dict[str, Any], None, None]:
