@@ -361,4 +361,5 @@ def test_a_relaunch_refused_by_another_orchs_lock_is_a_failure_with_nothing_to_p
         ("s0", sync.FAILED, None),
         ("s1", sync.NOT_REACHED, None),
     ]
-    assert report.halted is not None and "locked by alice@laptop" in report.halted
+    assert report.halted is not None
+    assert "locked by alice@laptop" in report.halted
