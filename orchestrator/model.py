@@ -462,6 +462,25 @@ class GateView:
 
 
 @dataclass(frozen=True)
+class LockView:
+    """A deployment's operation lock as read, no lock taken: how many holds it has had, and
+    whether a holder was named then."""
+
+    generation: int
+    held: bool
+
+    def consistent_with(self, granted: int | None) -> bool:
+        """A state read at this view is the deployment as it is under the hold granted as
+        ``granted``: the read came while nobody held the lock and that hold is the very next
+        one (nothing acted between), or while that very hold was already ours."""
+        if granted is None:
+            return False
+        if self.held:
+            return granted == self.generation
+        return granted == self.generation + 1
+
+
+@dataclass(frozen=True)
 class RunState:
     """One deployment's state on its host, as its agent reports it."""
 
@@ -505,6 +524,10 @@ class RunState:
     # untouched, deregistered, registering, registered, failed; and its last trouble there
     gateway_status: str | None = None
     gateway_error: str | None = None
+    # the deployment's operation lock as the agent read it just before this state (None: not
+    # said): a state read before orch's own hold was granted is trusted only when that hold is
+    # the next one after this view, or held already (``LockView.consistent_with``)
+    lock: LockView | None = None
 
     @property
     def alive(self) -> bool:

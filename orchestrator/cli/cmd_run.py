@@ -16,16 +16,37 @@ from orchestrator.errors import ExitCode, OrchError
 
 if TYPE_CHECKING:
     from orchestrator.commands.context import Context, Launch, UpOptions
+    from orchestrator.commands.locking import PendingHold
 
 
 def handle_up(args: argparse.Namespace, output: Output) -> int:
     ctx = context_for(args, output)
     try:
         launch = ctx.launch(args.profile)
-        with _holding(ctx, launch, args, output, "orch up"):
-            return _up(ctx, launch, args, output)
+        if launch.replicas or launch.is_group or getattr(args, "replica", None) is not None:
+            with _holding(ctx, launch, args, output, "orch up"):
+                return _up(ctx, launch, args, output)
+        # one server: its lock is granted while up reads the deployment (no round trip more)
+        with _pending_hold(ctx, launch, args, output, "orch up") as lock:
+            return _up(ctx, launch, args, output, lock=lock)
     finally:
         ctx.close()
+
+
+def _pending_hold(
+    ctx: Context, launch: Launch, args: argparse.Namespace, output: Output, command: str
+) -> AbstractContextManager[PendingHold]:
+    from orchestrator.cli.show import core as show
+    from orchestrator.commands.locking import pending_hold
+
+    wait_s = args.lock_wait
+    return pending_hold(
+        ctx,
+        launch.profile,
+        command,
+        wait_s=wait_s,
+        on_wait=lambda label, holder: output.write(show.waiting_for_lock(label, holder, wait_s)),
+    )
 
 
 def _holding(
@@ -47,7 +68,14 @@ def _holding(
     )
 
 
-def _up(ctx: Context, launch: Launch, args: argparse.Namespace, output: Output) -> int:
+def _up(
+    ctx: Context,
+    launch: Launch,
+    args: argparse.Namespace,
+    output: Output,
+    *,
+    lock: PendingHold | None = None,
+) -> int:
     from orchestrator.cli.show import core as show
     from orchestrator.commands.context import UpOptions
     from orchestrator.commands.up import up
@@ -58,6 +86,7 @@ def _up(ctx: Context, launch: Launch, args: argparse.Namespace, output: Output) 
         force=args.force,
         take_over=args.take_over,
         plan_cache=not args.no_cache,
+        lock=lock,
     )
     replica = getattr(args, "replica", None)
     if launch.replicas or replica is not None:

@@ -130,6 +130,11 @@ class HostAgent(Protocol):
 class LockHandle(Protocol):
     """A deployment's operation lock held on its host (``fleet.client.HeldLock``)."""
 
+    @property
+    def generation(self) -> int | None:
+        """The hold's number on its host (``LockView.consistent_with``); None: not said."""
+        ...
+
     def release(self) -> None: ...
 
     def __enter__(self) -> LockHandle: ...
@@ -227,6 +232,19 @@ class UpOptions:
     force: bool = False  # --force: launch what the plan refuses
     take_over: bool = False  # --take-over: a deployment launched from another repository
     plan_cache: bool = True  # not --no-cache: the plan may come from the probe's cache
+    # the deployment's operation lock while it is being granted (``locking.PendingHold``), for
+    # ``up`` to wait for before it acts, its first read of the state done meanwhile; None: the
+    # caller holds it already (or nothing does)
+    lock: PendingLock | None = None
+
+
+class PendingLock(Protocol):
+    """An operation lock asked for and not yet awaited."""
+
+    def granted(self) -> int | None:
+        """Wait until it is held: its generation (None: not said); errors.Locked when another
+        orch keeps it past the wait."""
+        ...
 
 
 def _make_launch(

@@ -90,3 +90,60 @@ def holding(
         for lock in reversed(held):
             with contextlib.suppress(Exception):  # one host gone must not keep the others'
                 lock.release()
+
+
+class PendingHold:
+    """One deployment's lock asked for on a thread of its own, so that the command's first
+    read of the deployment runs while the hold is being granted (one round trip, not two):
+    ``up`` awaits ``granted`` before it acts, and reads again when another hold came between
+    its read and this one (``LockView.consistent_with``)."""
+
+    def __init__(
+        self,
+        ctx: Context,
+        profile: Profile,
+        command: str,
+        *,
+        wait_s: float,
+        on_wait: Callable[[str, LockHolder], None] | None = None,
+    ) -> None:
+        label = f"{profile.deployment} on {profile.host.name}"
+
+        def said(other: LockHolder) -> None:
+            if on_wait is not None:
+                on_wait(label, other)
+
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="orch-hold")
+        agent = ctx.agent(profile)
+        self._future = self._pool.submit(agent.hold, this_holder(command), wait_s, said)
+
+    def granted(self) -> int | None:
+        return self._future.result().generation
+
+    def release(self) -> None:
+        """Let it go once granted (a hold still being granted is waited for first: it is never
+        left behind held)."""
+        try:
+            lock = self._future.result()
+        except Exception:  # noqa: BLE001 - not granted: nothing to let go (its error was said)
+            return
+        finally:
+            self._pool.shutdown(wait=True)
+        lock.release()
+
+
+@contextlib.contextmanager
+def pending_hold(
+    ctx: Context,
+    profile: Profile,
+    command: str,
+    *,
+    wait_s: float,
+    on_wait: Callable[[str, LockHolder], None] | None = None,
+) -> Iterator[PendingHold]:
+    """``PendingHold`` for the block, released at its end (also on an error or Ctrl-C)."""
+    pending = PendingHold(ctx, profile, command, wait_s=wait_s, on_wait=on_wait)
+    try:
+        yield pending
+    finally:
+        pending.release()

@@ -107,6 +107,13 @@ def _up(
     current, facts = agent.status_and_probe(
         profile.port, profile.model.path or None, profile.bind, member.env
     )
+    if options.lock is not None:  # read while the lock was being granted: wait for it now
+        granted = options.lock.granted()
+        if current.lock is None or not current.lock.consistent_with(granted):
+            # another orch held it between that read and this hold: read again, now ours
+            current, facts = agent.status_and_probe(
+                profile.port, profile.model.path or None, profile.bind, member.env
+            )
     replacing: RunState | None = None  # stopped only once the new launch passed its checks
     if current.deployed:
         note = ownership.check(profile, current, ctx.origin(), "up", take_over=options.take_over)

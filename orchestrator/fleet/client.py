@@ -299,10 +299,11 @@ class Agent:
         deployment = self.deployment
         path = deployment.agent_path
         args = hold_args(deployment.workdir, deployment.name, holder, wait_s)
-        argv = bootstrap_argv(deployment.python, path, agent_bundle().sha256, args)
+        plain = bootstrap_argv(deployment.python, path, agent_bundle().sha256, args)
+        argv, stdin = plain, b""
         for attempt in (1, 2):
             try:
-                stream = self.transport.stream(argv, hold_stdin=True)
+                stream = self.transport.stream(argv, stdin=stdin or None, hold_stdin=True)
             except ProgramNotFound as exc:
                 raise self._missing_python(exc) from exc
             host, log = deployment.host.name, posixpath.join(deployment.dir, "agent.log")
@@ -311,16 +312,20 @@ class Agent:
             except BaseException:
                 stream.close()
                 raise
-            if held:
-                return HeldLock(stream, deployment.name, host)
+            if held is not None:
+                return HeldLock(stream, deployment.name, host, held.generation)
             code, stderr = exit_status(stream), stream.stderr
             stream.close()
             if code == BOOT_UNSAFE:
                 raise self._unsafe(stderr)
-            if code in (BOOT_MISSING, BOOT_CHANGED) and attempt == 1:
-                # this orch's agent is not on the host yet: push it (carried on a command's
-                # stdin, as run_pushed does; once per orch version and host), then hold
-                self.run_pushed(agent_bundle(), path, ("--version",), 60.0, carry=True)
+            if code == BOOT_MISSING and attempt == 1:
+                # this orch's agent is not on the host yet: the hold again, carrying it on its
+                # stdin (written there by the bootstrap, as run_pushed does; once per orch
+                # version and host), the stdin then held open as before
+                argv, stdin = carrying(plain, agent_bundle().data, None)
+                continue
+            if code == BOOT_CHANGED and attempt == 1:  # not what orch pushed: replaced
+                self.transport.put(agent_bundle().data, path, 0o600)
                 continue
             raise self._failed("hold", code or 0, stderr)
         raise SupervisorError(f"agent hold did not start on {deployment.host.name}")  # unreached

@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable
 
 from orchestrator.errors import OrchError, SupervisorError
-from orchestrator.fleet.protocol.hold import HOLD_ANSWER_MARGIN_S, decode_hold_line
+from orchestrator.fleet.protocol.hold import HOLD_ANSWER_MARGIN_S, HoldLine, decode_hold_line
 from orchestrator.model import LockHolder
 from orchestrator.transport import Stream
 
@@ -24,10 +24,13 @@ class HeldLock:
 
     RELEASE_WAIT_S = 5.0
 
-    def __init__(self, stream: Stream, deployment: str, host: str) -> None:
+    def __init__(
+        self, stream: Stream, deployment: str, host: str, generation: int | None = None
+    ) -> None:
         self._stream = stream
         self.deployment = deployment
         self.host = host
+        self.generation = generation  # the hold's number on its host (LockView.consistent_with)
         self._released = False
 
     def release(self) -> None:
@@ -56,10 +59,10 @@ def await_hold(
     agent_log: str,
     wait_s: float,
     on_wait: Callable[[LockHolder], None] | None,
-) -> bool:
-    """Read the hold's lines until it holds (True), or it ended without an answer (False: the
-    bootstrap's exit status says why); ``on_wait`` told who holds it when the agent waits; a
-    refusal raises errors.Locked naming the holder."""
+) -> HoldLine | None:
+    """Read the hold's lines until it holds (its ``held`` line), or it ended without an answer
+    (None: the bootstrap's exit status says why); ``on_wait`` told who holds it when the agent
+    waits; a refusal raises errors.Locked naming the holder."""
     waited = 0.0
     limit = max(wait_s, 0.0) + HOLD_ANSWER_MARGIN_S
     while True:
@@ -73,7 +76,7 @@ def await_hold(
                 )
             continue
         if not line:
-            return False
+            return None
         try:
             document = json.loads(line)
         except ValueError:
@@ -82,7 +85,7 @@ def await_hold(
             continue
         answer = decode_hold_line(document, deployment, host)
         if answer.held:
-            return True
+            return answer
         if answer.waiting and answer.holder is not None and on_wait is not None:
             on_wait(answer.holder)
 

@@ -78,8 +78,8 @@ class Transport(Protocol):
     ) -> Stream:
         """Start ``argv`` (no shell on our side) and read its stdout line by line as it comes:
         one command, no round trip per look. ``stdin`` is sent with the command, then closed;
-        with ``hold_stdin`` it stays open until ``Stream.finish_stdin``. Raises
-        ProgramNotFound like ``run``."""
+        with ``hold_stdin`` it is sent and stdin stays open until ``Stream.finish_stdin``.
+        Raises ProgramNotFound like ``run``."""
         ...
 
     def put(self, data: bytes, path: str, mode: int) -> None:

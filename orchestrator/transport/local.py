@@ -121,6 +121,10 @@ class LocalTransport:
         stream = LocalStream(process)
         if stdin and not hold_stdin:
             stream.finish_stdin(stdin)
+        elif stdin and process.stdin is not None:  # held: the rest comes with finish_stdin
+            with contextlib.suppress(BrokenPipeError):
+                process.stdin.write(stdin)
+                process.stdin.flush()
         return stream
 
     def put(self, data: bytes, path: str, mode: int) -> None:

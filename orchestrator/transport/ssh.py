@@ -337,11 +337,11 @@ class SSHTransport:
     ) -> SSHStream:
         argv = tuple(argv)
         channel = self._exec(argv)
-        if hold_stdin:
-            return SSHStream(channel, self._host.name, argv)
         try:
             if stdin:  # sent behind the exec request, once sshd opens the channel's window
                 channel.sendall(stdin)
+            if hold_stdin:  # the rest is sent, and stdin closed, by finish_stdin
+                return SSHStream(channel, self._host.name, argv)
             channel.shutdown_write()
         except (OSError, EOFError, paramiko.SSHException) as exc:
             raise self._lost(f"starting {argv[0]}", exc) from exc

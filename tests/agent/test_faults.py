@@ -496,7 +496,12 @@ def test_a_workdir_linked_to_the_users_own_private_directory_is_accepted(tmp_pat
     _secure(link)
     assert (target / "svc").is_dir()
     status = _agent("status", "--dir", str(link / "svc"))
-    assert status == {"deployed": False, "deployment_dir": str(link / "svc"), "protocol": 1}
+    assert status == {
+        "deployed": False,
+        "deployment_dir": str(link / "svc"),
+        "protocol": 1,
+        "lock": {"generation": 0, "held": False},
+    }
 
 
 @pytest.mark.parametrize(

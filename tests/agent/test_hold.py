@@ -105,7 +105,8 @@ def test_hold_holds_until_stdin_ends_and_refuses_another_naming_the_holder(
         "released": True,
         "deployment": "web",
     }
-    assert not _holder_file(workdir).exists()
+    # no holder named any more; the count of holds kept for the next one
+    assert json.loads(_holder_file(workdir).read_text()) == {"generation": 1, "released": True}
     _release(_held(workdir, BOB))  # free again
 
 
@@ -136,9 +137,9 @@ def test_a_holder_that_ends_by_a_signal_frees_the_lock(workdir: Path, sig: int) 
     alice = _held(workdir, ALICE)
     alice.send_signal(sig)
     alice.wait(10)  # its stdin still open: the signal alone ended it
-    if sig != signal.SIGKILL:  # let go as on stdin's end: the holder file removed
+    if sig != signal.SIGKILL:  # let go as on stdin's end: no holder named any more
         assert alice.returncode == 0
-        assert not _holder_file(workdir).exists()
+        assert "user" not in json.loads(_holder_file(workdir).read_text())
     else:  # killed: its holder file stays, stale, and the next replaces it
         assert json.loads(_holder_file(workdir).read_text())["user"] == "alice"
     bob = _held(workdir, BOB)
@@ -190,3 +191,34 @@ def test_a_deployment_name_that_leaves_the_locks_directory_is_refused(workdir: P
     assert done.returncode == 3
     assert json.loads(done.stdout)["refused"] == "unsafe-path"
     assert not (workdir / ".orch" / "web.lock").exists()
+
+
+def _status_lock(workdir: Path) -> dict[str, Any]:
+    done = subprocess.run(
+        [*AGENT, "status", "--dir", str(workdir / "web")],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    lock: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])["lock"]
+    return lock
+
+
+def test_each_hold_is_numbered_and_status_says_the_lock_as_it_read_it(workdir: Path) -> None:
+    """orch reads a deployment while its hold is being granted, and trusts that read only when
+    the hold it got is the next one after the lock ``status`` saw (model.LockView.consistent_with)."""
+    assert _status_lock(workdir) == {"generation": 0, "held": False}  # never taken
+    alice = _held(workdir, ALICE)
+    assert _status_lock(workdir) == {"generation": 1, "held": True}
+    _release(alice)
+    assert _status_lock(workdir) == {"generation": 1, "held": False}
+    bob = _hold(workdir, BOB)
+    answer = _line(bob)
+    assert (answer["held"], answer["generation"]) == (True, 2)
+    _release(bob)
+    # a holder killed outright leaves its name behind: a read then is not trusted either
+    carol = _held(workdir, {**ALICE, "user": "carol"})
+    carol.kill()
+    carol.wait(10)
+    assert _status_lock(workdir) == {"generation": 3, "held": True}

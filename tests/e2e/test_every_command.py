@@ -145,6 +145,38 @@ def run_diff(space: Workspace, name: str, sshd: SshServer) -> None:
     _ok(_orch(space, "down", name))  # the same repository's deployment: stopped, nothing left
 
 
+def run_sync(space: Workspace, name: str, sshd: SshServer) -> None:
+    """The deployment brought to the repository's HEAD: pending after a commit, synced, clean."""
+
+    def git(*argv: str) -> None:
+        subprocess.run(
+            ["git", "-c", "user.name=t", "-c", "user.email=t@example.net", *argv],
+            cwd=space.root,
+            check=True,
+            capture_output=True,
+            timeout=60,
+        )
+
+    git("init", "-q")
+    git("add", "profiles")
+    git("commit", "-q", "-m", "what runs")
+    _up(space, name)
+    _ok(_orch(space, "sync", "--dry-run"), "clean")
+    profile = space.profiles / f"{name}.yaml"
+    profile.write_text(
+        profile.read_text().replace(
+            "skip_server_warmup: true", "context_length: 4096\n  skip_server_warmup: true"
+        )
+    )
+    git("commit", "-q", "-am", "shorter context")
+    done = _orch(space, "sync", "--dry-run", "--json")
+    assert done.returncode == ExitCode.CHANGES, (done.stdout, done.stderr)
+    assert '"state": "pending"' in done.stdout
+    _ok(_orch(space, "sync", "--yes"), "done")
+    _ok(_orch(space, "sync", "--dry-run"), "clean")
+    _ok(_orch(space, "down", name))
+
+
 def run_export(space: Workspace, name: str, sshd: SshServer) -> None:
     _ok(_orch(space, "export", "k8s-lws", name), "kind: LeaderWorkerSet", "lmsysorg/sglang:v0.5.23")
     written = space.root / "deploy.yaml"
@@ -202,6 +234,7 @@ RUNS: dict[str, Callable[[Workspace, str, SshServer], None]] = {
     "lock": run_lock,
     "diff-effective": run_diff_effective,
     "diff": run_diff,
+    "sync": run_sync,
     "hosts": run_hosts,
     "init": run_init,
     "export": run_export,

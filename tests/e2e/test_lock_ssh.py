@@ -51,6 +51,8 @@ def _holders_end() -> Iterator[None]:
         holder = STARTED.pop()
         if holder.poll() is None:
             holder.kill()
+        if holder.stdin is not None and holder.stdin.closed:
+            holder.stdin = None  # the test ended it already: its output is what is left
         holder.communicate(timeout=30)
 
 
@@ -162,3 +164,68 @@ def test_up_of_replicas_starts_none_while_one_is_held(local_workspace: Workspace
     _release(holder)
     up = local_workspace.orch("up", name, "--lock-wait", "0")
     assert up.code == ExitCode.OK, up.err
+
+
+# Another orch that holds NAME's lock, and once told (a line on its stdin) launches it itself
+# under that hold (as orch sync would), then keeps the hold until its stdin ends.
+LAUNCHER = """\
+import sys
+from pathlib import Path
+from orchestrator.commands.context import Context, UpOptions
+from orchestrator.commands.locking import deployments_of, holding
+from orchestrator.commands.up import up
+from orchestrator.profile.store import ProfileStore
+root = Path(sys.argv[1])
+ctx = Context(store=ProfileStore(root, display_root=root.parent), environ={},
+              local_python=sys.executable)
+launch = ctx.launch(sys.argv[2], require_secrets=False)
+with holding(ctx, deployments_of(launch), "orch sync", wait_s=0):
+    print("held", flush=True)
+    sys.stdin.readline()
+    events = list(up(ctx, launch, UpOptions()))
+    print("up" if events[-1].ok else "failed", flush=True)
+    sys.stdin.read()
+ctx.close()
+"""
+
+
+def test_up_that_waited_for_the_lock_reads_the_deployment_again(ssh_workspace: Workspace) -> None:
+    """``orch up`` reads the deployment while its hold is being granted (no round trip more);
+    a read made while another orch held the lock is not trusted: read again under its own. Here
+    it read "not deployed" while the other held the lock and then launched another rendering
+    of it; ``up --replace`` replaces that launch (a stale read would have started beside it and
+    been refused)."""
+    name = ssh_workspace.profile("raced")
+    path = ssh_workspace.profiles / f"{name}.yaml"
+    theirs = path.read_text()
+    other = subprocess.Popen(
+        [sys.executable, "-c", LAUNCHER, str(ssh_workspace.profiles), name],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
+    STARTED.append(other)
+    assert other.stdin is not None
+    assert other.stdout is not None
+    assert other.stdout.readline() == "held\n"
+    # ours: another rendering (one more variable), waiting for the lock once it has read
+    path.write_text(theirs.replace("env:\n", "env:\n  ORCH_TEST_RENDERING: ours\n"))
+    ours = ssh_workspace.spawn("up", name, "--replace", "--lock-wait", "60")
+    assert ours.stderr is not None
+    waiting = ours.stderr.readline()
+    assert f"waiting for {name} on box: " in waiting  # it read the deployment, then waited
+    other.stdin.write("go\n")
+    other.stdin.flush()
+    assert other.stdout.readline() == "up\n"
+    their_pid = status_row(ssh_workspace, name)["pid"]
+    other.stdin.close()  # the other lets go; ours goes on
+    out, err = ours.communicate(timeout=120)
+    assert ours.returncode == ExitCode.OK, out + err
+    assert "(--replace)" in out  # it saw the other's launch running and replaced it
+    row = status_row(ssh_workspace, name)
+    assert row["state"] == "READY"
+    assert row["pid"] != their_pid
+    assert not psutil.pid_exists(their_pid)

@@ -57,10 +57,12 @@ def test_held_then_released_decodes(workdir: Path, capsys: pytest.CaptureFixture
     line = decode_hold_line(held, "web", "gpu-1")
     assert line.held
     assert line.holder == BOB
+    assert line.generation == 1
     assert not decode_hold_line(released, "web", "gpu-1").held
     assert released["released"] is True
     _, _, holder_file = lock_paths(str(workdir), "web")
-    assert not Path(holder_file).exists()  # gone with the hold
+    # no holder named once let go; the count kept for the next hold
+    assert json.loads(Path(holder_file).read_text()) == {"generation": 1, "released": True}
 
 
 def test_held_elsewhere_waits_then_is_locked_naming_the_holder(
@@ -111,3 +113,13 @@ def test_an_unsafe_locks_directory_is_a_preflight_error(
 def test_a_holder_of_another_shape_is_a_supervisor_error() -> None:
     with pytest.raises(SupervisorError, match="pid: expected an integer"):
         decode_hold_line({"protocol": 1, "waiting": True, "holder": {"pid": "x"}}, "w", "h")
+
+
+def test_a_read_is_trusted_only_when_no_other_hold_came_between_it_and_ours() -> None:
+    from orchestrator.model import LockView
+
+    assert LockView(generation=4, held=False).consistent_with(5)  # free, and ours the next
+    assert not LockView(generation=4, held=False).consistent_with(6)  # another came between
+    assert not LockView(generation=4, held=True).consistent_with(5)  # read while another held
+    assert LockView(generation=5, held=True).consistent_with(5)  # read while ours was held
+    assert not LockView(generation=4, held=False).consistent_with(None)  # the agent said none

@@ -53,6 +53,7 @@ class HoldLine:
     waiting: bool
     held: bool
     holder: LockHolder | None
+    generation: int | None = None  # the hold's number (agents before it: None)
 
 
 def decode_hold_line(document: Any, deployment: str, host: str) -> HoldLine:
@@ -64,6 +65,7 @@ def decode_hold_line(document: Any, deployment: str, host: str) -> HoldLine:
         waiting=reader.flag("waiting"),
         held=reader.flag("held"),
         holder=decode_holder(document.get("holder")),
+        generation=reader.opt_integer("generation"),
     )
 
 

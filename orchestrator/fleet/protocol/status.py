@@ -11,6 +11,7 @@ from orchestrator.model import (
     GroupFailure,
     GroupMember,
     GroupView,
+    LockView,
     MemoryLoad,
     RunState,
 )
@@ -25,8 +26,9 @@ def decode_state(document: Any, *, agent_alive: bool | None = None) -> RunState:
     and ``state.json`` read directly (then ``agent_alive`` says what orch assumes)."""
     refused(document)
     reader = Reader(document, "agent state")
+    lock = _lock_view(reader.child("lock"))
     if agent_alive is None and not reader.flag("deployed", False):
-        return RunState(deployed=False)
+        return RunState(deployed=False, lock=lock)
     last_exit = None
     if (raw_exit := reader.child("last_exit")) is not None:
         last_exit = exit_info(raw_exit)
@@ -81,6 +83,7 @@ def decode_state(document: Any, *, agent_alive: bool | None = None) -> RunState:
         corrupt_state=reader.opt_text("corrupt_state"),
         gateway_status=gateway.opt_text("status"),
         gateway_error=gateway.opt_text("error"),
+        lock=lock,
     )
 
 
@@ -141,3 +144,10 @@ def _memory_load(reader: Reader) -> MemoryLoad:
         running_requests=reader.opt_integer("num_running_reqs"),
         token_usage=reader.opt_number("token_usage"),
     )
+
+
+def _lock_view(reader: Reader | None) -> LockView | None:
+    """The operation lock as the agent read it (agents before issue 31 said nothing of it)."""
+    if reader is None:
+        return None
+    return LockView(generation=reader.integer("generation", 0), held=reader.flag("held"))

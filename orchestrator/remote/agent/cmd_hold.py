@@ -128,6 +128,32 @@ def _holder_of(path: str) -> dict[str, Any]:
     return {key: document[key] for key in HOLDER_KEYS if key in document}
 
 
+def lock_generation(holder_path: str) -> int:
+    """How many times the lock was taken (the holder file keeps the count after a release):
+    orch reads a deployment's state before its hold is granted, and trusts that read only when
+    the hold it got is the next one after it (``lock_view``); 0 when never taken."""
+    try:
+        check_file(holder_path, "the holder file")
+        document = read_json(holder_path) or {}
+    except (OSError, UnsafePath, ValueError):
+        return 0
+    generation = document.get("generation") if isinstance(document, dict) else None
+    return generation if isinstance(generation, int) and generation >= 0 else 0
+
+
+def lock_view(workdir: str, deployment: str) -> dict[str, Any]:
+    """The lock as a reader sees it, with no lock taken: its generation, and whether a holder
+    is named (held, or a holder that died: either way a read then is not trusted)."""
+    try:
+        _, _, holder_path = lock_paths(workdir, deployment)
+    except UnsafePath:
+        return {"generation": 0, "held": False}
+    return {
+        "generation": lock_generation(holder_path),
+        "held": bool(_holder_of(holder_path)),
+    }
+
+
 def _say(document: dict[str, Any]) -> None:
     sys.stdout.write(json.dumps({"protocol": PROTOCOL, **document}, sort_keys=True) + "\n")
     sys.stdout.flush()
@@ -184,8 +210,9 @@ def _held(
     read_stdin: Callable[[], bytes],
 ) -> dict[str, Any]:
     check_file(holder_path, "the holder file")
+    generation = lock_generation(holder_path) + 1
     # a stale file (a holder that died) is replaced: the lock is ours, so is the file now
-    write_json_atomic(holder_path, {**holder, "agent_pid": os.getpid()})
+    write_json_atomic(holder_path, {**holder, "agent_pid": os.getpid(), "generation": generation})
     previous = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGHUP)}
 
     def release(signum: int, frame: FrameType | None) -> None:
@@ -195,15 +222,24 @@ def _held(
         for sig in previous:
             signal.signal(sig, release)
         with contextlib.suppress(BrokenPipeError):  # orch already went: release at once
-            _say({"ok": True, "held": True, "deployment": deployment, "holder": holder})
+            _say(
+                {
+                    "ok": True,
+                    "held": True,
+                    "deployment": deployment,
+                    "holder": holder,
+                    "generation": generation,
+                }
+            )
             read_stdin()
     except _Released:
         pass
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(holder_path)  # before the unlock: the next holder writes its own
+        # before the unlock: no holder named any more, the generation kept for the next one
+        with contextlib.suppress(OSError, UnsafePath):
+            write_json_atomic(holder_path, {"generation": generation, "released": True})
         fcntl.flock(fd, fcntl.LOCK_UN)
     return {"protocol": PROTOCOL, "ok": True, "released": True, "deployment": deployment}
 

@@ -7,6 +7,7 @@ import os
 import time
 from typing import Any
 
+from .cmd_hold import lock_view
 from .files import NO_DISK_TROUBLE, Paths, disk_room, read_json, read_state_file
 from .identity import (
     DEPLOYMENT_ENV,
@@ -130,12 +131,20 @@ def cmd_status(deployment_dir: str, recorded: dict[str, Any] | None = None) -> d
     dead supervisor with a live server is UNSUPERVISED. ``recorded``: the state to start from
     instead of state.json (a stop whose end found no room to be written)."""
     paths = Paths(deployment_dir)
+    # the operation lock, read BEFORE the state: orch trusts a state read before its own hold
+    # was granted only when that hold is the next one after this view (no holder came between)
+    lock = lock_view(os.path.dirname(deployment_dir), os.path.basename(deployment_dir))
     if recorded is not None:
         state: dict[str, Any] | None = dict(recorded)
     else:
         state = recorded_state(paths) if secure_deployment(paths) else None
     if state is None:
-        return {"protocol": PROTOCOL, "deployed": False, "deployment_dir": deployment_dir}
+        return {
+            "protocol": PROTOCOL,
+            "deployed": False,
+            "deployment_dir": deployment_dir,
+            "lock": lock,
+        }
     state["disk"] = dict(state.get("disk") or NO_DISK_TROUBLE, **disk_room(deployment_dir))
     agent_alive = verified_alive(recorded_identity(state, "agent", deployment_dir))
     if not agent_alive and recorded is None:
@@ -170,4 +179,5 @@ def cmd_status(deployment_dir: str, recorded: dict[str, Any] | None = None) -> d
         for peer in peers:
             if isinstance(peer, dict):
                 peer["connected"] = False
+    state["lock"] = lock
     return state

@@ -186,9 +186,10 @@ class FakeLock:
 class FakeHeld:
     """``fleet.client.HeldLock`` on the fake host: releasing it frees the lock."""
 
-    def __init__(self, fleet: FakeFleet, key: tuple[str, str]) -> None:
+    def __init__(self, fleet: FakeFleet, key: tuple[str, str], generation: int) -> None:
         self._fleet = fleet
         self._key = key
+        self.generation: int | None = generation
         self.released = False
 
     def release(self) -> None:
@@ -217,6 +218,7 @@ class FakeFleet:
         self.deployments: dict[tuple[str, str], FakeDeployment] = {}
         self.unreachable: dict[str, TransportError] = {}
         self.locks: dict[tuple[str, str], FakeLock] = {}
+        self.generations: dict[tuple[str, str], int] = {}  # holds so far, as agent hold counts
         self.lock_log: list[tuple[str, str, str]] = []  # ("hold" | "release", host, deployment)
         self._now = 0.0  # without the command's clock: time that passes only when a hold waits
         self.sleep = sleep or self._pass
@@ -256,7 +258,8 @@ class FakeFleet:
             del self.locks[key]
         self.locks[key] = FakeLock(holder)
         self.lock_log.append(("hold", host, deployment))
-        return FakeHeld(self, key)
+        self.generations[key] = self.generations.get(key, 0) + 1
+        return FakeHeld(self, key, self.generations[key])
 
     def deployment(self, host: str, name: str) -> FakeDeployment:
         key = (host, name)
