@@ -341,3 +341,20 @@ def lab_in(root: Path) -> Iterator[Lab]:
         yield lab
     finally:
         lab.close()
+
+
+RESULTS = Path(__file__).resolve().parent / "results.md"
+
+
+def write_section(title: str, text: str) -> None:
+    """``text`` (starting with its ``title`` line) in place of that section of
+    bench/results.md, or after the last one; the rest of the file kept."""
+    current = RESULTS.read_text() if RESULTS.is_file() else ""
+    if title in current:
+        head, _, rest = current.partition(title)
+        after = rest.split("\n## ", 1)
+        tail = "\n## " + after[1] if len(after) > 1 else ""
+        current = head + text + tail
+    else:
+        current = current.rstrip("\n") + "\n\n" + text
+    RESULTS.write_text(current)

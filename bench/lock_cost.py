@@ -1,7 +1,8 @@
 """What the operation lock (issue 31, ``agent hold``) costs ``orch up``: the same up to READY
-(no plan) over a real sshd behind bench/relay.py, with and without ``commands.locking.holding``
-around it, alternated; and the hold with its release alone on an open connection. Figures,
-not assertions: ``python -m bench.lock_cost [--delay-ms 0 25] [--runs 5]``."""
+(no plan) over a real sshd behind bench/relay.py, without a lock, with the hold taken before
+(``commands.locking.holding`` around it), and as ``orch up`` takes it (``pending_hold``: granted
+beside up's first read), alternated; and the hold with its release alone on an open
+connection. Figures, not assertions: ``python -m bench.lock_cost [--delay-ms 0 25] [--runs 5]``."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from bench.latency import _measured
 from bench.relay import Counts
 from orchestrator.commands.context import Context, UpOptions
 from orchestrator.commands.events import Outcome
-from orchestrator.commands.locking import deployments_of, holding
+from orchestrator.commands.locking import deployments_of, holding, pending_hold
 from orchestrator.commands.up import up
 from orchestrator.profile.store import ProfileStore
 
@@ -27,14 +28,17 @@ def _context(lab: Lab) -> Context:
     )
 
 
-def _up(lab: Lab, host: str, name: str, locked: bool) -> tuple[float, Counts]:
+def _up(lab: Lab, host: str, name: str, mode: str) -> tuple[float, Counts]:
     ctx = _context(lab)
 
     def work() -> None:
         launch = ctx.launch(name)
-        if locked:
+        if mode == "before":
             with holding(ctx, deployments_of(launch), "orch up", wait_s=0):
                 events = list(up(ctx, launch, UpOptions(check_plan=False)))
+        elif mode == "beside":
+            with pending_hold(ctx, launch.profile, "orch up", wait_s=0) as lock:
+                events = list(up(ctx, launch, UpOptions(check_plan=False, lock=lock)))
         else:
             events = list(up(ctx, launch, UpOptions(check_plan=False)))
         last = events[-1]
@@ -81,22 +85,25 @@ def main() -> int:
             lab_in(Path(root)) as lab,
         ):
             (host,) = lab.add_hosts(1, delay_s=delay / 1000)
-            rows: dict[str, list[tuple[float, Counts]]] = {"without": [], "with": [], "hold": []}
+            modes = ("none", "before", "beside")
+            rows: dict[str, list[tuple[float, Counts]]] = {mode: [] for mode in (*modes, "hold")}
             warm = lab.profile("warm", host)
-            _up(lab, host, warm, locked=False)  # the agent pushed once, for both
+            _up(lab, host, warm, "none")  # the agent pushed once, for all
             lab.orch("down", warm)
             for run in range(args.runs):
-                for locked in (False, True):
-                    name = lab.profile(f"up-{run}-{int(locked)}", host)
-                    rows["with" if locked else "without"].append(_up(lab, host, name, locked))
+                for mode in modes:
+                    name = lab.profile(f"up-{run}-{mode}", host)
+                    rows[mode].append(_up(lab, host, name, mode))
                     lab.orch("down", name, "--lock-wait", "0")
                 rows["hold"].append(_hold_alone(lab, host, warm))
             print(f"\n{delay:g} ms each way, median of {args.runs}")
-            print(_row("orch up to READY (no plan), no lock", rows["without"]))
-            print(_row("orch up to READY (no plan), under its lock", rows["with"]))
+            print(_row("orch up to READY (no plan), no lock", rows["none"]))
+            print(_row("orch up to READY (no plan), the hold taken before", rows["before"]))
+            print(_row("orch up to READY (no plan), the hold beside its read", rows["beside"]))
             print(_row("hold + release alone, connection open", rows["hold"]))
             walls = {key: median([w for w, _ in samples]) for key, samples in rows.items()}
-            print(f"| difference of the medians | {ms(walls['with'] - walls['without'])} |")
+            for mode in ("before", "beside"):
+                print(f"| {mode} - none, medians | {ms(walls[mode] - walls['none'])} |")
     return 0
 
 

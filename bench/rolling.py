@@ -29,7 +29,7 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.lab import MODEL, STANDIN
+from bench.lab import MODEL, STANDIN, write_section
 from orchestrator.cli.main import main
 from orchestrator.commands.context import Context
 from orchestrator.commands.restarting import GatewayReplicas
@@ -37,7 +37,6 @@ from orchestrator.commands.rolling import RollOptions, roll
 from orchestrator.profile.store import ProfileStore
 
 SMG = Path.home() / ".cache" / "orch" / "smg-venv" / "bin" / "python"
-RESULTS = Path(__file__).resolve().parent / "results.md"
 TITLE = "## Rolling restart behind the gateway"
 KEY = "orch-bench-gateway-key"  # a bench key, not a secret
 CLIENTS = 4
@@ -223,18 +222,6 @@ def section(rows: list[tuple[int, str, float, int, int]]) -> str:
     return "\n".join(lines)
 
 
-def write(text: str) -> None:
-    current = RESULTS.read_text() if RESULTS.is_file() else ""
-    if TITLE in current:
-        head, _, rest = current.partition(TITLE)
-        after = rest.split("\n## ", 1)
-        tail = "\n## " + after[1] if len(after) > 1 else ""
-        current = head + text + tail
-    else:
-        current = current.rstrip("\n") + "\n\n" + text
-    RESULTS.write_text(current)
-
-
 def run() -> int:
     if not SMG.exists():
         print(f"bench.rolling: {SMG} is not built (make smg-venv): nothing measured")
@@ -246,7 +233,7 @@ def run() -> int:
             rows.append((replicas, mode, took, ok, failed))
             print(f"{replicas} replicas, {mode}: {took:.1f} s, {ok} ok, {failed} failed")
     text = section(rows)
-    write(text)
+    write_section(TITLE, text)
     print(text)
     return 0
 

@@ -20,9 +20,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.lab import REPO, Lab, lab_in, median
+from bench.lab import REPO, Lab, lab_in, median, write_section
 
-RESULTS = Path(__file__).resolve().parent / "results.md"
 TITLE = "## Sync dry run"
 HOSTS = 4
 SIZES = (1, 4, 16)
@@ -155,18 +154,6 @@ def section(figures: Sequence[tuple[str, int, float]]) -> str:
     return "\n".join(lines)
 
 
-def write(text: str) -> None:
-    current = RESULTS.read_text() if RESULTS.is_file() else ""
-    if TITLE in current:
-        head, _, rest = current.partition(TITLE)
-        after = rest.split("\n## ", 1)
-        tail = "\n## " + after[1] if len(after) > 1 else ""
-        current = head + text + tail
-    else:
-        current = current.rstrip("\n") + "\n\n" + text
-    RESULTS.write_text(current)
-
-
 def run() -> int:
     with (
         tempfile.TemporaryDirectory(prefix="orch-bench-sync-") as scratch,
@@ -175,7 +162,7 @@ def run() -> int:
         hosts = lab.add_hosts(HOSTS)
         figures = measure(lab, hosts)
     text = section(figures)
-    write(text)
+    write_section(TITLE, text)
     print(text)
     return 0
 

@@ -106,21 +106,22 @@ def run_diff_effective(space: Workspace, name: str, sshd: SshServer) -> None:
     _ok(_orch(space, "diff-effective", name), "no drift")
 
 
+def _git(space: Workspace, *argv: str) -> None:
+    subprocess.run(
+        ["git", "-c", "user.name=t", "-c", "user.email=t@example.net", *argv],
+        cwd=space.root,
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
+
+
 def run_diff(space: Workspace, name: str, sshd: SshServer) -> None:
     """A change reviewed against the launch that runs: the agent says it runs the base's."""
 
-    def git(*argv: str) -> None:
-        subprocess.run(
-            ["git", "-c", "user.name=t", "-c", "user.email=t@example.net", *argv],
-            cwd=space.root,
-            check=True,
-            capture_output=True,
-            timeout=60,
-        )
-
-    git("init", "-q")
-    git("add", "profiles")
-    git("commit", "-q", "-m", "what runs")
+    _git(space, "init", "-q")
+    _git(space, "add", "profiles")
+    _git(space, "commit", "-q", "-m", "what runs")
     _up(space, name)  # launched from the repository, which its record names
     _ok(_orch(space, "diff"), "No deployment changes")
     profile = space.profiles / f"{name}.yaml"
@@ -136,7 +137,7 @@ def run_diff(space: Workspace, name: str, sshd: SshServer) -> None:
     assert "+ --context-length 4096" in done.stdout
     assert "runs now: READY" in done.stdout
     assert "runs the base's launch" in done.stdout
-    git("commit", "-q", "-am", "shorter context")
+    _git(space, "commit", "-q", "-am", "shorter context")
     _ok(_orch(space, "diff", "--status"), "No deployment changes")
     done = _orch(space, "diff", "HEAD~1..HEAD", "--status", "--json")
     assert done.returncode == ExitCode.CHANGES, done.stderr
@@ -148,18 +149,9 @@ def run_diff(space: Workspace, name: str, sshd: SshServer) -> None:
 def run_sync(space: Workspace, name: str, sshd: SshServer) -> None:
     """The deployment brought to the repository's HEAD: pending after a commit, synced, clean."""
 
-    def git(*argv: str) -> None:
-        subprocess.run(
-            ["git", "-c", "user.name=t", "-c", "user.email=t@example.net", *argv],
-            cwd=space.root,
-            check=True,
-            capture_output=True,
-            timeout=60,
-        )
-
-    git("init", "-q")
-    git("add", "profiles")
-    git("commit", "-q", "-m", "what runs")
+    _git(space, "init", "-q")
+    _git(space, "add", "profiles")
+    _git(space, "commit", "-q", "-m", "what runs")
     _up(space, name)
     _ok(_orch(space, "sync", "--dry-run"), "clean")
     profile = space.profiles / f"{name}.yaml"
@@ -168,7 +160,7 @@ def run_sync(space: Workspace, name: str, sshd: SshServer) -> None:
             "skip_server_warmup: true", "context_length: 4096\n  skip_server_warmup: true"
         )
     )
-    git("commit", "-q", "-am", "shorter context")
+    _git(space, "commit", "-q", "-am", "shorter context")
     done = _orch(space, "sync", "--dry-run", "--json")
     assert done.returncode == ExitCode.CHANGES, (done.stdout, done.stderr)
     assert '"state": "pending"' in done.stdout

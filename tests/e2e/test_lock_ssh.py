@@ -56,9 +56,12 @@ def _holders_end() -> Iterator[None]:
         holder.communicate(timeout=30)
 
 
-def _hold(space: Workspace, name: str, *replica: str) -> subprocess.Popen[str]:
+def _hold(
+    space: Workspace, name: str, *replica: str, script: str = HOLDER
+) -> subprocess.Popen[str]:
+    """Another orch (``script``) holding ``name``'s lock: returned once it says so."""
     holder = subprocess.Popen(
-        [sys.executable, "-c", HOLDER, str(space.profiles), name, *replica],
+        [sys.executable, "-c", script, str(space.profiles), name, *replica],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -198,19 +201,9 @@ def test_up_that_waited_for_the_lock_reads_the_deployment_again(ssh_workspace: W
     name = ssh_workspace.profile("raced")
     path = ssh_workspace.profiles / f"{name}.yaml"
     theirs = path.read_text()
-    other = subprocess.Popen(
-        [sys.executable, "-c", LAUNCHER, str(ssh_workspace.profiles), name],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        cwd=REPO,
-        env={**os.environ, "PYTHONPATH": str(REPO)},
-    )
-    STARTED.append(other)
+    other = _hold(ssh_workspace, name, script=LAUNCHER)
     assert other.stdin is not None
     assert other.stdout is not None
-    assert other.stdout.readline() == "held\n"
     # ours: another rendering (one more variable), waiting for the lock once it has read
     path.write_text(theirs.replace("env:\n", "env:\n  ORCH_TEST_RENDERING: ours\n"))
     ours = ssh_workspace.spawn("up", name, "--replace", "--lock-wait", "60")
