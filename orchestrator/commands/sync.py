@@ -27,20 +27,15 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator import render
-from orchestrator.commands import locking, restarting, review, routing, sync_read
-from orchestrator.commands.context import Context, HostAgent, Launch, UpOptions, profiles_origin
-from orchestrator.commands.events import Outcome as UpOutcome
-from orchestrator.commands.fanout import parallel
+from orchestrator.commands import review, sync_read
+from orchestrator.commands.context import Context, HostAgent, Launch, profiles_origin
 from orchestrator.commands.ops import StatusRow
 from orchestrator.commands.revisions import Repository, repository_of
-from orchestrator.commands.rolling import RollOptions
-from orchestrator.commands.up import up
+from orchestrator.commands.sync_apply import SyncRow, UnitActions
 from orchestrator.effective import sync as esync
 from orchestrator.effective.review import DeploymentChange
-from orchestrator.errors import Locked, OrchError, RevisionError, UsageError
-from orchestrator.fleet.protocol.hold import holder_text
-from orchestrator.fleet.protocol.start import build_spec
-from orchestrator.model import Host, LockHolder, Profile, RunState
+from orchestrator.errors import OrchError, RevisionError, UsageError
+from orchestrator.model import Host, Profile, RunState
 from orchestrator.profile.store import ProfileStore
 
 
@@ -63,13 +58,6 @@ class WantedRevision:
     commit: str | None
     dirty: bool  # the working tree was taken with uncommitted changes (--allow-dirty)
     rev: str | None  # as asked (--rev), None: HEAD
-
-
-@dataclass(frozen=True)
-class SyncRow:
-    row: esync.Row
-    running: RunState | None
-    wanted: esync.Wanted
 
 
 @dataclass(frozen=True)
@@ -307,20 +295,27 @@ class Session:
     def _unmanaged(
         self, surveyed: Mapping[str, sync_read.HostSurvey | sync_read.Unreachable]
     ) -> tuple[tuple[str, str], ...]:
-        """Deployment dirs on the surveyed hosts that no profile of the store renders."""
-        known: set[tuple[str, str]] = set()
+        """Deployment dirs on the surveyed hosts that no profile of the store renders. Two
+        inventory names for one machine and workdir (an alias) see the same directories: a
+        deployment is known by where it lives, not by the name its host goes by."""
+        known: set[tuple[tuple[object, ...], str]] = set()
+        places: dict[str, tuple[object, ...]] = {}
         for name in self.ctx.store.names():
             try:
                 launch = self.launches.get(name) or self.ctx.launch(name, require_secrets=False)
             except OrchError:
                 continue
             for one in launch.replicas or (launch,):
-                known |= {(m.profile.host.name, m.profile.deployment) for m in one.members}
+                for member in one.members:
+                    where = member.profile.host
+                    places[where.name] = _place(where)
+                    known.add((_place(where), member.profile.deployment))
         out = []
-        for host, answer in surveyed.items():
+        for name, answer in surveyed.items():
             if isinstance(answer, sync_read.HostSurvey):
+                place = places.get(name, (name,))
                 listed = set(answer.deployments) | set(answer.unreadable)
-                out += [(host, d) for d in sorted(listed) if (host, d) not in known]
+                out += [(name, d) for d in sorted(listed) if (place, d) not in known]
         return tuple(out)
 
     # -- the apply -----------------------------------------------------------------------------
@@ -335,7 +330,15 @@ class Session:
     ) -> tuple[esync.Plan, esync.Report]:
         self.refuse_dirty()
         planned = esync.plan([r.row for r in found.rows], options)
-        ops = _Ops(self, found, options, lock_wait_s, say)
+        ops = UnitActions(
+            self.ctx,
+            self.wanted.commit,
+            self.reviewed,
+            found.rows,
+            options,
+            lock_wait_s=lock_wait_s,
+            say=say,
+        )
         report = esync.apply(planned, ops, options, say=lambda outcome: say(_said(outcome)))
         return planned, report
 
@@ -403,6 +406,11 @@ def status_verdicts(
     return out
 
 
+def _place(host: Host) -> tuple[object, ...]:
+    """Where a host's deployments live: the machine as reached, and the workdir."""
+    return (host.address, host.port, host.user, host.workdir)
+
+
 def _said(outcome: esync.Outcome) -> str:
     unit = outcome.unit
     text = f"{unit.name}: {unit.action}: {outcome.result}"
@@ -427,167 +435,6 @@ def _live(change: DeploymentChange) -> dict[str, dict[str, Any]]:
         endpoint: {"server_args": body} if endpoint == "/set_internal_state" else body
         for endpoint, body in fields.items()
     }
-
-
-class _Ops(esync.SyncOps):
-    """The real work of each unit: under its locks, its state again, then the act."""
-
-    def __init__(
-        self,
-        session: Session,
-        found: DryRun,
-        options: esync.Options,
-        lock_wait_s: float,
-        say: Callable[[str], None],
-    ) -> None:
-        self.session, self.options, self.lock_wait_s, self.say = session, options, lock_wait_s, say
-        self.rows = {r.row.name: r for r in found.rows}
-        self.ctx = session.ctx
-
-    def act(self, units: Sequence[esync.Unit]) -> Sequence[esync.Acted]:
-        return parallel(self._one, list(units))
-
-    def _launch(self, unit: esync.Unit) -> Launch:
-        """The unit's launch, secrets resolved (an apply starts servers)."""
-        return self.ctx.launch(unit.profile)
-
-    def _deployments(self, unit: esync.Unit) -> list[tuple[Launch, Profile]]:
-        """(the deployment's launch, the member profile) of each row the unit covers."""
-        launch = self._launch(unit)
-        out = []
-        for one in launch.replicas or (launch,):
-            for member in one.members:
-                name = member.profile.deployment
-                if one.is_group:
-                    name += f"[{member.rank}]"
-                if name in unit.rows:
-                    out.append((one, member.profile))
-        return out
-
-    def _one(self, unit: esync.Unit) -> esync.Acted:
-        try:
-            deployments = self._deployments(unit)
-            profiles = [profile for _, profile in deployments]
-            self.say(f"{unit.name}: {unit.action} ({unit.kind}) ...")
-            with locking.holding(
-                self.ctx, profiles, "orch sync", wait_s=self.lock_wait_s, on_wait=self._waiting
-            ):
-                return self._under_lock(unit, deployments)
-        except Locked as exc:  # another orch acts on it: nothing was done here, nothing to undo
-            return esync.Acted(exc.message, touched=False)
-        except OrchError as exc:  # before its lock was held: nothing was done to it
-            return esync.Acted(exc.message, touched=False)
-
-    def _under_lock(
-        self, unit: esync.Unit, deployments: list[tuple[Launch, Profile]]
-    ) -> esync.Acted:
-        """The unit's state again, the act, and a failed relaunch put back, all while its locks
-        are held: no other orch acts in between."""
-        if all(self._clean_now(one, profile) for one, profile in deployments):
-            return esync.Acted(note="already clean (synced meanwhile)")
-        try:
-            acted = self._act(unit, deployments)
-        except OrchError as exc:
-            acted = esync.Acted(exc.message)
-        if acted.problem is None or acted.restored is not None or not esync.wants_restore(unit):
-            return acted
-        problem = self.restore(unit)
-        return dataclasses.replace(
-            acted, problem=acted.problem + esync.restore_said(problem), restored=problem is None
-        )
-
-    def _waiting(self, label: str, holder: LockHolder) -> None:
-        self.say(
-            f"{label}: waiting: {holder_text(holder)} holds it; up to {self.lock_wait_s:g} s "
-            "(--lock-wait)"
-        )
-
-    def _clean_now(self, launch: Launch, profile: Profile) -> bool:
-        state = self.ctx.agent(profile).status()
-        return (
-            state.ready
-            and state.launch_digest == launch.digest
-            and state.git_commit == self.session.wanted.commit
-            and not state.git_dirty
-        )
-
-    def _act(self, unit: esync.Unit, deployments: list[tuple[Launch, Profile]]) -> esync.Acted:
-        if unit.kind == esync.IN_PLACE:
-            return self._in_place(unit, deployments)
-        if unit.kind == esync.ROLL:
-            launch = self._launch(unit)
-            chosen = tuple(one for one in launch.replicas if one.profile.replica in unit.replicas)
-            result = restarting.rolling_restart(
-                self.ctx,
-                dataclasses.replace(launch, replicas=chosen),
-                RollOptions(max_unavailable=self.options.max_unavailable),
-                take_over=self.options.include_out_of_band,
-                say=lambda step: self.say(f"{unit.name}: replica {step.replica}: {step.what}"),
-            )
-            return esync.Acted(result.verdict, result.restored if not result.ok else None)
-        one = deployments[0][0]  # a group's ranks share one launch: relaunched together
-        outcome: UpOutcome | None = None
-        options = UpOptions(replace=True, take_over=self.options.include_out_of_band)
-        for event in up(self.ctx, one, options):
-            if isinstance(event, UpOutcome):
-                outcome = event
-        if outcome is None:
-            return esync.Acted("up ended without an outcome")
-        return esync.Acted(None if outcome.ok else outcome.summary)
-
-    def _in_place(self, unit: esync.Unit, deployments: list[tuple[Launch, Profile]]) -> esync.Acted:
-        origin = self.ctx.origin()
-        for one, profile in deployments:
-            member = one.members[profile.rank if one.is_group else 0]
-            spec = build_spec(
-                profile,
-                member.argv,
-                member.env,
-                one.meta(origin),
-                gateway=routing.spec_gateway(self.ctx, one),
-            )
-            row = self.rows.get(
-                profile.deployment if not one.is_group else f"{profile.deployment}[{profile.rank}]"
-            )
-            live = None
-            if row is not None and row.row.verdict.action == esync.LIVE:
-                commit = row.running.git_commit if row.running is not None else None
-                reviewed = self.session.reviewed.get((commit or "", row.row.name))
-                live = dict(reviewed.live) if reviewed is not None else None
-            agent = self.ctx.agent(profile)
-            reply = agent.reconfigure(spec, render.launcher_script(member.command), live=live)
-            if not reply.ok:
-                return esync.Acted(f"{profile.deployment}: {reply.reason}")
-        return esync.Acted()
-
-    def restore(self, unit: esync.Unit) -> str | None:
-        """The unit's deployments back on the launch they ran before (the agent keeps it)."""
-        problems = []
-        for _, profile in self._deployments(unit):
-            problem = _start_previous(self.ctx, profile)
-            if problem is not None:
-                problems.append(f"{profile.deployment}: {problem}")
-        return "; ".join(problems) or None
-
-
-def _start_previous(ctx: Context, profile: Profile) -> str | None:
-    """The launch before the failed one started again and READY: None, or why not."""
-    agent = ctx.agent(profile)
-    try:
-        reply = agent.start_previous()
-    except OrchError as exc:
-        return exc.message
-    if not reply.ok:
-        return reply.reason or "the agent did not start the previous launch"
-    deadline = ctx.clock() + profile.health.startup_timeout_s
-    while ctx.clock() < deadline:
-        state = agent.status()
-        if state.ready:
-            return None
-        if state.state in ("EXITED", "FATAL", "BACKOFF"):
-            return f"{state.state} {state.message}".rstrip()
-        ctx.sleep(0.25)
-    return "not READY within health.startup_timeout_s"
 
 
 @contextlib.contextmanager

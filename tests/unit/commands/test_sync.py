@@ -73,6 +73,11 @@ class Repo:
         """A new variable in the server's environment: a restart."""
         self.edit(name, "env:\n", "env:\n  TOKENIZERS_PARALLELISM: 'false'\n")
 
+    def append_hosts(self, text: str) -> None:
+        """More inventory entries (indented under ``hosts:``)."""
+        path = self.profiles / "hosts.yaml"
+        path.write_text(path.read_text() + text)
+
     def append(self, name: str, text: str) -> None:
         path = self.profiles / f"{name}.yaml"
         path.write_text(path.read_text() + textwrap.dedent(text))
@@ -427,3 +432,34 @@ def test_status_of_every_profile_has_a_sync_column(
     assert by_profile["drift"] == {"state": "down", "why": "stopped (EXITED)"}
     code, out, _ = orch(world, "status", "demo")  # profiles named: the table as it was
     assert "SYNC" not in out.splitlines()[0]
+
+
+def test_a_directory_no_profile_renders_is_unmanaged_and_an_alias_host_is_not_a_stranger(
+    world: World,
+) -> None:
+    world.repo.append_hosts(
+        "  gpu-1-alias:\n    address: 10.0.0.7\n    user: ubuntu\n"
+        "    python: /opt/venv/bin/python\n    workdir: /data/orch\n"
+    )
+    path = world.repo.profiles / "drift.yaml"
+    path.write_text(path.read_text().replace("host: gpu-1", "host: gpu-1-alias"))
+    a = world.repo.commit()
+    world.deploy("demo", commit=a)
+    # the same machine and workdir, seen through its other name: drift's directory is listed
+    # there too, and is drift's, not a stranger's
+    world.fleet.deploy("gpu-1", "drift", READY, {"git_commit": a})
+    world.fleet.deploy("gpu-1", "old-test", READY, {"git_commit": a})  # nobody's profile
+    with world.session() as opened:
+        found = opened.dry_run()
+    assert found.unmanaged == (("gpu-1", "old-test"),)
+
+
+def test_a_host_whose_sglang_is_not_the_pin_is_version_skew(world: World) -> None:
+    a = world.repo.commit()
+    world.deploy("demo", commit=a)
+    world.repo.edit("demo", "sglang: 0.5.23", "sglang: 0.5.11")  # the host has 0.5.23
+    world.repo.commit()
+    verdict = world.states(names=("demo",))["demo"]
+    assert verdict.state == esync.VERSION_SKEW
+    assert "0.5.11" in verdict.why
+    assert "0.5.23" in verdict.why
