@@ -9,7 +9,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from orchestrator.cli.show.text import grid
-from orchestrator.commands.sync import DryRun, SyncRow
+from orchestrator.commands.sync import DryRun
+from orchestrator.commands.sync_apply import SyncRow
 from orchestrator.effective import sync as esync
 
 FORMAT = "orch.sync/1"
