@@ -147,8 +147,11 @@ def section(figures: Sequence[tuple[str, int, float]]) -> str:
         lines.append(f"| {figure} | " + " | ".join(cells) + " |")
     lines += [
         "",
-        "Measured on this 2-core machine; every sshd session, agent and stand-in server runs on "
-        "the same 2 CPUs as orch.",
+        "`orch status` asks each deployment with a command of its own (4 a host at 16, one "
+        "after another on each host's connection); the dry run asks each host once, so it grows "
+        "with the hosts, not the deployments. The pending case adds one review of the running "
+        "commit against HEAD. Measured on this 2-core machine; every sshd session, agent and "
+        "stand-in server runs on the same 2 CPUs as orch.",
         "",
     ]
     return "\n".join(lines)
