@@ -179,3 +179,34 @@ def test_two_concurrent_syncs_of_one_deployment_act_once(ssh_workspace: Workspac
     assert len(runs) == runs_before + 1  # relaunched once, by the first sync only
     code, states = _states(space)
     assert code == ExitCode.OK, states
+
+
+def test_agent_only_and_live_changes_are_applied_without_a_restart(
+    ssh_workspace: Workspace,
+) -> None:
+    """A restart policy change reaches the supervisor (agent-only), a logging change reaches
+    the server over /configure_logging (live, verified by SGLang's own log line): neither
+    server restarts, and the fleet reads clean afterwards."""
+    space = ssh_workspace
+    _two_up_from_a(space)
+    pids = _pids(space, "one", "two")
+    one = space.profiles / "one.yaml"
+    one.write_text(one.read_text().replace("delay_s: 0.2", "delay_s: 0.5"))
+    two = space.profiles / "two.yaml"
+    two.write_text(
+        two.read_text().replace(
+            "skip_server_warmup: true", "skip_server_warmup: true\n  log_requests: true"
+        )
+    )
+    _commit(space, "B: a restart delay, request logging")
+    code, states = _states(space)
+    assert code == ExitCode.CHANGES
+    assert (states["one"]["state"], states["one"]["action"]) == ("pending", "agent-only")
+    assert (states["two"]["state"], states["two"]["action"]) == ("pending", "live")
+    applied = space.orch("sync", "--yes")
+    assert applied.code == ExitCode.OK, applied.out + applied.err
+    assert _pids(space, "one", "two") == pids  # neither restarted
+    code, states = _states(space)
+    assert code == ExitCode.OK, states
+    log = (space.deployment_dir("two") / "runs").glob("*/server.log")
+    assert any("log_requests=True" in path.read_text() for path in log)
