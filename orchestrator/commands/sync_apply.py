@@ -78,7 +78,8 @@ class UnitActions(esync.SyncOps):
         try:
             deployments = self._deployments(unit)
             profiles = [profile for _, profile in deployments]
-            self.say(f"{unit.name}: {unit.action} ({unit.kind}) ...")
+            how = "" if unit.kind == unit.action else f" ({unit.kind})"
+            self.say(f"{unit.name}: {unit.action}{how} ...")
             with locking.holding(
                 self.ctx, profiles, "orch sync", wait_s=self.lock_wait_s, on_wait=self._waiting
             ):
