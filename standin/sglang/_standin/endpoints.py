@@ -28,13 +28,15 @@ import threading
 import time
 import urllib.parse
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from sglang._standin import live
+from sglang._standin import live, metrics
+from sglang._standin.group import Placement
 from sglang._standin.inflight import InFlight
 from sglang._standin.knobs import Knobs
 from sglang._standin.logs import Log
@@ -285,6 +287,25 @@ class ServerState:
             "aggregate": aggregate,
         }
 
+    def metrics_text(self) -> str:
+        """``GET /metrics`` (metrics.py): this node's reporting schedulers, their figures the
+        ones ``/v1/loads`` gives their DP rank."""
+        placement = Placement.of(self.values)
+        schedulers = metrics.reporting_schedulers(
+            self.values, placement.tp_ranks, placement.pp_ranks
+        )
+        return metrics.exposition(self.values, schedulers, self.scheduler_load)
+
+    def scheduler_load(self, labels: metrics.SchedulerLabels) -> dict[str, float]:
+        """One scheduler's gauges, as ``/v1/loads`` reports its DP rank (running and waiting
+        on rank 0's queue only; the pool size from the memory figures; the rest 0)."""
+        running, waiting = self.rank_load(labels.dp_rank or 0)
+        return {
+            "num_running_reqs": running,
+            "num_queue_reqs": waiting,
+            "max_total_num_tokens": self.figures.max_total_num_tokens,
+        }
+
     def rank_load(self, rank: int) -> tuple[int, int]:
         """(running, waiting) of one DP rank: the stand-in's one scheduler queue is rank 0's
         (a request in flight is counted once, not once per rank)."""
@@ -421,6 +442,22 @@ class _Handler(BaseHTTPRequestHandler):
             stream=sys.stdout,
         )
 
+    def _send_text(self, status: int, text: str) -> None:
+        """A Prometheus exposition (prometheus_client's content type), with its access line."""
+        body = text.encode()
+        self.send_response(status)
+        self.send_header("content-type", metrics.CONTENT_TYPE)
+        self.send_header("content-length", str(len(body)))
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
+        host, port = self.client_address[:2]
+        self.state.log.uvicorn(
+            "INFO",
+            f'{host}:{port} - "{self.command} {self.path} HTTP/1.1" {status} OK',
+            stream=sys.stdout,
+        )
+
     def _body(self) -> dict[str, Any]:
         length = int(self.headers.get("content-length") or 0)
         raw = self.rfile.read(length) if length else b""
@@ -477,6 +514,8 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(200, state.models())
         elif path == "/v1/loads":
             self._send(*state.loads(query))
+        elif path == "/metrics" and state.values.get("enable_metrics"):
+            self._send_text(200, state.metrics_text())
         elif path in ("/generate", "/v1/chat/completions", "/v1/completions"):
             self._send(405, {"detail": "Method Not Allowed"})
         else:
@@ -539,11 +578,15 @@ def _hang() -> None:
 class _DummyHandler(BaseHTTPRequestHandler):
     """SGLang's dummy health app on nodes of rank >= 1 (FastAPI with ``/ping``, ``/health``,
     ``/health_generate``, each an empty 200), served at uvicorn's log level ``warning``: no
-    access log, no uvicorn lines. ``/metrics`` (with ``--enable-metrics``) is not imitated."""
+    access log, no uvicorn lines. With ``--enable-metrics`` it mounts ``/metrics`` as SGLang's
+    does (``add_prometheus_middleware``): this node's schedulers' series with
+    ``--enable-metrics-for-all-schedulers``, an empty exposition without (no scheduler of a
+    node of rank >= 1 is a stats-logging rank)."""
 
     protocol_version = "HTTP/1.1"
     server_version = "uvicorn"
     sys_version = ""
+    metrics_text: Callable[[], str] | None = None  # set on the subclass when metrics are on
 
     def log_message(self, format: str, *args: Any) -> None:
         """Silent, as uvicorn at level warning."""
@@ -558,8 +601,16 @@ class _DummyHandler(BaseHTTPRequestHandler):
         self.wfile.write(body)
 
     def do_GET(self) -> None:
-        if self.path.split("?", 1)[0] in ("/ping", "/health", "/health_generate"):
+        path = self.path.split("?", 1)[0]
+        if path in ("/ping", "/health", "/health_generate"):
             self._send(200)
+        elif path == "/metrics" and self.metrics_text is not None:
+            body = self.metrics_text().encode()
+            self.send_response(200)
+            self.send_header("content-type", metrics.CONTENT_TYPE)
+            self.send_header("content-length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
         else:
             self._send(404, {"detail": "Not Found"})
 
@@ -585,7 +636,15 @@ def make_server(state: ServerState, host: str, port: int) -> ThreadingHTTPServer
     return server_class((host, port), handler)
 
 
-def make_dummy_server(host: str, port: int) -> ThreadingHTTPServer:
-    """The dummy health server of a node of rank >= 1 (OSError as the bind raises it)."""
+def make_dummy_server(
+    host: str, port: int, metrics_text: Callable[[], str] | None = None
+) -> ThreadingHTTPServer:
+    """The dummy health server of a node of rank >= 1 (OSError as the bind raises it);
+    ``metrics_text`` serves ``/metrics`` (``--enable-metrics``)."""
     server_class = _Server6 if ":" in host else _Server
-    return server_class((host, port), _DummyHandler)
+    handler = (
+        type("DummyHandler", (_DummyHandler,), {"metrics_text": staticmethod(metrics_text)})
+        if metrics_text is not None
+        else _DummyHandler
+    )
+    return server_class((host, port), handler)

@@ -310,7 +310,10 @@ class Launcher:
         then ``block_until_scheduler_exits`` (engine.py), one line per scheduler that exits."""
         shown = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
         try:
-            httpd = make_dummy_server(host, port)
+            state = self.state
+            metrics_on = state is not None and bool(state.values.get("enable_metrics"))
+            metrics_text = state.metrics_text if state is not None and metrics_on else None
+            httpd = make_dummy_server(host, port, metrics_text)
         except OSError as error:
             # SGLang logs "started" as it starts the thread; uvicorn's bind error follows from
             # the thread, through SGLang's root logger (log_config=None), and the node runs on
