@@ -115,6 +115,13 @@ def check_fields(checker: DocChecker, profile: Profile, table: ArgTable) -> None
                 hint = (hint + " " if hint else "") + (
                     f"it exists in SGLang {', '.join(elsewhere)}"
                 )
+            if field.name in METRICS_FIELDS and path == ("metrics",):  # not the user's spelling
+                flag = "--" + field.name.replace("_", "-")
+                hint = (
+                    f"`metrics: true` renders {flag}, which SGLang {version} does not have "
+                    f"(first in {elsewhere[0] if elsewhere else 'no release orch knows'}): "
+                    "pin a newer `sglang:`, or leave `metrics` out and set args yourself"
+                )
             checker.error(
                 path, f"unknown SGLang {version} argument", hint or "see `sglang serve --help`"
             )

@@ -155,9 +155,7 @@ def test_prometheus_scrapes_the_standin_through_the_export_and_drops_it_after_do
     assert labels["orch_sglang_version"]  # the host's SGLang: the stand-in says 0.5.23
 
     def running() -> list[dict[str, Any]]:
-        found: list[dict[str, Any]] = _api(port, "query", query="sglang:num_running_reqs")[
-            "result"
-        ]
+        found: list[dict[str, Any]] = _api(port, "query", query="sglang:num_running_reqs")["result"]
         return found
 
     (series,) = _until("sglang:num_running_reqs queryable", running)
