@@ -456,7 +456,8 @@ def parser() -> argparse.ArgumentParser:
 EXAMPLES: dict[str, str] = {
     "export": "orch export k8s-lws qwen35-397b-2x8-h200 -o lws.yaml && kubectl apply -f lws.yaml\n"
     "  orch export skypilot qwen36-mtp-b200 -o task.yaml && sky launch task.yaml\n"
-    "  orch diff-effective qwen36-mtp-b200 --url http://127.0.0.1:30000  # after port-forward",
+    "  orch diff-effective qwen36-mtp-b200 --url http://127.0.0.1:30000  # after port-forward\n"
+    "  orch export prometheus-sd --all -o /etc/prometheus/orch.json  # READY servers' targets",
     "import": "orch import launch.sh --host b200-1\n"
     "  orch import node0.sh node1.sh --name qwen35-2x8 --set MODEL=/models/Qwen3.5-397B-A17B\n"
     "  orch import --check launch.sh --sglang 0.5.23   # a linter, in CI",
