@@ -121,16 +121,20 @@ def test_promtool_accepts_a_config_reading_the_exported_file(
     assert checked.returncode == 0, checked.stdout + checked.stderr
 
 
+@pytest.mark.parametrize("where", ["local_workspace", "ssh_workspace"])
 def test_prometheus_scrapes_the_standin_through_the_export_and_drops_it_after_down(
-    local_workspace: Workspace, prometheus: tuple[int, Path]
+    where: str, request: pytest.FixtureRequest, prometheus: tuple[int, Path]
 ) -> None:
+    """On this machine (host ``local``) and over SSH (host ``box`` at 127.0.0.1: the target is
+    the host's address as orch reaches it; bound to 127.0.0.1 there, which a note says)."""
     assert PROMTOOL is not None
+    space: Workspace = request.getfixturevalue(where)
     port, targets = prometheus
-    name = local_workspace.profile("svc", "metrics: true\n")
-    up = local_workspace.orch("up", name)
+    name = space.profile("svc", "metrics: true\n")
+    up = space.orch("up", name)
     assert up.code == ExitCode.OK, up.err
 
-    exported = local_workspace.orch("export", "prometheus-sd", name, "-o", str(targets))
+    exported = space.orch("export", "prometheus-sd", name, "-o", str(targets))
     assert exported.code == ExitCode.OK, exported.err
     (group,) = json.loads(targets.read_text())
     checked = subprocess.run(
@@ -151,7 +155,9 @@ def test_prometheus_scrapes_the_standin_through_the_export_and_drops_it_after_do
     assert labels["orch_profile"] == "svc"
     assert labels["orch_deployment"] == "svc"
     assert labels["orch_rank"] == "0"
-    assert labels["orch_host"] == "local"
+    assert labels["orch_host"] == space.host_name
+    if where == "ssh_workspace":
+        assert "bound to 127.0.0.1 on box: only box itself can scrape" in exported.out
     assert labels["orch_sglang_version"]  # the host's SGLang: the stand-in says 0.5.23
 
     def running() -> list[dict[str, Any]]:
@@ -168,9 +174,9 @@ def test_prometheus_scrapes_the_standin_through_the_export_and_drops_it_after_do
     assert metric["orch_deployment"] == "svc"
     assert series["value"][1] == "0"  # idle, as /v1/loads says
 
-    down = local_workspace.orch("down", name)
+    down = space.orch("down", name)
     assert down.code == ExitCode.OK, down.err
-    again = local_workspace.orch("export", "prometheus-sd", "--all", "-o", str(targets))
+    again = space.orch("export", "prometheus-sd", "--all", "-o", str(targets))
     assert again.code == ExitCode.OK, again.err
     assert json.loads(targets.read_text()) == []
     _until("the target gone", lambda: not active())
