@@ -14,7 +14,7 @@ In a multi-node group (group.py), node 0 serves this app; when a peer node is go
 ``/health`` waits ``ORCH_STANDIN_HEALTH_TIMEOUT_S`` and answers 503 with SGLang's "Health check
 failed" line (the health generation never comes back from a scheduler hung in NCCL), and a
 generation request hangs, as it would there. Nodes of rank >= 1 serve only the dummy health app
-(``make_dummy_server``): 200 whatever state the group is in, as SGLang's
+(``dummy.make_dummy_server``): 200 whatever state the group is in, as SGLang's
 ``launch_dummy_health_check_server``.
 """
 
@@ -28,7 +28,6 @@ import threading
 import time
 import urllib.parse
 import uuid
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from http import HTTPStatus
@@ -575,52 +574,6 @@ def _hang() -> None:
         time.sleep(3600)
 
 
-class _DummyHandler(BaseHTTPRequestHandler):
-    """SGLang's dummy health app on nodes of rank >= 1 (FastAPI with ``/ping``, ``/health``,
-    ``/health_generate``, each an empty 200), served at uvicorn's log level ``warning``: no
-    access log, no uvicorn lines. With ``--enable-metrics`` it mounts ``/metrics`` as SGLang's
-    does (``add_prometheus_middleware``): this node's schedulers' series with
-    ``--enable-metrics-for-all-schedulers``, an empty exposition without (no scheduler of a
-    node of rank >= 1 is a stats-logging rank)."""
-
-    protocol_version = "HTTP/1.1"
-    server_version = "uvicorn"
-    sys_version = ""
-    metrics_text: Callable[[], str] | None = None  # set on the subclass when metrics are on
-
-    def log_message(self, format: str, *args: Any) -> None:
-        """Silent, as uvicorn at level warning."""
-
-    def _send(self, status: int, payload: Any = None) -> None:
-        body = b"" if payload is None else json.dumps(payload).encode()
-        self.send_response(status)
-        if payload is not None:
-            self.send_header("content-type", "application/json")
-        self.send_header("content-length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def do_GET(self) -> None:
-        path = self.path.split("?", 1)[0]
-        if path in ("/ping", "/health", "/health_generate"):
-            self._send(200)
-        elif path == "/metrics" and self.metrics_text is not None:
-            body = self.metrics_text().encode()
-            self.send_response(200)
-            self.send_header("content-type", metrics.CONTENT_TYPE)
-            self.send_header("content-length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-        else:
-            self._send(404, {"detail": "Not Found"})
-
-    def do_POST(self) -> None:
-        if self.path.split("?", 1)[0] in ("/ping", "/health", "/health_generate"):
-            self._send(405, {"detail": "Method Not Allowed"})
-        else:
-            self._send(404, {"detail": "Not Found"})
-
-
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
 
@@ -629,22 +582,12 @@ class _Server6(_Server):
     address_family = socket.AF_INET6
 
 
+def server_class(host: str) -> type[ThreadingHTTPServer]:
+    """A threading HTTP server of the address family ``host`` is written in."""
+    return _Server6 if ":" in host else _Server
+
+
 def make_server(state: ServerState, host: str, port: int) -> ThreadingHTTPServer:
     """Bind (OSError as the socket raises it) and return the server, not yet serving."""
     handler = type("Handler", (_Handler,), {"state": state})
-    server_class = _Server6 if ":" in host else _Server
-    return server_class((host, port), handler)
-
-
-def make_dummy_server(
-    host: str, port: int, metrics_text: Callable[[], str] | None = None
-) -> ThreadingHTTPServer:
-    """The dummy health server of a node of rank >= 1 (OSError as the bind raises it);
-    ``metrics_text`` serves ``/metrics`` (``--enable-metrics``)."""
-    server_class = _Server6 if ":" in host else _Server
-    handler = (
-        type("DummyHandler", (_DummyHandler,), {"metrics_text": staticmethod(metrics_text)})
-        if metrics_text is not None
-        else _DummyHandler
-    )
-    return server_class((host, port), handler)
+    return server_class(host)((host, port), handler)

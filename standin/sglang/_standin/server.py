@@ -44,7 +44,8 @@ from typing import Any, NoReturn
 
 from sglang._standin import argtable, render
 from sglang._standin import knobs as knobs_module
-from sglang._standin.endpoints import ServerState, make_dummy_server, make_server
+from sglang._standin.dummy import make_dummy_server
+from sglang._standin.endpoints import ServerState, make_server
 from sglang._standin.group import Peer, Placement, Store, StoreInUse, parse_address
 from sglang._standin.logs import Log, bind_error
 from sglang._standin.memory import startup_figures
