@@ -18,8 +18,8 @@ class _DummyHandler(BaseHTTPRequestHandler):
     ``/health_generate``, each an empty 200), served at uvicorn's log level ``warning``: no
     access log, no uvicorn lines. With ``--enable-metrics`` it mounts ``/metrics`` as SGLang's
     does (``add_prometheus_middleware``): this node's schedulers' series with
-    ``--enable-metrics-for-all-schedulers``, HELP/TYPE lines and no sample without (no scheduler of a
-    node of rank >= 1 is a stats-logging rank)."""
+    ``--enable-metrics-for-all-schedulers``, HELP/TYPE lines and no sample without (no
+    scheduler of a node of rank >= 1 is a stats-logging rank)."""
 
     protocol_version = "HTTP/1.1"
     server_version = "uvicorn"
