@@ -221,6 +221,8 @@ def split_deployment(deployment: str) -> tuple[str, int | None]:
 # What ``orch export`` writes (orchestrator/export/): Kubernetes LeaderWorkerSet, Deployment,
 # SkyPilot task, dstack run configuration.
 EXPORT_ENGINES = ("k8s-lws", "k8s", "skypilot", "dstack")
+# exports of what runs now (the hosts' surveys), not of one profile: ``orch export prometheus-sd``
+FLEET_EXPORTS = ("prometheus-sd",)
 
 
 @dataclass(frozen=True)
@@ -285,6 +287,9 @@ class Profile:
     # ``labels:``: words that select the profile (``orch sync --on LABEL``); they change nothing
     # on the host (not in the launch, not in its digest)
     labels: tuple[str, ...] = ()
+    # ``metrics: true``: SGLang's Prometheus metrics (--enable-metrics; a group's every rank's
+    # schedulers too: --enable-metrics-for-all-schedulers), for ``orch export prometheus-sd``
+    metrics: bool = False
 
     @property
     def deployment(self) -> str:

@@ -13,7 +13,7 @@ from orchestrator import __version__
 from orchestrator.cli.arguments_review import add_review
 from orchestrator.cli.arguments_sync import add_sync
 from orchestrator.errors import ExitCode
-from orchestrator.model import EXPORT_ENGINES
+from orchestrator.model import EXPORT_ENGINES, FLEET_EXPORTS
 from orchestrator.profile.bundled import bundled_profiles
 
 PROFILES_ENV = "ORCH_PROFILES"
@@ -93,9 +93,23 @@ def parser() -> argparse.ArgumentParser:
         "What an engine cannot run is an error naming the profile key (docs/export.md).",
     )
     export.add_argument(
-        "engine", metavar="ENGINE", choices=EXPORT_ENGINES, help=", ".join(EXPORT_ENGINES)
+        "engine",
+        metavar="ENGINE",
+        choices=EXPORT_ENGINES + FLEET_EXPORTS,
+        help=", ".join(EXPORT_ENGINES + FLEET_EXPORTS),
     )
-    export.add_argument("profile", metavar="PROFILE")
+    export.add_argument(
+        "profile",
+        metavar="PROFILE",
+        nargs="*",
+        help="the profile (prometheus-sd: any number, or --all; docs/export.md)",
+    )
+    export.add_argument(
+        "--all",
+        action="store_true",
+        dest="all_profiles",
+        help="prometheus-sd: every profile's running servers (the default without PROFILE)",
+    )
     export.add_argument(
         "-o", "--output", metavar="FILE", type=Path, help="write here (default: stdout)"
     )
@@ -442,7 +456,8 @@ def parser() -> argparse.ArgumentParser:
 EXAMPLES: dict[str, str] = {
     "export": "orch export k8s-lws qwen35-397b-2x8-h200 -o lws.yaml && kubectl apply -f lws.yaml\n"
     "  orch export skypilot qwen36-mtp-b200 -o task.yaml && sky launch task.yaml\n"
-    "  orch diff-effective qwen36-mtp-b200 --url http://127.0.0.1:30000  # after port-forward",
+    "  orch diff-effective qwen36-mtp-b200 --url http://127.0.0.1:30000  # after port-forward\n"
+    "  orch export prometheus-sd --all -o /etc/prometheus/orch.json  # READY servers' targets",
     "import": "orch import launch.sh --host b200-1\n"
     "  orch import node0.sh node1.sh --name qwen35-2x8 --set MODEL=/models/Qwen3.5-397B-A17B\n"
     "  orch import --check launch.sh --sglang 0.5.23   # a linter, in CI",

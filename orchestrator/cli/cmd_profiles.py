@@ -101,6 +101,14 @@ def handle_export(args: argparse.Namespace, output: Output) -> int:
     from orchestrator.export import export
     from orchestrator.export.common import Provenance
 
+    if args.engine == "prometheus-sd":
+        return _export_prometheus_sd(args, output)
+    if args.all_profiles or len(args.profile) != 1:
+        raise UsageError(
+            f"orch export {args.engine} takes one PROFILE",
+            f"orch export {args.engine} PROFILE [-o FILE]",
+        )
+    args.profile = args.profile[0]
     store = store_for(args)
     loaded = store.load(args.profile)
     for found in loaded.findings:
@@ -120,6 +128,39 @@ def handle_export(args: argparse.Namespace, output: Output) -> int:
     output.print(f"wrote {shown}: {args.engine} for {result.profile}")
     for note in result.notes:
         output.print(f"  note: {note}")
+    return ExitCode.OK
+
+
+def _export_prometheus_sd(args: argparse.Namespace, output: Output) -> int:
+    """The running servers' Prometheus file_sd targets (docs/export.md), written atomically."""
+    from orchestrator.cli.inputs import context_for
+    from orchestrator.commands import prometheus_sd
+
+    if args.all_profiles and args.profile:
+        raise UsageError(
+            "--all or PROFILE names, not both", "orch export prometheus-sd --all -o targets.json"
+        )
+    ctx = context_for(args, output)
+    try:
+        found = prometheus_sd.export(ctx, prometheus_sd.Request(tuple(args.profile)))
+    finally:
+        ctx.close()
+    if args.output is None:
+        output.out.write(found.text)
+    else:
+        from orchestrator.files import replace_file
+
+        # no secret in it (addresses, ports, names, commits): a Prometheus user reads it, 0644
+        written = replace_file(
+            args.output, found.text, hint="leave out -o to write to stdout, or -o a regular file"
+        )
+        shown = args.output if written == args.output else f"{args.output} (-> {written})"
+        output.print(f"wrote {shown}: {len(found.groups)} Prometheus target(s)")
+    for note in found.notes:  # on stderr when the document is stdout: it stays valid JSON
+        if args.output is None:
+            output.err.write(f"orch: note: {note}\n")
+        else:
+            output.print(f"  note: {note}")
     return ExitCode.OK
 
 

@@ -29,7 +29,7 @@ from orchestrator.model import (
 )
 from orchestrator.profile import gpus
 from orchestrator.profile.doccheck import MISSING, DocChecker
-from orchestrator.profile.fields import STRUCTURED_FIELDS
+from orchestrator.profile.fields import METRICS_FIELDS, STRUCTURED_FIELDS
 from orchestrator.profile.inventory import INVENTORY_FILE, LOCAL_HOST
 from orchestrator.profile.layout import group_section
 from orchestrator.profile.policies import export_section, health_section, restart_section
@@ -73,6 +73,7 @@ _TOP_KEYS = (
     "export",
     "router",
     "labels",
+    "metrics",
 )
 _SECTION_KEYS: dict[str, tuple[str, ...]] = {
     "model": ("path", "served_model_name"),
@@ -188,6 +189,7 @@ class ProfileChecker(DocChecker):
         router = router_section(self)
         description = self.text(("description",), one_line=False) or ""
         labels = self._labels()
+        metrics = self._metrics(args)
 
         if self.errors:
             return None, table
@@ -222,6 +224,7 @@ class ProfileChecker(DocChecker):
             router=router,
             replicas=replicas,
             labels=labels,
+            metrics=metrics,
         )
         return profile, table
 
@@ -373,6 +376,24 @@ class ProfileChecker(DocChecker):
             else:
                 args[name] = value
         return args
+
+    def _metrics(self, args: Mapping[str, ArgValue]) -> bool:
+        """``metrics: true``: orch renders SGLang's metrics flags (``fields.metrics_fields``);
+        the same flags under ``args:`` too would be given twice."""
+        raw = self.get(("metrics",))
+        if raw is MISSING or raw is None:
+            return False
+        if not isinstance(raw, bool):
+            self.error(("metrics",), f"expected true or false, got {raw!r}", "metrics: true")
+            return False
+        for name in METRICS_FIELDS if raw else ():
+            if name in args:
+                self.error(
+                    ("args", name),
+                    f"{name} is set by `metrics: true`",
+                    f"remove args.{name}: `metrics: true` renders it",
+                )
+        return raw
 
     def _labels(self) -> tuple[str, ...]:
         """``labels:``: words naming the profile for ``orch sync --on LABEL`` (a team, a

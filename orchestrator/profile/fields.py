@@ -28,6 +28,11 @@ STRUCTURED_FIELDS: dict[str, KeyPath] = {
     "speculative_draft_model_path": ("spec_decode", "draft_model_path"),
 }
 
+# What ``metrics: true`` renders: SGLang's /metrics, and for a launch group every scheduler's
+# series (without it, the schedulers of ranks >= 1 report nothing: 0.5.23 metrics_collector.py
+# ``current_scheduler_metrics_enabled``), served by each rank's dummy health server.
+METRICS_FIELDS = ("enable_metrics", "enable_metrics_for_all_schedulers")
+
 
 @dataclass(frozen=True)
 class RequestedField:
@@ -60,6 +65,10 @@ def requested_fields(profile: Profile) -> tuple[RequestedField, ...]:
         for name, value in structured.items()
         if value is not None
     ]
+    if profile.metrics:
+        out.append(RequestedField("enable_metrics", True, "metrics"))
+        if profile.group is not None:
+            out.append(RequestedField("enable_metrics_for_all_schedulers", True, "metrics"))
     out += [RequestedField(name, value, f"args.{name}") for name, value in profile.args.items()]
     group = profile.group
     if group is not None:  # orch's own, after the profile's: the same on every rank but the rank
@@ -105,6 +114,13 @@ def check_fields(checker: DocChecker, profile: Profile, table: ArgTable) -> None
             if elsewhere:
                 hint = (hint + " " if hint else "") + (
                     f"it exists in SGLang {', '.join(elsewhere)}"
+                )
+            if field.name in METRICS_FIELDS and path == ("metrics",):  # not the user's spelling
+                flag = "--" + field.name.replace("_", "-")
+                hint = (
+                    f"`metrics: true` renders {flag}, which SGLang {version} does not have "
+                    f"(first in {elsewhere[0] if elsewhere else 'no release orch knows'}): "
+                    "pin a newer `sglang:`, or leave `metrics` out and set args yourself"
                 )
             checker.error(
                 path, f"unknown SGLang {version} argument", hint or "see `sglang serve --help`"

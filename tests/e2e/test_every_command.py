@@ -174,6 +174,9 @@ def run_export(space: Workspace, name: str, sshd: SshServer) -> None:
     written = space.root / "deploy.yaml"
     _ok(_orch(space, "export", "k8s", name, "-o", str(written)), "wrote")
     assert "kind: Deployment" in written.read_text()
+    targets = _orch(space, "export", "prometheus-sd", name)  # nothing runs: no target
+    _ok(targets)
+    assert targets.stdout == "[]\n"
 
 
 def run_hosts(space: Workspace, name: str, sshd: SshServer) -> None:

@@ -14,7 +14,7 @@ In a multi-node group (group.py), node 0 serves this app; when a peer node is go
 ``/health`` waits ``ORCH_STANDIN_HEALTH_TIMEOUT_S`` and answers 503 with SGLang's "Health check
 failed" line (the health generation never comes back from a scheduler hung in NCCL), and a
 generation request hangs, as it would there. Nodes of rank >= 1 serve only the dummy health app
-(``make_dummy_server``): 200 whatever state the group is in, as SGLang's
+(``dummy.make_dummy_server``): 200 whatever state the group is in, as SGLang's
 ``launch_dummy_health_check_server``.
 """
 
@@ -34,7 +34,8 @@ from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from sglang._standin import live
+from sglang._standin import live, metrics
+from sglang._standin.group import Placement
 from sglang._standin.inflight import InFlight
 from sglang._standin.knobs import Knobs
 from sglang._standin.logs import Log
@@ -285,6 +286,25 @@ class ServerState:
             "aggregate": aggregate,
         }
 
+    def metrics_text(self) -> str:
+        """``GET /metrics`` (metrics.py): this node's reporting schedulers, their figures the
+        ones ``/v1/loads`` gives their DP rank."""
+        placement = Placement.of(self.values)
+        schedulers = metrics.reporting_schedulers(
+            self.values, placement.tp_ranks, placement.pp_ranks
+        )
+        return metrics.exposition(self.values, schedulers, self.scheduler_load)
+
+    def scheduler_load(self, labels: metrics.SchedulerLabels) -> dict[str, float]:
+        """One scheduler's gauges, as ``/v1/loads`` reports its DP rank (running and waiting
+        on rank 0's queue only; the pool size from the memory figures; the rest 0)."""
+        running, waiting = self.rank_load(labels.dp_rank or 0)
+        return {
+            "num_running_reqs": running,
+            "num_queue_reqs": waiting,
+            "max_total_num_tokens": self.figures.max_total_num_tokens,
+        }
+
     def rank_load(self, rank: int) -> tuple[int, int]:
         """(running, waiting) of one DP rank: the stand-in's one scheduler queue is rank 0's
         (a request in flight is counted once, not once per rank)."""
@@ -421,6 +441,22 @@ class _Handler(BaseHTTPRequestHandler):
             stream=sys.stdout,
         )
 
+    def _send_text(self, status: int, text: str) -> None:
+        """A Prometheus exposition (prometheus_client's content type), with its access line."""
+        body = text.encode()
+        self.send_response(status)
+        self.send_header("content-type", metrics.CONTENT_TYPE)
+        self.send_header("content-length", str(len(body)))
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
+        host, port = self.client_address[:2]
+        self.state.log.uvicorn(
+            "INFO",
+            f'{host}:{port} - "{self.command} {self.path} HTTP/1.1" {status} OK',
+            stream=sys.stdout,
+        )
+
     def _body(self) -> dict[str, Any]:
         length = int(self.headers.get("content-length") or 0)
         raw = self.rfile.read(length) if length else b""
@@ -477,6 +513,8 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(200, state.models())
         elif path == "/v1/loads":
             self._send(*state.loads(query))
+        elif path == "/metrics" and state.values.get("enable_metrics"):
+            self._send_text(200, state.metrics_text())
         elif path in ("/generate", "/v1/chat/completions", "/v1/completions"):
             self._send(405, {"detail": "Method Not Allowed"})
         else:
@@ -536,40 +574,6 @@ def _hang() -> None:
         time.sleep(3600)
 
 
-class _DummyHandler(BaseHTTPRequestHandler):
-    """SGLang's dummy health app on nodes of rank >= 1 (FastAPI with ``/ping``, ``/health``,
-    ``/health_generate``, each an empty 200), served at uvicorn's log level ``warning``: no
-    access log, no uvicorn lines. ``/metrics`` (with ``--enable-metrics``) is not imitated."""
-
-    protocol_version = "HTTP/1.1"
-    server_version = "uvicorn"
-    sys_version = ""
-
-    def log_message(self, format: str, *args: Any) -> None:
-        """Silent, as uvicorn at level warning."""
-
-    def _send(self, status: int, payload: Any = None) -> None:
-        body = b"" if payload is None else json.dumps(payload).encode()
-        self.send_response(status)
-        if payload is not None:
-            self.send_header("content-type", "application/json")
-        self.send_header("content-length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def do_GET(self) -> None:
-        if self.path.split("?", 1)[0] in ("/ping", "/health", "/health_generate"):
-            self._send(200)
-        else:
-            self._send(404, {"detail": "Not Found"})
-
-    def do_POST(self) -> None:
-        if self.path.split("?", 1)[0] in ("/ping", "/health", "/health_generate"):
-            self._send(405, {"detail": "Method Not Allowed"})
-        else:
-            self._send(404, {"detail": "Not Found"})
-
-
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
 
@@ -578,14 +582,12 @@ class _Server6(_Server):
     address_family = socket.AF_INET6
 
 
+def server_class(host: str) -> type[ThreadingHTTPServer]:
+    """A threading HTTP server of the address family ``host`` is written in."""
+    return _Server6 if ":" in host else _Server
+
+
 def make_server(state: ServerState, host: str, port: int) -> ThreadingHTTPServer:
     """Bind (OSError as the socket raises it) and return the server, not yet serving."""
     handler = type("Handler", (_Handler,), {"state": state})
-    server_class = _Server6 if ":" in host else _Server
-    return server_class((host, port), handler)
-
-
-def make_dummy_server(host: str, port: int) -> ThreadingHTTPServer:
-    """The dummy health server of a node of rank >= 1 (OSError as the bind raises it)."""
-    server_class = _Server6 if ":" in host else _Server
-    return server_class((host, port), _DummyHandler)
+    return server_class(host)((host, port), handler)

@@ -44,7 +44,8 @@ from typing import Any, NoReturn
 
 from sglang._standin import argtable, render
 from sglang._standin import knobs as knobs_module
-from sglang._standin.endpoints import ServerState, make_dummy_server, make_server
+from sglang._standin.dummy import make_dummy_server
+from sglang._standin.endpoints import ServerState, make_server
 from sglang._standin.group import Peer, Placement, Store, StoreInUse, parse_address
 from sglang._standin.logs import Log, bind_error
 from sglang._standin.memory import startup_figures
@@ -310,7 +311,10 @@ class Launcher:
         then ``block_until_scheduler_exits`` (engine.py), one line per scheduler that exits."""
         shown = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
         try:
-            httpd = make_dummy_server(host, port)
+            state = self.state
+            metrics_on = state is not None and bool(state.values.get("enable_metrics"))
+            metrics_text = state.metrics_text if state is not None and metrics_on else None
+            httpd = make_dummy_server(host, port, metrics_text)
         except OSError as error:
             # SGLang logs "started" as it starts the thread; uvicorn's bind error follows from
             # the thread, through SGLang's root logger (log_config=None), and the node runs on

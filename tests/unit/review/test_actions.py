@@ -196,3 +196,23 @@ def test_labels_change_nothing_a_review_shows(repo: ProfilesRepo) -> None:
     code, document = repo.diff_json("HEAD~1..HEAD")
     assert code == 0
     assert document["deployments"] == []
+
+
+def test_metrics_on_is_a_restart_forced_by_sglangs_metrics_fields(repo: ProfilesRepo) -> None:
+    repo.write("pair.yaml", PAIR)
+    repo.commit("a pair")
+    repo.edit("pair.yaml", "tp_size: 2\n", "tp_size: 2\nmetrics: true\n")
+    repo.commit("metrics on")
+    code, report = repo.diff_json("HEAD~1..HEAD", "pair")
+    assert code == ExitCode.CHANGES
+    deployments = by_name(report)
+    assert sorted(deployments) == ["pair[0]", "pair[1]"]
+    for item in deployments.values():
+        assert item["action"] == "restart"
+        assert set(item["forced_by"]) == {
+            "enable_metrics",
+            "enable_metrics_for_all_schedulers",
+        }
+        after = item["rendered"]["after"]["argv"]
+        assert "--enable-metrics" in after
+        assert "--enable-metrics-for-all-schedulers" in after
