@@ -247,6 +247,9 @@ class Router:
     labels: Mapping[str, str] = field(default_factory=frozen_map)  # added to orch's own labels
     drain_timeout_s: float = 300.0  # how long a server out of the gateway may take to go idle
     ready_timeout_s: float = 120.0  # how long the gateway may take to add or remove it
+    # where the gateway serves its Prometheus metrics (smg --prometheus-host/--prometheus-port,
+    # its own listener, default :29000); None: not said (orch export prometheus-sd leaves it out)
+    metrics_url: str | None = None
 
 
 DEFAULT_CONTROL_OFFSET = 100  # control port = rendezvous port + this, unless given

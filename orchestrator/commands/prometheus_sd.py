@@ -11,7 +11,12 @@ from dataclasses import dataclass
 from orchestrator.commands import sync_read
 from orchestrator.commands.context import Context, Member
 from orchestrator.errors import OrchError
-from orchestrator.export.prometheus import RunningServer, ServiceDiscovery, service_discovery
+from orchestrator.export.prometheus import (
+    GatewayTarget,
+    RunningServer,
+    ServiceDiscovery,
+    service_discovery,
+)
 from orchestrator.model import RunState
 from orchestrator.remote.agent.states import READY
 
@@ -27,7 +32,7 @@ def export(ctx: Context, request: Request) -> ServiceDiscovery:
     names = ctx.store.names() if listing else list(request.names)
     notes: list[str] = []
     members: list[tuple[Member, int | None]] = []
-    gateways: list[str] = []
+    gateways: list[GatewayTarget] = []
     for name in names:
         try:
             launch = ctx.launch(name, require_secrets=False)
@@ -38,8 +43,9 @@ def export(ctx: Context, request: Request) -> ServiceDiscovery:
             continue
         if launch.profile.abstract:
             continue
-        if launch.profile.router is not None:
-            gateways.append(name)
+        router = launch.profile.router
+        if router is not None:
+            gateways.append(GatewayTarget(name, router.url, router.metrics_url))
         for one in launch.replicas or (launch,):
             members += [(m, m.rank if one.is_group else None) for m in one.members]
     hosts = list({m.host.name: m.host for m, _ in members}.values())

@@ -22,9 +22,12 @@ on this machine (no address) is reached at its bind address, or 127.0.0.1 for a 
 server bound to a loopback address on a remote host is listed (Prometheus then shows it down,
 which is where an operator looks) with a note: nothing but that host can scrape it.
 
-Gateways (``router:``) are not listed: smg serves its metrics on a listener of its own
-(``--prometheus-host``/``--prometheus-port``, default 0.0.0.0:29000), which ``router.url`` does not
-give; a note says so. Pure: no I/O; the caller writes ``text`` (atomically).
+Gateways (``router:``) are their own target groups (``orch_role: gateway``), one per gateway
+whatever the number of profiles behind it, when the profile says where the gateway serves its
+metrics: smg serves them on a listener of its own (``--prometheus-host``/``--prometheus-port``,
+default 0.0.0.0:29000), which ``router.url`` does not give, so ``router.metrics_url`` says it; a
+gateway without it is left out with a note. Pure: no I/O; the caller writes ``text``
+(atomically).
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit
 
 LOOPBACK_BINDS = frozenset({"127.0.0.1", "localhost", "::1"})
 WILDCARD_BINDS = frozenset({"0.0.0.0", "::", ""})  # noqa: S104 (a bind read, not made)
@@ -74,6 +78,15 @@ class RunningServer:
 
 
 @dataclass(frozen=True)
+class GatewayTarget:
+    """A profile's gateway: its API (``router.url``) and where it serves metrics, if said."""
+
+    profile: str
+    url: str
+    metrics_url: str | None
+
+
+@dataclass(frozen=True)
 class ServiceDiscovery:
     groups: tuple[dict[str, Any], ...]
     text: str  # the JSON to write
@@ -99,9 +112,10 @@ def labels_of(server: RunningServer) -> dict[str, str]:
 
 
 def service_discovery(
-    servers: Iterable[RunningServer], gateways_left_out: Sequence[str] = ()
+    servers: Iterable[RunningServer], gateways: Sequence[GatewayTarget] = ()
 ) -> ServiceDiscovery:
-    """The target groups of ``servers`` (sorted by profile, replica, rank) and what to tell."""
+    """The target groups of ``servers`` (sorted by profile, replica, rank), then of the
+    gateways (by metrics URL), and what to tell."""
     groups: list[dict[str, Any]] = []
     notes: list[str] = []
     for server in sorted(servers, key=lambda one: one.sort_key):
@@ -119,10 +133,36 @@ def service_discovery(
                 f"{name} is bound to {server.bind} on {server.host}: only {server.host} itself "
                 f"can scrape {server.target} (set `bind: 0.0.0.0` or an address of the host)"
             )
-    for profile in gateways_left_out:
-        notes.append(
-            f"{profile}'s gateway (router:) is not listed: smg serves its metrics on its own "
-            "--prometheus-port (default 29000), which orch does not know; add it by hand"
-        )
+    groups += _gateway_groups(gateways)
+    for gateway in gateways:
+        if gateway.metrics_url is None:
+            notes.append(
+                f"{gateway.profile}'s gateway (router:) is not listed: smg serves its metrics on "
+                "its own --prometheus-port (default 29000); set router.metrics_url to list it"
+            )
     text = json.dumps(groups, indent=2) + "\n"
     return ServiceDiscovery(tuple(groups), text, tuple(notes))
+
+
+def _gateway_groups(gateways: Sequence[GatewayTarget]) -> list[dict[str, Any]]:
+    """One group per gateway metrics URL, naming the profiles behind it."""
+    behind: dict[str, list[GatewayTarget]] = {}
+    for gateway in gateways:
+        if gateway.metrics_url is not None:
+            behind.setdefault(gateway.metrics_url, []).append(gateway)
+    groups: list[dict[str, Any]] = []
+    for metrics_url, served in sorted(behind.items()):
+        parts = urlsplit(metrics_url)
+        host = parts.hostname or ""
+        shown = f"[{host}]" if ":" in host else host
+        labels = {
+            "orch_role": "gateway",
+            "orch_gateway": served[0].url,
+            "orch_profiles": ",".join(sorted({g.profile for g in served})),
+        }
+        if parts.path and parts.path != "/metrics":
+            labels["__metrics_path__"] = parts.path
+        if parts.scheme == "https":
+            labels["__scheme__"] = "https"
+        groups.append({"targets": [f"{shown}:{parts.port}"], "labels": labels})
+    return groups

@@ -97,7 +97,7 @@ _SECTION_KEYS: dict[str, tuple[str, ...]] = {
         "gate_port",
     ),
     "export": ("image", "python", "secret", "secret_keys", "replicas"),
-    "router": ("url", "api_key", "labels", "drain_timeout_s", "ready_timeout_s"),
+    "router": ("url", "api_key", "labels", "drain_timeout_s", "ready_timeout_s", "metrics_url"),
 }
 
 

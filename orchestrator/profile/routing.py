@@ -59,6 +59,15 @@ def router_section(checker: DocChecker) -> Router | None:
             checker.error(path, "expected a text value")
         else:
             labels[name] = str(value)
+    metrics_url = checker.text(("router", "metrics_url"))
+    if metrics_url is not None and not _gateway_url(metrics_url):
+        checker.error(
+            ("router", "metrics_url"),
+            f"expected http://HOST:PORT[/PATH] or https://..., got {metrics_url!r}",
+            "where smg serves its metrics: --prometheus-host/--prometheus-port (default "
+            "0.0.0.0:29000), e.g. http://10.0.0.5:29000",
+        )
+        metrics_url = None
     drain = checker.number(("router", "drain_timeout_s"), 0.0, MAX_SECONDS)
     ready = checker.number(("router", "ready_timeout_s"), 1.0, MAX_SECONDS)
     if url is None:
@@ -70,6 +79,7 @@ def router_section(checker: DocChecker) -> Router | None:
         labels=frozen_map(labels),
         drain_timeout_s=drain if drain is not None else defaults.drain_timeout_s,
         ready_timeout_s=ready if ready is not None else defaults.ready_timeout_s,
+        metrics_url=metrics_url.rstrip("/") if metrics_url else None,
     )
 
 

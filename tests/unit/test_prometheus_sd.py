@@ -16,7 +16,12 @@ from orchestrator import render
 from orchestrator.cli import main as cli
 from orchestrator.commands import prometheus_sd
 from orchestrator.errors import ExitCode, InvalidProfile
-from orchestrator.export.prometheus import RunningServer, ServiceDiscovery, service_discovery
+from orchestrator.export.prometheus import (
+    GatewayTarget,
+    RunningServer,
+    ServiceDiscovery,
+    service_discovery,
+)
 from tests.conftest import ProfileDir
 
 SGLANG_LABELS = {"model_name", "engine_type", "tp_rank", "pp_rank", "moe_ep_rank", "dp_rank"}
@@ -108,7 +113,9 @@ def test_targets_on_this_machine_and_the_notes_for_what_cannot_be_scraped() -> N
     v6 = dataclasses.replace(SERVER, address="fd00::7")
     assert service_discovery([v6]).groups[0]["targets"] == ["[fd00::7]:30000"]
     loopback = dataclasses.replace(SERVER, bind="127.0.0.1", metrics=False)
-    found = service_discovery([loopback], gateways_left_out=["qwen"])
+    found = service_discovery(
+        [loopback], [GatewayTarget("qwen", "http://10.0.0.5:30000", metrics_url=None)]
+    )
     assert len(found.groups) == 1  # listed: Prometheus shows it down, where one looks
     assert found.notes == (
         "qwen runs without --enable-metrics: its /metrics answers 404 (set `metrics: true` in "
@@ -116,7 +123,37 @@ def test_targets_on_this_machine_and_the_notes_for_what_cannot_be_scraped() -> N
         "qwen is bound to 127.0.0.1 on gpu-1: only gpu-1 itself can scrape 10.0.0.7:30000 (set "
         "`bind: 0.0.0.0` or an address of the host)",
         "qwen's gateway (router:) is not listed: smg serves its metrics on its own "
-        "--prometheus-port (default 29000), which orch does not know; add it by hand",
+        "--prometheus-port (default 29000); set router.metrics_url to list it",
+    )
+
+
+def test_a_gateway_with_its_metrics_url_is_one_group_of_its_own_for_all_behind_it() -> None:
+    gateways = [
+        GatewayTarget("qwen", "http://10.0.0.5:30000", "http://10.0.0.5:29000"),
+        GatewayTarget("llama", "http://10.0.0.5:30000", "http://10.0.0.5:29000"),
+        GatewayTarget("other", "https://gw.example:443", "https://gw.example:9100/stats"),
+    ]
+    found = service_discovery([SERVER], gateways)
+    assert found.notes == ()
+    assert found.groups[1:] == (
+        {
+            "targets": ["10.0.0.5:29000"],
+            "labels": {
+                "orch_role": "gateway",
+                "orch_gateway": "http://10.0.0.5:30000",
+                "orch_profiles": "llama,qwen",
+            },
+        },
+        {
+            "targets": ["gw.example:9100"],
+            "labels": {
+                "orch_role": "gateway",
+                "orch_gateway": "https://gw.example:443",
+                "orch_profiles": "other",
+                "__metrics_path__": "/stats",
+                "__scheme__": "https",
+            },
+        },
     )
 
 

@@ -28,7 +28,8 @@ def test_a_router_with_its_key_from_the_environment(tmp_path: Path) -> None:
     store = _store(
         tmp_path,
         "router:\n  url: http://10.0.0.5:30000/\n  api_key: {from_env: SMG_KEY}\n"
-        "  labels: {team: serving, tier: 1}\n  drain_timeout_s: 60\n",
+        "  labels: {team: serving, tier: 1}\n  drain_timeout_s: 60\n"
+        "  metrics_url: http://10.0.0.5:29000/\n",
     )
     router = store.load("p").profile.router
     assert router is not None
@@ -37,6 +38,7 @@ def test_a_router_with_its_key_from_the_environment(tmp_path: Path) -> None:
     assert dict(router.labels) == {"team": "serving", "tier": "1"}
     assert router.drain_timeout_s == 60
     assert router.ready_timeout_s == 120
+    assert router.metrics_url == "http://10.0.0.5:29000"
 
 
 def test_no_router_is_none(tmp_path: Path) -> None:
@@ -58,6 +60,11 @@ def test_a_router_is_inherited_like_any_section(tmp_path: Path) -> None:
     [
         ("router:\n  url: gateway:30000\n", "router.url", "expected http://HOST:PORT"),
         ("router:\n  url: http://gateway\n", "router.url", "expected http://HOST:PORT"),
+        (
+            "router:\n  url: http://gw:30000\n  metrics_url: gw:29000\n",
+            "router.metrics_url",
+            "expected http://HOST:PORT[/PATH]",
+        ),
         ("router:\n  labels: {a: b}\n", "router", "missing `url`"),
         (
             "router:\n  url: http://g:1\n  api_key: hunter2-literal\n",
