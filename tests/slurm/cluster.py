@@ -115,6 +115,23 @@ class SlurmCluster:
             list(argv), env=dict(self.env), capture_output=True, text=True, timeout=timeout
         )
 
+    def spawn(self, argv: list[str], name: str, user: int | None = None) -> None:
+        """Start one daemon in the foreground, its stderr in log/NAME.err."""
+        with (self.root / "log" / f"{name}.err").open("wb") as stderr:
+            self.processes.append(
+                subprocess.Popen(
+                    argv,
+                    env=dict(self.env),
+                    user=user,
+                    group=None if user is None else pwd.getpwuid(user).pw_gid,
+                    extra_groups=None if user is None else [],
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.DEVNULL,
+                    stderr=stderr,
+                    start_new_session=True,
+                )
+            )
+
     def stop(self) -> None:
         """TERM every daemon started here, then KILL what is left; nothing stays running."""
         for process in reversed(self.processes):
@@ -127,6 +144,7 @@ class SlurmCluster:
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait(timeout=10)
+        shutil.rmtree(self.root, ignore_errors=True)
 
     def log(self, name: str) -> str:
         path = self.root / "log" / name
@@ -161,40 +179,25 @@ def start(*, gres: bool = True, timeout_s: float = 30) -> SlurmCluster:
             del env[name]
     cluster = SlurmCluster(root, env)
     try:
-        cluster.processes.append(
-            subprocess.Popen(
-                [
-                    _program("munged"),
-                    "--foreground",
-                    f"--socket={munge_dir}/munge.socket",
-                    f"--key-file={key}",
-                    f"--pid-file={munge_dir}/munged.pid",
-                    f"--log-file={munge_dir}/munged.log",
-                    f"--seed-file={munge_dir}/munged.seed",
-                ],
-                user=munge.pw_uid,
-                group=munge.pw_gid,
-                extra_groups=[],
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL,
-                stderr=(root / "log" / "munged.err").open("wb"),
-            )
+        cluster.spawn(
+            [
+                _program("munged"),
+                "--foreground",
+                f"--socket={munge_dir}/munge.socket",
+                f"--key-file={key}",
+                f"--pid-file={munge_dir}/munged.pid",
+                f"--log-file={munge_dir}/munged.log",
+                f"--seed-file={munge_dir}/munged.seed",
+            ],
+            "munged",
+            user=munge.pw_uid,
         )
         _wait_for(lambda: (munge_dir / "munge.socket").exists(), 10, "munged's socket", cluster)
         daemons = [[_program("slurmctld"), "-D"]] + [
             [_program("slurmd"), "-D", "-N", name] for name in NODES
         ]
         for argv in daemons:
-            cluster.processes.append(
-                subprocess.Popen(
-                    argv,
-                    env=dict(env),
-                    stdin=subprocess.DEVNULL,
-                    stdout=subprocess.DEVNULL,
-                    stderr=(root / "log" / f"{Path(argv[0]).name}-{argv[-1]}.err").open("wb"),
-                    start_new_session=True,
-                )
-            )
+            cluster.spawn(argv, f"{Path(argv[0]).name}-{argv[-1]}")
         _wait_for(lambda: _idle_nodes(cluster) == len(NODES), timeout_s, "idle nodes", cluster)
     except BaseException:
         cluster.stop()
