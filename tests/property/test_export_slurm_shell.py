@@ -70,6 +70,7 @@ HOSTILE = [
     "$HOME and ${SLURM_NODEID}",
     "`id` $(id)",
     "line one\nline two",
+    "carriage\rreturn",
     "back\\slash",
     "ünï ⚡",
     "--flag",
@@ -135,7 +136,7 @@ def _export(workspace: Path) -> str:
     control characters escaped)."""
     path = workspace / "exported.sh"
     _orch(workspace, "export", "slurm", "p", "-o", str(path))
-    return path.read_text(encoding="utf-8")
+    return path.read_bytes().decode("utf-8")  # as written: no newline translation of a \r
 
 
 def _unredacted(value: str) -> str:

@@ -81,25 +81,25 @@ def workspace(tmp_path_factory: pytest.TempPathFactory) -> Path:
         "b": {"address": "10.0.0.2", "python": python, "workdir": "/w"},
     }
     (profiles / "hosts.yaml").write_text(yaml.safe_dump({"hosts": hosts}))
-    common = {
+    args: dict[str, Any] = {"tokenizer_path": HOSTILE_ARG, "api_key": {"from_env": "API_KEY"}}
+    common: dict[str, Any] = {
         "sglang": "0.5.23",
         "bind": "0.0.0.0",
         "model": {"path": "/models/m"},
         "gpu": {"type": "H200"},
         "env": {"ODD_VALUE": HOSTILE_ENV},
-        "args": {"tokenizer_path": HOSTILE_ARG, "api_key": {"from_env": "API_KEY"}},
         "export": {"python": python},
     }
     group = {
         **common,
-        "args": {**common["args"], "tp_size": 4},
+        "args": {**args, "tp_size": 4},
         "group": {
             "nodes": [{"host": "a", "env": {"NODE_VALUE": "rank 0's"}}, {"host": "b"}],
             "rendezvous_port": 20000,
             "gated_launch": False,
         },
     }
-    single = {**common, "host": "a", "args": {**common["args"], "tp_size": 2}}
+    single = {**common, "host": "a", "args": {**args, "tp_size": 2}}
     (profiles / "pair.yaml").write_text(yaml.safe_dump(group))
     (profiles / "single.yaml").write_text(yaml.safe_dump(single))
     return root
