@@ -34,13 +34,16 @@ GPUS_PER_NODE = 8
 
 
 def missing_programs() -> list[str]:
-    """The Slurm and munge programs this machine lacks (the tier skips, naming them)."""
+    """What this machine lacks for the tier: Slurm and munge programs, the munge user, root
+    (the tier skips, naming them)."""
     search = f"{os.environ.get('PATH', '')}:/usr/sbin:/sbin"
     missing = [name for name in DAEMONS if shutil.which(name, path=search) is None]
     try:
         pwd.getpwnam("munge")
     except KeyError:
         missing.append("the munge user")
+    if os.geteuid() != 0:
+        missing.append("root (the daemons run as root; the fake GPUs are mknod devices)")
     return missing
 
 
