@@ -219,8 +219,8 @@ def split_deployment(deployment: str) -> tuple[str, int | None]:
 
 
 # What ``orch export`` writes (orchestrator/export/): Kubernetes LeaderWorkerSet, Deployment,
-# SkyPilot task, dstack run configuration.
-EXPORT_ENGINES = ("k8s-lws", "k8s", "skypilot", "dstack")
+# SkyPilot task, dstack run configuration, Slurm batch script.
+EXPORT_ENGINES = ("k8s-lws", "k8s", "skypilot", "dstack", "slurm")
 # exports of what runs now (the hosts' surveys), not of one profile: ``orch export prometheus-sd``
 FLEET_EXPORTS = ("prometheus-sd",)
 

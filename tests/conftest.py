@@ -90,6 +90,7 @@ _TIERS = {
     "bench": "bench",
     "engines": "engines",
     "gateway": "gateway",
+    "slurm": "slurm",
 }
 
 

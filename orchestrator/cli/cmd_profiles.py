@@ -8,12 +8,16 @@ import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from orchestrator.cli.inputs import node_rank, store_for
 from orchestrator.cli.output import Output
 from orchestrator.errors import ExitCode, InvalidProfile, OrchError, ProfileError, UsageError
 from orchestrator.model import Profile, Severity
 from orchestrator.sglang.argtable import ArgTable
+
+if TYPE_CHECKING:
+    from orchestrator.export.slurm import SlurmOptions
 
 
 def handle_render(args: argparse.Namespace, output: Output) -> int:
@@ -115,7 +119,7 @@ def handle_export(args: argparse.Namespace, output: Output) -> int:
         output.finding(found)
     origin = profiles_origin(store.root)
     provenance = Provenance(loaded.profile.source, origin.commit, origin.dirty)
-    result = export(loaded.profile, loaded.table, args.engine, provenance)
+    result = export(loaded.profile, loaded.table, args.engine, provenance, _slurm_options(args))
     if args.output is None:
         output.out.write(result.text)  # the notes are its header's comments
         return ExitCode.OK
@@ -140,6 +144,7 @@ def _export_prometheus_sd(args: argparse.Namespace, output: Output) -> int:
         raise UsageError(
             "--all or PROFILE names, not both", "orch export prometheus-sd --all -o targets.json"
         )
+    _slurm_options(args)  # --partition and the rest: a usage error here
     ctx = context_for(args, output)
     try:
         found = prometheus_sd.export(ctx, prometheus_sd.Request(tuple(args.profile)))
@@ -162,6 +167,34 @@ def _export_prometheus_sd(args: argparse.Namespace, output: Output) -> int:
         else:
             output.print(f"  note: {note}")
     return ExitCode.OK
+
+
+def _slurm_options(args: argparse.Namespace) -> SlurmOptions | None:
+    """``--partition`` and the rest: for ``orch export slurm`` only (else a usage error)."""
+    from orchestrator.export.slurm import SlurmOptions
+
+    given = {
+        "--partition": args.partition,
+        "--account": args.account,
+        "--time": args.time,
+        "--no-gres": args.no_gres or None,
+        "--exclusive": args.exclusive or None,
+    }
+    if args.engine != "slurm":
+        flags = [flag for flag, value in given.items() if value is not None]
+        if flags:
+            raise UsageError(
+                f"{', '.join(flags)}: for orch export slurm only, not {args.engine}",
+                f"leave {flags[0]} out",
+            )
+        return None
+    return SlurmOptions(
+        partition=args.partition,
+        account=args.account,
+        time=args.time,
+        gres=not args.no_gres,
+        exclusive=args.exclusive,
+    )
 
 
 def handle_import(args: argparse.Namespace, output: Output) -> int:

@@ -1,4 +1,5 @@
-"""Profile -> what another engine runs: Kubernetes (LeaderWorkerSet, Deployment), SkyPilot, dstack.
+"""Profile -> what another engine runs: Kubernetes (LeaderWorkerSet, Deployment), SkyPilot, dstack,
+Slurm.
 
 The profile already knows the exact argv and env of every rank (``render.render_members``); an
 export carries that command over without retyping it, so the same server starts:
@@ -9,6 +10,8 @@ export carries that command over without retyping it, so the same server starts:
   the LeaderWorkerSet's topology variables and the variables that carry secrets.
 - **SkyPilot** and **dstack** run shell text (``run``/``commands``): every literal is quoted
   once, the server is ``exec``ed, and only the rank fields and the secrets are expansions.
+- **Slurm** gets a batch script (``slurm.py``) whose one ``srun`` step runs that same shell text
+  in every task, single-quoted so that each task reads its own rank.
 
 What cannot be carried over exactly is either translated and said (``Export.notes``: the image's
 interpreter for the host's, the GPU count for the host's device list, a pod's address for a
@@ -26,15 +29,25 @@ from collections.abc import Callable
 from typing import Any
 
 from orchestrator.errors import RenderError
-from orchestrator.export import dstack, k8s, skypilot
+from orchestrator.export import dstack, k8s, skypilot, slurm
 from orchestrator.export.common import Export, Plan, Provenance, header, plan_for
+from orchestrator.export.slurm import SlurmOptions
 from orchestrator.model import EXPORT_ENGINES, Profile
 from orchestrator.profile.yamldoc import dump_yaml
 from orchestrator.sglang.argtable import ArgTable
 
 
-def export(profile: Profile, table: ArgTable, engine: str, provenance: Provenance) -> Export:
-    """``profile`` as ``engine`` runs it; a ``RenderError`` names what the engine cannot run."""
+def export(
+    profile: Profile,
+    table: ArgTable,
+    engine: str,
+    provenance: Provenance,
+    slurm_options: SlurmOptions | None = None,
+) -> Export:
+    """``profile`` as ``engine`` runs it; a ``RenderError`` names what the engine cannot run.
+    ``slurm_options``: the cluster's side of a Slurm job (partition, account, time ...)."""
+    if engine == "slurm":
+        return _slurm(profile, table, provenance, slurm_options or SlurmOptions())
     builders: dict[str, Callable[[Plan], tuple[list[dict[str, Any]], dict[str, str]]]] = {
         "k8s-lws": k8s.leader_worker_set_documents,
         "k8s": k8s.deployment_documents,
@@ -58,4 +71,30 @@ def export(profile: Profile, table: ArgTable, engine: str, provenance: Provenanc
         rank_variables=variables,
     )
     k8s.check_round_trip(result, plan)
+    return result
+
+
+def _slurm(
+    profile: Profile, table: ArgTable, provenance: Provenance, options: SlurmOptions
+) -> Export:
+    """A batch script, not YAML: ``documents`` holds its ``#SBATCH`` options and the task
+    payload, which ``slurm.check_round_trip`` reads back out of the text."""
+    slurm.check_options(options)
+    plan = plan_for(profile, table, "slurm", provenance)
+    slurm.notes(plan, options)
+    text = slurm.script(plan, options, header(plan))
+    document = {
+        "sbatch": slurm.directives(plan, options),
+        "task": slurm.task_payload(plan),
+    }
+    result = Export(
+        engine="slurm",
+        profile=profile.name,
+        documents=(document,),
+        text=text,
+        notes=tuple(plan.notes),
+        commands=plan.commands,
+        rank_variables=slurm.RANK_VARIABLES,
+    )
+    slurm.check_round_trip(result)
     return result

@@ -100,8 +100,9 @@ def exported_profile(profile: Profile, table: ArgTable, engine: str) -> tuple[Pr
     python = profile.export.python
     host = dataclasses.replace(profile.host, python=python)
     program = render._program(dataclasses.replace(profile, host=host))
+    runs_on = "on the cluster's nodes (export.python)" if engine == "slurm" else "in the image"
     notes.append(
-        f"program: {' '.join(program)} in the image "
+        f"program: {' '.join(program)} {runs_on} "
         f"(the host's interpreter is {profile.host.python or 'python3'})"
     )
     bind = profile.bind
@@ -166,6 +167,7 @@ _RESERVED_ENV = {
     "k8s-lws": ("LWS_",),
     "skypilot": ("SKYPILOT_",),
     "dstack": ("DSTACK_",),
+    "slurm": ("SLURM_", "SLURMD_", "ORCH_SLURM_"),
 }
 
 
@@ -184,7 +186,9 @@ def plan_for(profile: Profile, table: ArgTable, engine: str, provenance: Provena
     view, notes = exported_profile(profile, table, engine)
     commands = render.render_members(view, table)
     image = profile.export.image
-    if image is None:
+    if image is None and engine == "slurm":  # runs on the nodes' own software, no image
+        image = ""
+    elif image is None:
         if profile.sglang_version is None:
             raise RenderError(
                 f"{profile.source}: sglang: the profile pins no SGLang version, so no image "

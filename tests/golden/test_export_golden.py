@@ -1,4 +1,5 @@
-"""Each shipped profile exported to each engine is exactly tests/golden/export/<profile>.<engine>.yaml.
+"""Each shipped profile exported to each engine is exactly tests/golden/export/<profile>.<engine>.yaml
+(.sh for Slurm's batch script).
 
 A change in an export shows up here as a diff to review; rewrite on purpose with
 ``pytest tests/golden --update-goldens``. The provenance is fixed (no commit) so that the files do
@@ -36,7 +37,7 @@ def test_golden_export(request: pytest.FixtureRequest, profile: str, engine: str
         text = portable(export(loaded.profile, loaded.table, engine, provenance).text)
     except RenderError as exc:  # an engine that cannot run the profile: its refusal is golden
         text = f"# refused: {exc.message}\n# hint: {exc.hint}\n"
-    path = GOLDEN / f"{profile}.{engine}.yaml"
+    path = GOLDEN / _golden_name(profile, engine)
     if request.config.getoption("--update-goldens"):
         GOLDEN.mkdir(exist_ok=True)
         path.write_text(text, encoding="utf-8")
@@ -44,6 +45,11 @@ def test_golden_export(request: pytest.FixtureRequest, profile: str, engine: str
     assert text == path.read_text(encoding="utf-8")
 
 
+def _golden_name(profile: str, engine: str) -> str:
+    return f"{profile}.{engine}.{'sh' if engine == 'slurm' else 'yaml'}"
+
+
 def test_every_export_golden_has_a_case() -> None:
-    stale = {p.name for p in GOLDEN.glob("*.yaml")} - {f"{p}.{e}.yaml" for p, e in CASES}
+    written = {p.name for p in GOLDEN.glob("*.yaml")} | {p.name for p in GOLDEN.glob("*.sh")}
+    stale = written - {_golden_name(p, e) for p, e in CASES}
     assert stale == set(), f"golden exports without a profile: {sorted(stale)}"

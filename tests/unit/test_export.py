@@ -19,6 +19,7 @@ from orchestrator.errors import ExitCode, RenderError
 from orchestrator.export import export
 from orchestrator.export.common import ANY_ADDRESS, LOOPBACK_BINDS, Provenance
 from orchestrator.export.k8s import kubernetes_escape, kubernetes_expand
+from orchestrator.export.slurm import sbatch_directives, srun_argv
 from orchestrator.model import EXPORT_ENGINES, SecretRef, ServerCommand
 from orchestrator.profile.store import LoadedProfile, ProfileStore
 from tests.conftest import EXAMPLES, SHIPPED_PROFILES, copy_examples
@@ -161,6 +162,10 @@ def test_export_runs_what_orch_render_gives_but_for_the_translations_it_names(
             rank
         )
     assert result.notes, "every export says what it translated"
+    if engine == "slurm":  # a batch script: its #SBATCH lines and payload read back instead
+        assert sbatch_directives(result.text) == result.documents[0]["sbatch"]
+        assert srun_argv(result.text)[-1] == result.documents[0]["task"]
+        return
     parsed = list(yaml.safe_load_all(result.text))
     assert parsed == [dict(document) for document in result.documents]
 
