@@ -42,6 +42,7 @@ from .gateway_duty import GatewayDuty
 from .identity import DEPLOYMENT_ENV, IDENTITY_CMDLINE_ITEMS, RUN_ID_ENV
 from .journal import Journal
 from .liveness import Liveness
+from .load_watch import LoadWatch, server_api_key
 from .output import LogSink, OutputWatcher
 from .protocol import CONFIG_FILE, RECEIVED_FILE
 from .record import AgentState
@@ -145,6 +146,13 @@ class Supervisor:
         self._start_times: deque[float] = deque(maxlen=max(spec.restart.start_limit, 1) * 2)
         self._run_seq = last_run_seq(paths.runs)
         self._received_key: tuple[Any, ...] | None = None
+        self.load_watch = LoadWatch(  # /v1/loads while READY; the last figures kept (load)
+            lambda: self.world.loads(
+                self.spec.health_host, self.spec.port, server_api_key(self.spec.argv)
+            ),
+            lambda load: self.update(load=load),
+            self.clock.wall,
+        )
 
     @property
     def record(self) -> AgentState:
@@ -472,6 +480,7 @@ class Supervisor:
                     ended_by = self._give_up(process, tracked, HUNG, f"{why}: stopped")
                     break
             tracked.refresh()
+            self.load_watch.look(now, self.record.state == READY)
             self._tend_disk(watcher)
             if self.gateway is not None:
                 self.gateway.tick()
