@@ -30,11 +30,14 @@ def test_0523_loads_take_the_figures_rank_by_rank(launcher: Launcher, model_dir:
     running.wait_for(READY)
     loads = running.get_json("/v1/loads?include=core,memory,spec,queues")["loads"]
     first, second = loads
-    assert first["num_running_reqs"] == 3 and first["num_waiting_reqs"] == 1
-    assert first["gen_throughput"] == 1234.5 and first["cache_hit_rate"] == 0.615
+    assert first["num_running_reqs"] == 3
+    assert first["num_waiting_reqs"] == 1
+    assert first["gen_throughput"] == 1234.5
+    assert first["cache_hit_rate"] == 0.615
     assert first["speculative"] == {"accept_length": 2.31, "accept_rate": 0.66}
     assert first["queues"]["waiting"] == 1  # the section agrees with the core figure
-    assert second["num_running_reqs"] == 7 and second["max_running_requests"] == 12
+    assert second["num_running_reqs"] == 7
+    assert second["max_running_requests"] == 12
     assert "speculative" not in second  # no speculative forward ran there
     # the section only when spec is asked for, as SGLang's to_dict
     assert "speculative" not in running.get_json("/v1/loads?include=core")["loads"][0]
@@ -48,7 +51,8 @@ def test_0511_loads_take_one_object_for_every_rank(launcher: Launcher, model_dir
     answer = running.get_json("/v1/loads")
     (load,) = answer["loads"]
     assert "dp_rank" not in load  # 0.5.11 without DP
-    assert load["num_running_reqs"] == 3 and load["num_total_reqs"] == 4
+    assert load["num_running_reqs"] == 3
+    assert load["num_total_reqs"] == 4
     assert load["speculative"]["accept_length"] == 2.31
     assert answer["aggregate"]["total_waiting_reqs"] == 1
 

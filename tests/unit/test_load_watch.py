@@ -45,7 +45,8 @@ def test_summarize_keeps_each_dp_rank_of_0_5_23_sorted_with_its_speculative_figu
         "speculative": {"accept_length": 2.1, "accept_rate": 0.55},
     }
     # what status never shows is not carried (memory is memory_loads', once at READY)
-    assert "memory" not in kept[1] and "decode_moments" not in kept[1]
+    assert "memory" not in kept[1]
+    assert "decode_moments" not in kept[1]
 
 
 def test_summarize_reads_0_5_11_without_dp_rank_or_speculative_section() -> None:
@@ -53,7 +54,8 @@ def test_summarize_reads_0_5_11_without_dp_rank_or_speculative_section() -> None
     assert isinstance(kept, list)
     (only,) = kept
     assert only["dp_rank"] == 0  # 0.5.11 without DP says none: the load's place
-    assert only["num_running_reqs"] == 7 and only["num_waiting_reqs"] == 2
+    assert only["num_running_reqs"] == 7
+    assert only["num_waiting_reqs"] == 2
     assert only["max_running_requests"] == 1024
     assert "speculative" not in only
 
@@ -80,12 +82,16 @@ def test_a_failed_sample_keeps_the_last_figures_and_their_time() -> None:
     first = sample(
         None, {"loads": [{"dp_rank": 0, "num_running_reqs": 2}], "version": "0.5.23"}, 100.0
     )
-    assert first["at"] == 100.0 and first["error"] is None
+    assert first["at"] == 100.0
+    assert first["error"] is None
     failed = sample(first, {"error": "/v1/loads: no answer within 1 s"}, 115.0)
-    assert failed["loads"] == first["loads"] and failed["at"] == 100.0
-    assert failed["error"] == "/v1/loads: no answer within 1 s" and failed["error_at"] == 115.0
+    assert failed["loads"] == first["loads"]
+    assert failed["at"] == 100.0
+    assert failed["error"] == "/v1/loads: no answer within 1 s"
+    assert failed["error_at"] == 115.0
     again = sample(failed, {"loads": [], "version": None}, 130.0)
-    assert again["at"] == 130.0 and again["error"] is None
+    assert again["at"] == 130.0
+    assert again["error"] is None
 
 
 def test_load_watch_samples_at_ready_then_every_interval_and_again_at_once_after_a_restart() -> (
@@ -125,11 +131,14 @@ def test_status_load_recorded_figures_carry_their_age_and_a_failed_live_read() -
     recorded = {"at": 100.0, "loads": [{"dp_rank": 0}], "error": None, "error_at": None}
     shown = status_load(recorded, None, 160.0)
     assert shown is not None
-    assert shown["live"] is False and shown["age_s"] == 60.0 and shown["error"] is None
+    assert shown["live"] is False
+    assert shown["age_s"] == 60.0
+    assert shown["error"] is None
     assert "error_at" not in shown
     busy = status_load(recorded, {"error": "/v1/loads: no answer within 1 s"}, 160.0)
     assert busy is not None
-    assert busy["loads"] == [{"dp_rank": 0}] and busy["error"] == "/v1/loads: no answer within 1 s"
+    assert busy["loads"] == [{"dp_rank": 0}]
+    assert busy["error"] == "/v1/loads: no answer within 1 s"
 
 
 def test_status_load_is_none_without_figures_or_a_read() -> None:

@@ -111,4 +111,6 @@ def test_totals_sum_requests_and_throughput_and_take_the_fullest_rank() -> None:
 
 def test_totals_of_ranks_that_report_nothing_are_unknown() -> None:
     total = totals([RankLoad(0)])
-    assert total.running is None and total.token_usage is None and total.accept_length is None
+    assert total.running is None
+    assert total.token_usage is None
+    assert total.accept_length is None

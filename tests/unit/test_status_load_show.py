@@ -81,7 +81,8 @@ def test_a_stopped_server_shows_its_last_figures_with_their_age() -> None:
     load = {"live": False, "at": 1000.0, "age_s": 190.0, "loads": [RANK0], "error": None}
     row = _row(load, state="EXITED")
     cells = load_cells(row)
-    assert cells[0] == "12/3" and cells[-1] == "3m ago"
+    assert cells[0] == "12/3"
+    assert cells[-1] == "3m ago"
     assert cells[-2] == "-"  # no cap computed for this row
 
 
@@ -109,9 +110,12 @@ def test_status_json_carries_load_with_live_at_total_and_cap() -> None:
     document = status_json(_row(load, cap=Cap(48, BY_MAMBA)))
     shown = document["load"]
     assert isinstance(shown, dict)
-    assert shown["live"] is True and shown["at"] == 1000.0 and shown["version"] == "0.5.23"
+    assert shown["live"] is True
+    assert shown["at"] == 1000.0
+    assert shown["version"] == "0.5.23"
     assert shown["cap"] == {"requests": 48, "by": "mamba slots"}
-    assert shown["total"]["running"] == 17 and shown["total"]["waiting"] == 3
+    assert shown["total"]["running"] == 17
+    assert shown["total"]["waiting"] == 3
     assert [rank["dp_rank"] for rank in shown["ranks"]] == [0, 1]
     assert shown["ranks"][0]["accept_length"] == 2.1
     assert document["planned_requests"] == 48
