@@ -65,13 +65,13 @@ def _row(load: dict[str, Any] | None, state: str = "READY", cap: Cap | None = No
 def test_a_live_load_fills_the_columns_summed_over_dp_ranks() -> None:
     load = {"live": True, "at": 1000.0, "age_s": 0.0, "loads": [RANK0, RANK1], "version": "0.5.23"}
     row = _row(load, cap=Cap(48, BY_MAMBA))
-    assert load_cells(row) == ("17/3", "42%", "1,644", "60%", "2.30", "48 (mamba slots)", "live")
+    assert load_cells(row) == ("17/3", "42%", "1,645", "60%", "2.30", "48 (mamba slots)", "live")
     text = status_table([row], load=True)
     header = text.splitlines()[0].split()
     assert header[header.index("RUN") + 1 : header.index("RUN") + 8] == list(LOAD_HEADER)
     # each DP rank listed under the table
     assert (
-        "qwen DP0: run/wait 12/3, KV 42%, 1,234 tok/s, hit 70%, accept 2.10, max running 48"
+        "qwen DP0: run/wait 12/3, KV 42%, 1,235 tok/s, hit 70%, accept 2.10, max running 48"
         in text.splitlines()
     )
     assert "qwen DP1: run/wait 5/0, KV 8%, 410 tok/s, hit 50%, accept 2.50, max running 48" in text
@@ -123,4 +123,4 @@ def test_status_json_carries_load_with_live_at_total_and_cap() -> None:
 
 
 def test_rates_read_well_small_and_large() -> None:
-    assert (rate(None), rate(12.345), rate(1234.5)) == ("-", "12.3", "1,234")
+    assert (rate(None), rate(12.345), rate(1234.5)) == ("-", "12.3", "1,235")

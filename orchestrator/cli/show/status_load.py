@@ -23,7 +23,7 @@ def percent(value: float | None) -> str:
 def rate(value: float | None) -> str:
     if value is None:
         return "-"
-    return f"{value:.1f}" if value < 100 else f"{value:,.0f}"
+    return f"{value:.1f}" if value < 100 else f"{int(value + 0.5):,}"  # half up, not to even
 
 
 def run_wait(running: int | None, waiting: int | None) -> str:
