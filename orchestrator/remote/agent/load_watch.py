@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 from .http_json import Unreachable, exchange
 
@@ -114,6 +114,21 @@ def sample(previous: dict[str, Any] | None, read: dict[str, Any], at: float) -> 
     return kept
 
 
+class Supervised(Protocol):
+    """What LoadWatch.of needs of a supervisor (supervisor.py's Supervisor)."""
+
+    @property
+    def spec(self) -> Any: ...
+
+    @property
+    def world(self) -> Any: ...
+
+    @property
+    def clock(self) -> Any: ...
+
+    def update(self, **fields: Any) -> None: ...
+
+
 class LoadWatch:
     """The supervisor's samples of its server's load while READY: at READY, then every
     ``interval_s`` (monotonic), each written with ``record`` (state.json's ``load``). Called
@@ -131,7 +146,23 @@ class LoadWatch:
         self._wall = wall
         self.interval_s = interval_s
         self._next: float | None = None
-        self.last: dict[str, Any] | None = None
+        self.last: dict[str, Any] | None = None  # set from state.json by a resuming supervisor
+
+    @classmethod
+    def of(cls, supervisor: Supervised) -> LoadWatch:
+        """A supervisor's: its world reads its server (the spec's port, its --api-key), each
+        sample written to state.json through ``update``."""
+
+        def read() -> dict[str, Any]:
+            spec = supervisor.spec  # a reconfigure's spec applies at once
+            key = server_api_key(spec.argv)
+            answer: dict[str, Any] = supervisor.world.loads(spec.health_host, spec.port, key)
+            return answer
+
+        def record(load: dict[str, Any]) -> None:
+            supervisor.update(load=load)
+
+        return cls(read, record, supervisor.clock.wall)
 
     def look(self, now: float, ready: bool) -> None:
         """A sample when one is due and the server is READY; the first at once after READY."""

@@ -42,7 +42,7 @@ from .gateway_duty import GatewayDuty
 from .identity import DEPLOYMENT_ENV, IDENTITY_CMDLINE_ITEMS, RUN_ID_ENV
 from .journal import Journal
 from .liveness import Liveness
-from .load_watch import LoadWatch, server_api_key
+from .load_watch import LoadWatch
 from .output import LogSink, OutputWatcher
 from .protocol import CONFIG_FILE, RECEIVED_FILE
 from .record import AgentState
@@ -146,13 +146,7 @@ class Supervisor:
         self._start_times: deque[float] = deque(maxlen=max(spec.restart.start_limit, 1) * 2)
         self._run_seq = last_run_seq(paths.runs)
         self._received_key: tuple[Any, ...] | None = None
-        self.load_watch = LoadWatch(  # /v1/loads while READY; the last figures kept (load)
-            lambda: self.world.loads(
-                self.spec.health_host, self.spec.port, server_api_key(self.spec.argv)
-            ),
-            lambda load: self.update(load=load),
-            self.clock.wall,
-        )
+        self.load_watch = LoadWatch.of(self)  # /v1/loads while READY: state.json's load
 
     @property
     def record(self) -> AgentState:
@@ -186,6 +180,7 @@ class Supervisor:
             }
         )
         self.journal.record = record
+        self.load_watch.last = record.extra.get("load")  # kept when a first read fails
 
     # -- what it records --
 
