@@ -13,6 +13,7 @@ from orchestrator.remote.agent.load_watch import (
     LoadWatch,
     sample,
     server_api_key,
+    serves_loads,
     status_load,
     summarize,
 )
@@ -145,3 +146,18 @@ def test_status_load_is_none_without_figures_or_a_read() -> None:
     assert status_load(None, None, 1.0) is None
     failed = status_load(None, {"error": "refused"}, 1.0)
     assert failed == {"at": None, "loads": [], "error": "refused", "age_s": None, "live": False}
+
+
+def test_a_groups_rank_above_0_is_never_asked_for_loads() -> None:
+    assert serves_loads({"group": {"rank": 0, "nnodes": 2}})
+    assert serves_loads({})
+    assert not serves_loads({"group": {"rank": 1, "nnodes": 2}})
+    reads: list[float] = []
+
+    def read() -> dict[str, Any]:
+        reads.append(0.0)
+        return {"loads": []}
+
+    watch = LoadWatch(read, lambda _: None, lambda: 0.0, serves=lambda: False)
+    watch.look(0.0, ready=True)
+    assert reads == []

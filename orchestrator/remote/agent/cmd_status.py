@@ -16,7 +16,7 @@ from .identity import (
     recorded_identity,
     verified_alive,
 )
-from .load_watch import read_loads, server_api_key, status_load
+from .load_watch import read_loads, server_api_key, serves_loads, status_load
 from .protocol import PROTOCOL
 from .record import AgentState
 from .spec import spec_for
@@ -168,7 +168,7 @@ def cmd_status(
     if not server_alive:
         state.pop("memory_loads", None)  # figures of a server that is gone
     live = None
-    if load and server_alive and state.get("state") == READY:
+    if load and server_alive and state.get("state") == READY and serves_loads(state):
         spec = spec_for(paths, state)
         live = read_loads(spec.health_host, spec.port, key=server_api_key(spec.argv))
     shown = status_load(state.get("load"), live, time.time())

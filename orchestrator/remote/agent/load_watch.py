@@ -114,6 +114,13 @@ def sample(previous: dict[str, Any] | None, read: dict[str, Any], at: float) -> 
     return kept
 
 
+def serves_loads(state: Any) -> bool:
+    """Whether the deployment's server answers /v1/loads: not a launch group's rank >= 1 (its
+    node serves only SGLang's dummy health app; rank 0 answers for the whole group)."""
+    group = state.get("group") if isinstance(state, dict) else None
+    return not (isinstance(group, dict) and group.get("rank"))
+
+
 class Supervised(Protocol):
     """What LoadWatch.of needs of a supervisor (supervisor.py's Supervisor)."""
 
@@ -125,6 +132,9 @@ class Supervised(Protocol):
 
     @property
     def clock(self) -> Any: ...
+
+    @property
+    def record(self) -> Any: ...
 
     def update(self, **fields: Any) -> None: ...
 
@@ -140,8 +150,10 @@ class LoadWatch:
         record: Callable[[dict[str, Any]], None],
         wall: Callable[[], float],
         interval_s: float = SAMPLE_INTERVAL_S,
+        serves: Callable[[], bool] = lambda: True,
     ) -> None:
         self._read = read
+        self._serves = serves
         self._record = record
         self._wall = wall
         self.interval_s = interval_s
@@ -162,11 +174,14 @@ class LoadWatch:
         def record(load: dict[str, Any]) -> None:
             supervisor.update(load=load)
 
-        return cls(read, record, supervisor.clock.wall)
+        def serves() -> bool:
+            return serves_loads(supervisor.record.extra)
+
+        return cls(read, record, supervisor.clock.wall, serves=serves)
 
     def look(self, now: float, ready: bool) -> None:
         """A sample when one is due and the server is READY; the first at once after READY."""
-        if not ready:
+        if not ready or not self._serves():
             self._next = None  # the next READY samples at once
             return
         if self._next is not None and now < self._next:
