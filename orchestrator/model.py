@@ -489,6 +489,37 @@ class LockView:
 
 
 @dataclass(frozen=True)
+class RankLoad:
+    """One DP rank's load as SGLang's ``/v1/loads`` says it (None: not reported)."""
+
+    dp_rank: int
+    running: int | None = None  # num_running_reqs
+    waiting: int | None = None  # num_waiting_reqs
+    used_tokens: int | None = None
+    token_capacity: int | None = None  # max_total_num_tokens
+    max_running_requests: int | None = None  # the scheduler's own, after every cap
+    token_usage: float | None = None  # 0..1, the fullest pool (KV, SWA, mamba)
+    gen_throughput: float | None = None  # tokens/s
+    cache_hit_rate: float | None = None  # 0..1
+    utilization: float | None = None
+    accept_length: float | None = None  # speculative decoding, once a speculative forward ran
+    accept_rate: float | None = None
+
+
+@dataclass(frozen=True)
+class ServerLoad:
+    """A server's load: read now (``live``, ``orch status --load``) or the last figures its
+    supervisor sampled (every 15 s while READY), ``age_s`` old on the host's clock."""
+
+    live: bool
+    at: float | None  # the host's wall clock when the figures were taken
+    age_s: float | None
+    ranks: tuple[RankLoad, ...] = ()
+    error: str | None = None  # the last read that failed, beside the last figures
+    version: str | None = None  # SGLang's, as /v1/loads says it
+
+
+@dataclass(frozen=True)
 class RunState:
     """One deployment's state on its host, as its agent reports it."""
 
@@ -524,6 +555,10 @@ class RunState:
     profiles_dir: str | None = None
     memory_loads: tuple[MemoryLoad, ...] = ()  # GET /v1/loads?include=memory, once READY
     memory_loads_error: str | None = None
+    load: ServerLoad | None = None  # GET /v1/loads: read now (status --load) or the last kept
+    # what ``orch up``'s memory plan said decides max_running_requests (meta), and its value
+    planned_requests: int | None = None
+    planned_requests_by: str | None = None
     group: GroupView | None = None  # a rank of a launch group
     disk_full: bool = False  # the deployment's filesystem has (almost) no room left now
     output_dropped_bytes: int = 0  # server output its supervisor could not write (no room)

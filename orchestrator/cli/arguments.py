@@ -278,6 +278,21 @@ def parser() -> argparse.ArgumentParser:
     status.add_argument(
         "--wide", action="store_true", help="the whole last failure, the origin of each launch"
     )
+    status.add_argument(
+        "--load",
+        action="store_true",
+        help="each READY server's load now (/v1/loads, read on its host, 1 s at most): "
+        "RUN/WAIT, KV%%, TOK/S, HIT%%, ACCEPT, CAP; a stopped one's last figures and their age",
+    )
+    status.add_argument(
+        "--watch",
+        nargs="?",
+        type=float,
+        const=2.0,
+        metavar="SECONDS",
+        help="redraw the table (with --load) every SECONDS (default 2) until Ctrl-C; not on a "
+        "terminal: each refresh printed after the previous one",
+    )
     status.set_defaults(command="status")
 
     logs = commands.add_parser(

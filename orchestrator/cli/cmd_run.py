@@ -219,46 +219,69 @@ def _rolling(args: argparse.Namespace, output: Output) -> int:
 
 
 def handle_status(args: argparse.Namespace, output: Output) -> int:
+    from orchestrator.cli import status_watch
+    from orchestrator.errors import UsageError
+
+    if args.watch is not None and args.watch <= 0:
+        raise UsageError("orch status --watch: SECONDS must be more than 0", "e.g. --watch 5")
+    ctx = context_for(args, output)
+    try:
+        if args.watch is None:
+            text, code = _status_once(ctx, args)
+            output.print(text)
+            return code
+        return status_watch.watch(
+            lambda: _status_once(ctx, args, load=True)[0],
+            output,
+            args.watch,
+            json_lines=args.json,
+        )
+    finally:
+        ctx.close()
+
+
+def _status_once(
+    ctx: Context, args: argparse.Namespace, *, load: bool | None = None
+) -> tuple[str, int]:
+    """One look at the deployments: the table (or --json) and the exit code."""
     from orchestrator.cli.show import status as show
     from orchestrator.commands import ops
 
-    ctx = context_for(args, output)
+    load = args.load if load is None else load
     listing = args.all or not args.names
-    try:
-        known = ctx.store.names()
-        names = known if listing else list(args.names)
-        # an invalid profile is a row with its error; the others are still asked
-        invalid: list[ops.StatusRow] = []
-        launchable: list[str] = []
-        for name in names:
-            if name not in known:
-                launchable.append(name)  # not a profile: the command's error, with did-you-mean
-                continue
-            try:
-                abstract = ctx.store.load(name).profile.abstract
-            except OrchError as exc:
-                invalid.append(ops.StatusRow(name, "-", None, exc))
-                continue
-            if not (listing and abstract):
-                launchable.append(name)
-        rows = (ops.status(ctx, launchable) if launchable else []) + invalid
-        sync = None
-        if listing:  # the fleet view: each deployment against the profiles' HEAD
-            from orchestrator.commands.sync import status_verdicts
+    known = ctx.store.names()
+    names = known if listing else list(args.names)
+    # an invalid profile is a row with its error; the others are still asked
+    invalid: list[ops.StatusRow] = []
+    launchable: list[str] = []
+    for name in names:
+        if name not in known:
+            launchable.append(name)  # not a profile: the command's error, with did-you-mean
+            continue
+        try:
+            abstract = ctx.store.load(name).profile.abstract
+        except OrchError as exc:
+            invalid.append(ops.StatusRow(name, "-", None, exc))
+            continue
+        if not (listing and abstract):
+            launchable.append(name)
+    rows = (ops.status(ctx, launchable, load=load) if launchable else []) + invalid
+    sync = None
+    if listing:  # the fleet view: each deployment against the profiles' HEAD
+        from orchestrator.commands.sync import status_verdicts
 
-            sync = status_verdicts(ctx, rows)
-    finally:
-        ctx.close()
+        sync = status_verdicts(ctx, rows)
     order = {name: index for index, name in enumerate(names)}
     rows.sort(key=lambda row: order[row.profile])
     if args.json:
-        output.print(json.dumps([show.status_json(row, sync) for row in rows], indent=2))
+        documents = [show.status_json(row, sync) for row in rows]
+        text = json.dumps(documents, indent=None if args.watch else 2)
     else:
-        output.print(show.status_table(rows, wide=args.wide, sync=sync))
+        text = show.status_table(rows, wide=args.wide, sync=sync, load=load)
     if listing:  # every profile: a host that cannot be reached is a row, not a failure
-        return ExitCode.CONFIG if invalid else ExitCode.OK
+        return text, ExitCode.CONFIG if invalid else ExitCode.OK
     failed = [row for row in rows if row.error is not None]
-    return max((row.error.exit_code for row in failed if row.error), default=ExitCode.OK)
+    return text, max((row.error.exit_code for row in failed if row.error), default=ExitCode.OK)
 
 
 def handle_logs(args: argparse.Namespace, output: Output) -> int:

@@ -15,6 +15,7 @@ from orchestrator.commands.routing import Routed
 from orchestrator.errors import OrchError, TransportError
 from orchestrator.fleet.gateway import normal_url
 from orchestrator.model import Profile, RunState, deployment_name
+from orchestrator.sglang.loads import Cap, concurrency_cap, launch_facts, totals
 
 
 def down(
@@ -126,6 +127,7 @@ class StatusRow:
     rank: int | None = None  # a launch group's rank; None for a single server
     replica: int | None = None  # the replica (``replicas:``); None for a profile without
     gateway: GatewayView | None = None  # a server behind a router: the gateway's view
+    cap: Cap | None = None  # what decides its max_running_requests (from its load's figures)
 
     @property
     def deployment(self) -> str:
@@ -133,14 +135,20 @@ class StatusRow:
         return deployment_name(self.profile, self.replica)
 
 
-def status(ctx: Context, names: Sequence[str]) -> list[StatusRow]:
+def status(ctx: Context, names: Sequence[str], *, load: bool = False) -> list[StatusRow]:
     """State of each profile's deployment (each rank of a group); hosts are asked in parallel,
-    one connection each."""
+    one connection each. ``load``: each READY server's /v1/loads read now, by its agent in the
+    same command (a loopback call on the host); without it, the last figures its supervisor
+    kept."""
     servers: list[tuple[Profile, int | None]] = []
+    argvs: dict[tuple[str, int | None, int | None], tuple[str, ...]] = {}
     for name in names:
         launch = ctx.launch(name, require_secrets=False)
         for one in launch.replicas or (launch,):  # each replica is a deployment of its own
-            servers += [(m.profile, m.rank if one.is_group else None) for m in one.members]
+            for m in one.members:
+                rank = m.rank if one.is_group else None
+                servers.append((m.profile, rank))
+                argvs[(m.profile.name, m.profile.replica, rank)] = m.argv
     by_host: dict[str, list[tuple[Profile, int | None]]] = {}
     for server in servers:
         by_host.setdefault(server[0].host.name, []).append(server)
@@ -149,13 +157,24 @@ def status(ctx: Context, names: Sequence[str]) -> list[StatusRow]:
         profile: Profile, rank: int | None, state: RunState | None, error: OrchError | None = None
     ) -> StatusRow:
         where = (profile.name, profile.host.name)
-        return StatusRow(*where, state, error, rank=rank, replica=profile.replica)
+        cap = None
+        if state is not None and state.load is not None and state.load.ranks:
+            argv = argvs.get((profile.name, profile.replica, rank), ())
+            cap = concurrency_cap(
+                totals(state.load.ranks).max_running_requests,
+                state.load.ranks[0].token_capacity,
+                launch_facts(argv),
+                version=state.load.version,
+                planned=state.planned_requests,
+                planned_by=state.planned_requests_by,
+            )
+        return StatusRow(*where, state, error, rank=rank, replica=profile.replica, cap=cap)
 
     def ask(group: list[tuple[Profile, int | None]]) -> list[StatusRow]:
         rows: list[StatusRow] = []
         for profile, rank in group:
             try:
-                rows.append(row(profile, rank, ctx.agent(profile).status()))
+                rows.append(row(profile, rank, ctx.agent(profile).status(load=load)))
             except TransportError as exc:  # the host is unreachable: so for all its profiles
                 rows.extend(row(p, r, None, exc) for p, r in group[len(rows) :])
                 break

@@ -180,6 +180,7 @@ def _up(
     meta = launch.meta(ctx.origin())
     if budget is not None:  # kept with the run: diff-effective compares SGLang's figures with it
         meta["memory_plan"] = predicted_figures(budget)
+        meta["max_running_requests_by"] = budget.limited_by  # status's CAP column says it
     spec = build_spec(
         profile, member.argv, member.env, meta, gateway=routing.spec_gateway(ctx, launch)
     )

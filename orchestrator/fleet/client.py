@@ -491,8 +491,9 @@ class Agent:
         identity and watches it without restarting it (see ``agent adopt``)."""
         return decode_start(self.ask(adopt_request(self.deployment.dir)))
 
-    def status(self) -> RunState:
-        return decode_state(self.ask(status_request(self.deployment.dir)))
+    def status(self, *, load: bool = False) -> RunState:
+        """``load``: a READY server's /v1/loads read now, in the same agent command."""
+        return decode_state(self.ask(status_request(self.deployment.dir, load=load)))
 
     def read_state(self) -> RunState | None:
         """state.json read directly (one SFTP read, no process started): for fast polling."""

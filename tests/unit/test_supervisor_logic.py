@@ -181,6 +181,7 @@ class ScriptedWorld:
         self._scripts = list(scripts)
         self.servers: list[ScriptedServer] = []
         self.loads_asked = 0
+        self.load_reads = 0
 
     def spawn(
         self, argv: Sequence[str], cwd: str, env: dict[str, str], output: OutputWatcher
@@ -197,6 +198,10 @@ class ScriptedWorld:
     def memory_loads(self, host: str, port: int) -> dict[str, Any]:
         self.loads_asked += 1
         return {"memory_loads": [{"memory": {"weight_gb": 51.1}}]}
+
+    def loads(self, host: str, port: int, key: str | None) -> dict[str, Any]:
+        self.load_reads += 1
+        return {"loads": [{"dp_rank": 0, "num_running_reqs": self.load_reads}]}
 
     def health_ok(self, host: str, port: int, endpoint: str, timeout: float = 2.0) -> bool:
         healthy = any(server.healthy() for server in self.servers)
@@ -568,6 +573,15 @@ def test_ready_when_the_health_probe_answers(tmp_path: Path) -> None:
     assert outcome.states[:3] == [STARTING, RUNNING, READY]
     # once READY, what the server says of its memory is asked once and kept in the state
     assert outcome.state["memory_loads"] == [{"memory": {"weight_gb": 51.1}}]
+
+
+def test_load_is_sampled_every_15_s_while_ready_and_kept_after_the_stop(tmp_path: Path) -> None:
+    outcome = supervise(tmp_path, SERVES, stop_at=50)  # READY at 2 s: samples at 2, 17, 32, 47
+    assert outcome.states[-1] == EXITED
+    load = outcome.state["load"]  # the last figures outlive the server, with their time
+    assert load["loads"] == [{"dp_rank": 0, "num_running_reqs": 4}]
+    assert 47.0 <= load["at"] - WALL_AT_ZERO < 48.0
+    assert load["error"] is None
 
 
 def test_health_is_not_asked_before_the_config_line(tmp_path: Path) -> None:

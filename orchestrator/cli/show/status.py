@@ -7,6 +7,7 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 
 from orchestrator.cli.show.core import duration, restart_verdict
+from orchestrator.cli.show.status_load import LOAD_HEADER, load_cells, load_json, load_lines
 from orchestrator.cli.show.text import grid
 from orchestrator.commands.ops import GatewayView, StatusRow
 from orchestrator.effective.sync import Verdict
@@ -32,6 +33,9 @@ def status_json(row: StatusRow, sync: SyncVerdicts | None = None) -> dict[str, o
         document.update(dataclasses.asdict(row.state))
         document["alive"] = row.state.alive
         document["unsupervised"] = row.state.unsupervised
+        document.pop("load", None)  # in its own shape below (status_load.load_json)
+    if (load := load_json(row)) is not None:
+        document["load"] = load
     if row.gateway is not None:
         document["gateway"] = dataclasses.asdict(row.gateway)
     if sync is not None:
@@ -64,10 +68,15 @@ FAILURE_WIDTH = 60  # the LAST FAILURE column without --wide; `orch status --wid
 
 
 def status_table(
-    rows: Sequence[StatusRow], *, wide: bool = False, sync: SyncVerdicts | None = None
+    rows: Sequence[StatusRow],
+    *,
+    wide: bool = False,
+    sync: SyncVerdicts | None = None,
+    load: bool = False,
 ) -> str:
     """The table; ``sync`` (``orch status`` over every profile): a SYNC column, each row's
-    state against the profiles' HEAD (``orch sync --dry-run`` says why)."""
+    state against the profiles' HEAD (``orch sync --dry-run`` says why); ``load`` (``orch
+    status --load``): the load columns after RUN (status_load.py)."""
     header = [
         "PROFILE",
         "HOST",
@@ -77,6 +86,7 @@ def status_table(
         "RESTARTS",
         "PORT",
         "RUN",
+        *(LOAD_HEADER if load else ()),
         "LAST FAILURE",
         "DIGEST",
         "COMMIT",
@@ -122,6 +132,8 @@ def status_table(
                 state.launch_digest or "-",
                 commit,
             ]
+        if load:  # after RUN (the 8th cell)
+            cells[8:8] = load_cells(row)
         if wide:
             origin = "-"
             if state is not None and state.profiles_dir:
@@ -139,10 +151,12 @@ def status_table(
             lines.append(
                 f"{row.deployment}: gateway {row.gateway.url}: {gateway_cell(row.gateway)}"
             )
+    if load:
+        lines.extend(load_lines(rows))
     for row in rows:  # what the running servers say of their memory (/v1/loads)
-        for load in row.state.memory_loads if row.state is not None else ():
-            rank = f" DP{load.dp_rank}" if load.dp_rank is not None else ""
-            lines.append(f"{row.deployment}{rank}: {memory_load_text(load)}")
+        for memory in row.state.memory_loads if row.state is not None else ():
+            rank = f" DP{memory.dp_rank}" if memory.dp_rank is not None else ""
+            lines.append(f"{row.deployment}{rank}: {memory_load_text(memory)}")
     for row in rows:  # a group's coordinator: every rank as it last heard, the last failure
         view = row.state.group if row.state is not None else None
         if view is None or row.rank != 0:

@@ -13,12 +13,15 @@ from orchestrator.model import (
     GroupView,
     LockView,
     MemoryLoad,
+    RankLoad,
     RunState,
+    ServerLoad,
 )
 
 
-def status_request(directory: str) -> Request:
-    return Request(("status", "--dir", directory))
+def status_request(directory: str, *, load: bool = False) -> Request:
+    """``load``: a READY server's /v1/loads read now by the agent (loopback, at most 1 s)."""
+    return Request(("status", "--dir", directory, *(("--load",) if load else ())))
 
 
 def decode_state(document: Any, *, agent_alive: bool | None = None) -> RunState:
@@ -77,6 +80,9 @@ def decode_state(document: Any, *, agent_alive: bool | None = None) -> RunState:
             for index, load in enumerate(reader.items("memory_loads"))
         ),
         memory_loads_error=reader.opt_text("memory_loads_error"),
+        load=_server_load(reader.child("load")),
+        planned_requests=_planned_requests(meta),
+        planned_requests_by=meta.opt_text("max_running_requests_by"),
         group=_group_view(reader.child("group")),
         disk_full=disk.flag("full"),
         output_dropped_bytes=disk.integer("dropped_bytes", 0),
@@ -151,3 +157,47 @@ def _lock_view(reader: Reader | None) -> LockView | None:
     if reader is None:
         return None
     return LockView(generation=reader.integer("generation", 0), held=reader.flag("held"))
+
+
+def _planned_requests(meta: Reader) -> int | None:
+    plan = meta.child("memory_plan")
+    value = plan.opt_number("max_running_requests") if plan is not None else None
+    return None if value is None else int(value)
+
+
+def _server_load(reader: Reader | None) -> ServerLoad | None:
+    if reader is None:
+        return None
+    ranks = []
+    for index, raw in enumerate(reader.items("loads")):
+        load = Reader(raw, f"{reader.what}.loads[{index}]")
+        spec = load.child("speculative") or Reader({}, f"{load.what}.speculative")
+
+        def count(figures: Reader, key: str) -> int | None:
+            value = figures.opt_number(key)
+            return None if value is None else int(value)
+
+        ranks.append(
+            RankLoad(
+                dp_rank=load.integer("dp_rank", index),
+                running=count(load, "num_running_reqs"),
+                waiting=count(load, "num_waiting_reqs"),
+                used_tokens=count(load, "num_used_tokens"),
+                token_capacity=count(load, "max_total_num_tokens"),
+                max_running_requests=count(load, "max_running_requests"),
+                token_usage=load.opt_number("token_usage"),
+                gen_throughput=load.opt_number("gen_throughput"),
+                cache_hit_rate=load.opt_number("cache_hit_rate"),
+                utilization=load.opt_number("utilization"),
+                accept_length=spec.opt_number("accept_length"),
+                accept_rate=spec.opt_number("accept_rate"),
+            )
+        )
+    return ServerLoad(
+        live=reader.flag("live"),
+        at=reader.opt_number("at"),
+        age_s=reader.opt_number("age_s"),
+        ranks=tuple(ranks),
+        error=reader.opt_text("error"),
+        version=reader.opt_text("version"),
+    )

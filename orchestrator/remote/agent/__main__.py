@@ -81,7 +81,10 @@ def _dispatch(argv: Sequence[str]) -> dict[str, Any]:
     # then watch the new run on the same channel (its answer first, as {"start": ...})
     start.add_argument("--watch", type=float, metavar="SECONDS")
     for name in ("status", "runs", "adopt"):
-        commands.add_parser(name).add_argument("--dir", required=True)
+        parsed = commands.add_parser(name)
+        parsed.add_argument("--dir", required=True)
+        if name == "status":  # a READY server's /v1/loads read now, not only the last kept
+            parsed.add_argument("--load", action="store_true")
     watch = commands.add_parser("watch")
     watch.add_argument("--dir", required=True)
     watch.add_argument("--run", required=True)
@@ -156,7 +159,7 @@ def _dispatch(argv: Sequence[str]) -> dict[str, Any]:
     elif args.command == "status":
         from .cmd_status import cmd_status
 
-        result = cmd_status(args.dir)
+        result = cmd_status(args.dir, load=args.load)
     elif args.command == "watch":
         from .cmd_watch import cmd_watch
 

@@ -17,10 +17,11 @@ from .identity import (
     recorded_identity,
     verified_alive,
 )
+from .load_watch import read_loads, server_api_key, serves_loads, status_load
 from .protocol import PROTOCOL
 from .record import AgentState
 from .spec import spec_for
-from .states import EXITED, TERMINAL_STATES, UNSUPERVISED
+from .states import EXITED, READY, TERMINAL_STATES, UNSUPERVISED
 from .trust import secure_deployment
 
 
@@ -125,11 +126,14 @@ def _marked_server(deployment_dir: str) -> tuple[dict[str, Any] | None, str | No
     return process_identity(pid), run_id
 
 
-def cmd_status(deployment_dir: str, recorded: dict[str, Any] | None = None) -> dict[str, Any]:
+def cmd_status(
+    deployment_dir: str, recorded: dict[str, Any] | None = None, *, load: bool = False
+) -> dict[str, Any]:
     """The state as recorded, with what is true now: the supervisor and the server are alive
     only when their recorded identities match a running process (a reused pid is "gone"). A
     dead supervisor with a live server is UNSUPERVISED. ``recorded``: the state to start from
-    instead of state.json (a stop whose end found no room to be written)."""
+    instead of state.json (a stop whose end found no room to be written). ``load``: a READY
+    server's /v1/loads read now (one loopback call, at most 1 s), else its last figures."""
     paths = Paths(deployment_dir)
     # the operation lock, read BEFORE the state: orch trusts a state read before its own hold
     # was granted only when that hold is the next one after this view (no holder came between)
@@ -172,6 +176,14 @@ def cmd_status(deployment_dir: str, recorded: dict[str, Any] | None = None) -> d
             )
     if not server_alive:
         state.pop("memory_loads", None)  # figures of a server that is gone
+    live = None
+    if load and server_alive and state.get("state") == READY and serves_loads(state):
+        spec = spec_for(paths, state)
+        live = read_loads(spec.health_host, spec.port, key=server_api_key(spec.argv))
+    shown = status_load(state.get("load"), live, time.time())
+    state.pop("load", None)
+    if shown is not None:
+        state["load"] = shown
     group = state.get("group")
     if isinstance(group, dict) and not agent_alive:
         # its connections died with it, whatever it recorded last

@@ -18,8 +18,11 @@ from .states import INITIAL_STATE
 # Written once set: a state.json without them is one of a single server (group), or of a server
 # not spawned yet (its memory figures, or why there are none, asked once READY), or of a server
 # behind no gateway (gateway: what the agent did there, gateway_duty.py).
-# ``reconfigured``: the last new spec a running supervisor took (reload.py).
-LATER_KEYS = frozenset({"group", "memory_loads", "memory_loads_error", "gateway", "reconfigured"})
+# ``reconfigured``: the last new spec a running supervisor took (reload.py). ``load``: the last
+# /v1/loads figures sampled while READY (load_watch.py), kept after the server ends.
+LATER_KEYS = frozenset(
+    {"group", "memory_loads", "memory_loads_error", "gateway", "reconfigured", "load"}
+)
 
 
 @dataclass

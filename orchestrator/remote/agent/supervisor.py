@@ -42,6 +42,7 @@ from .gateway_duty import GatewayDuty
 from .identity import DEPLOYMENT_ENV, IDENTITY_CMDLINE_ITEMS, RUN_ID_ENV
 from .journal import Journal
 from .liveness import Liveness
+from .load_watch import LoadWatch
 from .output import LogSink, OutputWatcher
 from .protocol import CONFIG_FILE, RECEIVED_FILE
 from .record import AgentState
@@ -145,6 +146,7 @@ class Supervisor:
         self._start_times: deque[float] = deque(maxlen=max(spec.restart.start_limit, 1) * 2)
         self._run_seq = last_run_seq(paths.runs)
         self._received_key: tuple[Any, ...] | None = None
+        self.load_watch = LoadWatch.of(self)  # /v1/loads while READY: state.json's load
 
     @property
     def record(self) -> AgentState:
@@ -178,6 +180,7 @@ class Supervisor:
             }
         )
         self.journal.record = record
+        self.load_watch.last = record.extra.get("load")  # kept when a first read fails
 
     # -- what it records --
 
@@ -472,6 +475,7 @@ class Supervisor:
                     ended_by = self._give_up(process, tracked, HUNG, f"{why}: stopped")
                     break
             tracked.refresh()
+            self.load_watch.look(now, self.record.state == READY)
             self._tend_disk(watcher)
             if self.gateway is not None:
                 self.gateway.tick()

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
 
 from .http_json import Reply, exchange
 from .identity import DEPLOYMENT_ENV, RUN_ID_ENV, proc_facts, process_identity, same_process
+from .load_watch import read_loads
 from .output import OutputWatcher
 from .verdict import LOST_RETURNCODE
 
@@ -88,6 +89,10 @@ class World(Protocol):
         """``GET /v1/loads?include=memory`` once READY: ``{"memory_loads": [...]}``, or
         ``{"memory_loads_error": why}`` (an older SGLang, another server)."""
 
+    def loads(self, host: str, port: int, key: str | None) -> dict[str, Any]:
+        """One bounded ``GET /v1/loads`` while READY (load_watch.read_loads): ``{"loads":
+        [...]}`` or ``{"error": why}``."""
+
     def signal_group(self, pgid: int, sig: int) -> None:
         """Signal a process group; one that is gone already is no error."""
 
@@ -143,6 +148,9 @@ class RealWorld:
 
     def memory_loads(self, host: str, port: int) -> dict[str, Any]:
         return ask_memory_loads(host, port)
+
+    def loads(self, host: str, port: int, key: str | None) -> dict[str, Any]:
+        return read_loads(host, port, key=key)
 
     def signal_group(self, pgid: int, sig: int) -> None:
         _signal_group(pgid, sig)

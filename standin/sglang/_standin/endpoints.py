@@ -28,6 +28,7 @@ import threading
 import time
 import urllib.parse
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from http import HTTPStatus
@@ -210,9 +211,11 @@ class ServerState:
                 "total_prefill_busy_us": 0,
                 "decode_moments": None,
             }
+            _set_figures(load, self.knobs.load_figures(rank), every or "spec" in (include or ()))
             if include != {"core"}:
                 for key, name, section in sections:
                     if every or name in (include or ()):
+                        waiting = load["num_waiting_reqs"]
                         load[key] = _queues(section, waiting) if key == "queues" else section
             loads.append(load)
         return {
@@ -260,8 +263,10 @@ class ServerState:
                 utilization=0.0,
                 max_running_requests=self.figures.max_running_requests,
             )
+            _set_figures(load, self.knobs.load_figures(rank), every or "spec" in (include or ()))
             for key, name, section in sections:
                 if every or name in (include or ()):
+                    waiting = load["num_waiting_reqs"]
                     load[key] = _queues(section, waiting) if key == "queues" else section
             load["num_total_reqs"] = load["num_running_reqs"] + load["num_waiting_reqs"]
             loads.append(load)
@@ -562,6 +567,16 @@ class _Handler(BaseHTTPRequestHandler):
 
 
 _GENERATION = frozenset({"/generate", "/v1/chat/completions", "/v1/completions"})
+
+
+def _set_figures(load: dict[str, Any], figures: Mapping[str, Any], with_spec: bool) -> None:
+    """ORCH_STANDIN_LOADS's figures over the stand-in's own (knobs.parse_loads): the core ones
+    in place, ``speculative`` as SGLang's section (when ``include`` asks for spec)."""
+    for key, value in figures.items():
+        if key != "speculative":
+            load[key] = value
+        elif with_spec:
+            load["speculative"] = {"accept_length": 0.0, "accept_rate": 0.0, **value}
 
 
 def _queues(section: dict[str, Any], waiting: int) -> dict[str, Any]:

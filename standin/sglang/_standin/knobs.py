@@ -5,10 +5,12 @@ Only the knobs' parsed values are ever printed, never an environment value as su
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 DEFAULT_VERSION = "0.5.23"
 
@@ -62,6 +64,14 @@ class Knobs:
     health_timeout_s: float = 2.0  # /health of a hung group (SGLANG_HEALTH_CHECK_TIMEOUT: 20)
     log_ms: bool = False  # SGLANG_LOG_MS=1: milliseconds in the timestamps
     fails: Mapping[str, float | None] = field(default_factory=dict)
+    # ORCH_STANDIN_LOADS: /v1/loads figures set by a test, per DP rank (parse_loads)
+    loads: tuple[Mapping[str, Any], ...] = ()
+
+    def load_figures(self, rank: int) -> Mapping[str, Any]:
+        """What ORCH_STANDIN_LOADS sets for DP rank ``rank``: one object is every rank's."""
+        if len(self.loads) == 1:
+            return self.loads[0]
+        return self.loads[rank] if rank < len(self.loads) else {}
 
     def failing(self, mode: str) -> bool:
         return mode in self.fails
@@ -142,6 +152,53 @@ def parse_fails(text: str) -> dict[str, float | None]:
     return fails
 
 
+# ORCH_STANDIN_LOADS may set these of each load (SGLang's names: 0.5.23 LoadSnapshot, 0.5.11
+# GetLoadsReqOutput), and ``speculative`` ({accept_length, accept_rate}: the section SGLang adds
+# once a speculative forward ran)
+SETTABLE_LOAD_KEYS = frozenset(
+    {
+        "num_running_reqs",
+        "num_waiting_reqs",
+        "num_used_tokens",
+        "num_total_tokens",
+        "max_total_num_tokens",
+        "max_running_requests",
+        "token_usage",
+        "gen_throughput",
+        "cache_hit_rate",
+        "utilization",
+        "speculative",
+    }
+)
+
+
+def parse_loads(text: str) -> tuple[Mapping[str, Any], ...]:
+    """ORCH_STANDIN_LOADS: a JSON object (every DP rank's figures) or a list of them (rank by
+    rank); only SETTABLE_LOAD_KEYS, numbers (``speculative``: an object of numbers)."""
+    if not text.strip():
+        return ()
+    try:
+        parsed = json.loads(text)
+    except ValueError as exc:
+        raise KnobError(f"ORCH_STANDIN_LOADS is not JSON: {exc}") from None
+    ranks = parsed if isinstance(parsed, list) else [parsed]
+    for figures in ranks:
+        if not isinstance(figures, dict):
+            raise KnobError("ORCH_STANDIN_LOADS: each rank's figures are a JSON object")
+        unknown = set(figures) - SETTABLE_LOAD_KEYS
+        if unknown:
+            raise KnobError(
+                f"ORCH_STANDIN_LOADS: unknown {sorted(unknown)}; settable: "
+                f"{sorted(SETTABLE_LOAD_KEYS)}"
+            )
+        for key, value in figures.items():
+            section = key == "speculative" and isinstance(value, dict)
+            numbers = value.values() if section else [value]
+            if not all(isinstance(n, (int, float)) and not isinstance(n, bool) for n in numbers):
+                raise KnobError(f"ORCH_STANDIN_LOADS: {key} must be a number")
+    return tuple(ranks)
+
+
 def read_knobs(environ: Mapping[str, str] = os.environ) -> Knobs:
     version_text = environ.get("ORCH_STANDIN_VERSION", DEFAULT_VERSION).strip() or DEFAULT_VERSION
     shards_text = environ.get("ORCH_STANDIN_SHARDS", "11")
@@ -164,4 +221,5 @@ def read_knobs(environ: Mapping[str, str] = os.environ) -> Knobs:
         health_timeout_s=_float(environ, "ORCH_STANDIN_HEALTH_TIMEOUT_S", 2.0),
         log_ms=environ.get("SGLANG_LOG_MS", "").strip().lower() in {"1", "true", "yes"},
         fails=parse_fails(environ.get("ORCH_STANDIN_FAIL", "")),
+        loads=parse_loads(environ.get("ORCH_STANDIN_LOADS", "")),
     )

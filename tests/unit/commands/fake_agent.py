@@ -382,7 +382,7 @@ class FakeAgent:
             raise error
         return self._deployment
 
-    def status(self) -> RunState:
+    def status(self, *, load: bool = False) -> RunState:
         return decode_state(self._reach().status_answer("status"))
 
     def read_state(self) -> RunState | None:
