@@ -280,9 +280,11 @@ def parser() -> argparse.ArgumentParser:
     )
     status.add_argument(
         "--load",
-        action="store_true",
+        action=argparse.BooleanOptionalAction,
+        default=True,
         help="each READY server's load now (/v1/loads, read on its host, 1 s at most): "
-        "RUN/WAIT, KV%%, TOK/S, HIT%%, ACCEPT, CAP; a stopped one's last figures and their age",
+        "RUN/WAIT, KV%%, TOK/S, HIT%%, ACCEPT, CAP; a stopped one's last figures and their age "
+        "(default; --no-load: the table without them, no read of the servers)",
     )
     status.add_argument(
         "--watch",

@@ -51,7 +51,8 @@ def test_two_replicas_up_status_down(local_workspace: Workspace) -> None:
     assert [line.split()[0] for line in table[1:3]] == ["pair@0", "pair@1"]
 
     # each replica's own log and runs; the replica must be named
-    logs = local_workspace.orch("logs", name, "--replica", "1", "-n", "5")
+    # (enough lines: the server logs each /health and /v1/loads orch's agent asks of it)
+    logs = local_workspace.orch("logs", name, "--replica", "1", "-n", "200")
     assert logs.code == ExitCode.OK, logs.err
     assert "fired up and ready to roll" in logs.out
     unnamed = local_workspace.orch("logs", name)

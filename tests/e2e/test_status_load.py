@@ -96,10 +96,11 @@ def test_status_load_of_a_ready_standin_matches_the_goldens_and_outlives_the_sto
         state = json.loads((local_workspace.deployment_dir(name) / "state.json").read_text())
         assert state["load"]["loads"][0]["num_running_reqs"] == 3
         assert isinstance(state["load"]["at"], float)
-        # without --load: no columns, the JSON's figures are the kept ones
-        plain = local_workspace.orch("status", name)
+        # --load is the default; --no-load: no columns, the JSON's figures are the kept ones
+        assert "RUN/WAIT" in local_workspace.orch("status", name).out
+        plain = local_workspace.orch("status", name, "--no-load")
         assert "RUN/WAIT" not in plain.out
-        (kept,) = local_workspace.orch("status", name, "--json").json()
+        (kept,) = local_workspace.orch("status", name, "--no-load", "--json").json()
         assert kept["load"]["live"] is False
         assert kept["load"]["total"]["running"] == 3
     finally:

@@ -210,9 +210,17 @@ def _held(
     read_stdin: Callable[[], bytes],
 ) -> dict[str, Any]:
     check_file(holder_path, "the holder file")
-    generation = lock_generation(holder_path) + 1
+    generation: int | None = lock_generation(holder_path) + 1
     # a stale file (a holder that died) is replaced: the lock is ours, so is the file now
-    write_json_atomic(holder_path, {**holder, "agent_pid": os.getpid(), "generation": generation})
+    try:
+        write_json_atomic(
+            holder_path, {**holder, "agent_pid": os.getpid(), "generation": generation}
+        )
+    except OSError:
+        # no room to say who holds it (a full disk: `orch down` must still stop the server);
+        # the lock is held all the same. Its number is not recorded, so none is given: orch
+        # then reads the deployment again under it instead of trusting an earlier read
+        generation = None
     previous = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGHUP)}
 
     def release(signum: int, frame: FrameType | None) -> None:
@@ -238,8 +246,9 @@ def _held(
         for sig, handler in previous.items():
             signal.signal(sig, handler)
         # before the unlock: no holder named any more, the generation kept for the next one
-        with contextlib.suppress(OSError, UnsafePath):
-            write_json_atomic(holder_path, {"generation": generation, "released": True})
+        if generation is not None:  # else the file is not ours to rewrite (none was written)
+            with contextlib.suppress(OSError, UnsafePath):
+                write_json_atomic(holder_path, {"generation": generation, "released": True})
         fcntl.flock(fd, fcntl.LOCK_UN)
     return {"protocol": PROTOCOL, "ok": True, "released": True, "deployment": deployment}
 
