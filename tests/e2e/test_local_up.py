@@ -42,6 +42,7 @@ def test_up_ready_status_logs_down(local_workspace: Workspace) -> None:
     down = local_workspace.orch("down", name)
     assert down.code == ExitCode.OK
     assert "EXITED" in down.out
+
     def leftovers() -> list[psutil.Process]:
         return [
             p
