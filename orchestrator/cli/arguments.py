@@ -10,10 +10,11 @@ import os
 from pathlib import Path
 
 from orchestrator import __version__
+from orchestrator.cli.arguments_export import add_export
 from orchestrator.cli.arguments_review import add_review
 from orchestrator.cli.arguments_sync import add_sync
+from orchestrator.cli.options import lock_wait_option
 from orchestrator.errors import ExitCode
-from orchestrator.model import EXPORT_ENGINES, FLEET_EXPORTS
 from orchestrator.profile.bundled import bundled_profiles
 
 PROFILES_ENV = "ORCH_PROFILES"
@@ -84,49 +85,7 @@ def parser() -> argparse.ArgumentParser:
     _replica_option(render, "one replica's command only (default: every replica's)")
     render.set_defaults(command="render")
 
-    export = commands.add_parser(
-        "export",
-        help="write the manifest another engine runs the profile with: Kubernetes "
-        "(LeaderWorkerSet, Deployment), SkyPilot, dstack, Slurm",
-        description="The profile's exact argv and env for another engine: Kubernetes in exec "
-        "form with every $ escaped, SkyPilot and dstack as shell with every word quoted once, "
-        "Slurm as a batch script whose tasks each read their own rank. "
-        "What an engine cannot run is an error naming the profile key (docs/export.md).",
-    )
-    export.add_argument(
-        "engine",
-        metavar="ENGINE",
-        choices=EXPORT_ENGINES + FLEET_EXPORTS,
-        help=", ".join(EXPORT_ENGINES + FLEET_EXPORTS),
-    )
-    export.add_argument(
-        "profile",
-        metavar="PROFILE",
-        nargs="*",
-        help="the profile (prometheus-sd: any number, or --all; docs/export.md)",
-    )
-    export.add_argument(
-        "--all",
-        action="store_true",
-        dest="all_profiles",
-        help="prometheus-sd: every profile's running servers (the default without PROFILE)",
-    )
-    export.add_argument(
-        "-o", "--output", metavar="FILE", type=Path, help="write here (default: stdout)"
-    )
-    slurm = export.add_argument_group("slurm", "the cluster's side of the job (engine slurm only)")
-    slurm.add_argument("--partition", metavar="P", help="#SBATCH --partition")
-    slurm.add_argument("--account", metavar="A", help="#SBATCH --account")
-    slurm.add_argument("--time", metavar="T", help="#SBATCH --time (e.g. 4:00:00, 2-00:00:00)")
-    slurm.add_argument(
-        "--no-gres",
-        action="store_true",
-        help="no --gpus-per-node, for clusters that reject GRES requests",
-    )
-    slurm.add_argument(
-        "--exclusive", action="store_true", help="#SBATCH --exclusive: each rank's whole node"
-    )
-    export.set_defaults(command="export")
+    add_export(commands)
 
     importing = commands.add_parser(
         "import",
@@ -554,19 +513,6 @@ def _launch_options(parser: argparse.ArgumentParser) -> None:
     )
     _no_cache_option(parser)
     _take_over_option(parser)
-
-
-def lock_wait_option(parser: argparse.ArgumentParser) -> None:
-    """``--lock-wait``: how long to wait for another orch's hold on a deployment (issue 31)."""
-    parser.add_argument(
-        "--lock-wait",
-        type=float,
-        default=60.0,
-        metavar="SECONDS",
-        help="when another orch acts on the deployment (it holds its lock on the host), wait "
-        f"this long for it, saying once who it is, then exit {ExitCode.LOCKED} (default 60; "
-        "0: do not wait)",
-    )
 
 
 def _replica_option(parser: argparse.ArgumentParser, help_text: str) -> None:

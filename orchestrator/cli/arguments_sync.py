@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from orchestrator.cli.options import lock_wait_option
 from orchestrator.errors import ExitCode
 
 
@@ -11,19 +12,6 @@ def _count(text: str) -> int:
     if not text.isdigit() or int(text) < 1:
         raise argparse.ArgumentTypeError(f"expected a whole number of at least 1, got {text!r}")
     return int(text)
-
-
-def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not 0 <= value <= 86_400:
-        raise argparse.ArgumentTypeError(f"expected seconds between 0 and 86400, got {text!r}")
-    return value
-
-
-DEFAULT_LOCK_WAIT_S = 60.0
 
 
 def add_sync(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -95,13 +83,6 @@ def add_sync(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         help="act from a working tree with uncommitted changes (its launches are recorded dirty)",
     )
     sync.add_argument("--yes", "-y", action="store_true", help="act without asking")
-    sync.add_argument(
-        "--lock-wait",
-        metavar="S",
-        type=_seconds,
-        default=DEFAULT_LOCK_WAIT_S,
-        help=f"how long to wait for a deployment another orch holds (default "
-        f"{DEFAULT_LOCK_WAIT_S:g} s)",
-    )
+    lock_wait_option(sync)
     sync.add_argument("--wide", action="store_true", help="values whole, never cut")
     sync.set_defaults(command="sync")

@@ -20,8 +20,6 @@ from concurrent.futures import ThreadPoolExecutor
 from orchestrator.commands.context import Context, Launch, LockHandle
 from orchestrator.model import LockHolder, Profile
 
-DEFAULT_LOCK_WAIT_S = 60.0
-
 
 def this_holder(command: str) -> LockHolder:
     """Who asks: this user on this machine, this process, what it does (``orch up``)."""

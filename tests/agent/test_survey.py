@@ -93,10 +93,10 @@ def test_a_survey_reports_every_deployment_as_status_does_and_writes_nothing(
     stranger.mkdir(mode=0o700)
     (stranger / "state.json").write_text(json.dumps({"state": "READY", "pid": 1}))
     os.chown(stranger, NOBODY, NOBODY)
-    shared = workdir.root / "shared"
-    shared.mkdir()
-    (shared / "spec.json").write_text("{}")
-    shared.chmod(0o777)
+    open_dir = workdir.root / "open-to-all"
+    open_dir.mkdir()
+    (open_dir / "spec.json").write_text("{}")
+    open_dir.chmod(0o777)
     (workdir.root / "notes").mkdir()
     (workdir.root / "README").write_text("not a deployment\n")
     before = _tree(workdir.root)
@@ -106,8 +106,8 @@ def test_a_survey_reports_every_deployment_as_status_does_and_writes_nothing(
     assert _tree(workdir.root) == before  # nothing written, nothing touched
     assert not list((workdir.root / ".orch").glob("agent-*"))  # the agent was carried
     assert sorted(survey.deployments) == ["replica@1", "serving", "stopped"]
-    assert set(survey.unreadable) == {"shared", "stranger"}
-    assert "writable by group or others" in survey.unreadable["shared"]
+    assert set(survey.unreadable) == {"open-to-all", "stranger"}
+    assert "writable by group or others" in survey.unreadable["open-to-all"]
     assert f"belongs to uid {NOBODY}" in survey.unreadable["stranger"]
     assert survey.host == "local"
     assert survey.workdir == str(workdir.root)

@@ -32,6 +32,24 @@ from .verdict import (
 )
 
 
+def exit_record(
+    run_id: str, returncode: int, verdict: ExitVerdict, *, at: float, was_ready: bool
+) -> dict[str, object]:
+    """A run's end as state.json's ``last_exit`` and the ``exit`` event say it."""
+    return {
+        "run_id": run_id,
+        "returncode": returncode,
+        "signal": signal_name(-returncode) if returncode < 0 else None,
+        "class": verdict.cls,
+        "message": verdict.message,
+        "restart_helps": verdict.restart_helps,
+        "restart_why": verdict.restart_why,
+        "at": at,
+        "was_ready": was_ready,
+        "swept_pids": [],
+    }
+
+
 def run_ending(
     returncode: int,
     tail: Sequence[str] | None,

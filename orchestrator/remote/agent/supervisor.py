@@ -25,10 +25,9 @@ import time
 from collections import deque
 from typing import Any
 
-from .classify import run_ending, signal_name
+from .classify import exit_record, run_ending
+from .disk_watch import DiskWatch
 from .files import (
-    DISK_LOOK_S,
-    NO_DISK_TROUBLE,
     Paths,
     last_run_seq,
     no_room,
@@ -141,8 +140,13 @@ class Supervisor:
             record.update({"gateway": self.gateway.view()})
         self._runs = 0  # runs watched: the first one's registration is orch's, after its checks
         self.exit_noticed: float | None = None  # monotonic: when _watch saw its server end
-        self._dropped_before = 0  # server output dropped in the runs before this one
-        self._next_disk_look = 0.0
+        self.disk_watch = DiskWatch(
+            self.clock.monotonic,
+            self.clock.wall,
+            lambda: self.record.disk,
+            lambda disk: self.update(disk=disk),
+            lambda: self.journal.save_if_unsaved(),
+        )
         self._start_times: deque[float] = deque(maxlen=max(spec.restart.start_limit, 1) * 2)
         self._run_seq = last_run_seq(paths.runs)
         self._received_key: tuple[Any, ...] | None = None
@@ -205,25 +209,6 @@ class Supervisor:
         """The agent itself failed: FATAL, unless the state was final already."""
         if self.record.state not in TERMINAL_STATES:
             self.change_state(FATAL, message=message)
-
-    def _tend_disk(self, watcher: OutputWatcher | None) -> None:
-        """About once a second while the server runs: the output dropped so far into state.json,
-        and a state.json that found no room written again."""
-        now = self.clock.monotonic()
-        if now < self._next_disk_look:
-            return
-        self._next_disk_look = now + DISK_LOOK_S
-        dropped = self._dropped_before + (watcher.dropped_bytes if watcher is not None else 0)
-        disk = self.record.disk or NO_DISK_TROUBLE
-        if watcher is not None and dropped != disk.get("dropped_bytes"):
-            error = watcher.write_error or disk.get("last_error")
-            self.update(
-                disk=dict(
-                    disk, dropped_bytes=dropped, last_error=error, last_error_at=self.clock.wall()
-                )
-            )
-        else:
-            self.journal.save_if_unsaved()
 
     # -- running the server --
 
@@ -476,7 +461,7 @@ class Supervisor:
                     break
             tracked.refresh()
             self.load_watch.look(now, self.record.state == READY)
-            self._tend_disk(watcher)
+            self.disk_watch.look(watcher)
             if self.gateway is not None:
                 self.gateway.tick()
             self.clock.wait(process.ended, 0.05)  # a death wakes it at once
@@ -506,9 +491,7 @@ class Supervisor:
         swept = self._sweep(run_id, tracked)
         process.drain(5.0)
         if watcher is not None:  # the run's dropped output counts on in the supervisor's total
-            self._next_disk_look = 0.0
-            self._tend_disk(watcher)
-            self._dropped_before += watcher.dropped_bytes
+            self.disk_watch.run_ended(watcher)
         if swept:
             last_exit = dict(self.record.last_exit or {}, swept_pids=swept)
             self.update(last_exit=last_exit)
@@ -544,18 +527,9 @@ class Supervisor:
         self.event("received", run_id=self.record.run_id, exe=facts.get("exe"))
 
     def record_exit(self, run_id: str, returncode: int, verdict: ExitVerdict) -> None:
-        last_exit = {
-            "run_id": run_id,
-            "returncode": returncode,
-            "signal": signal_name(-returncode) if returncode < 0 else None,
-            "class": verdict.cls,
-            "message": verdict.message,
-            "restart_helps": verdict.restart_helps,
-            "restart_why": verdict.restart_why,
-            "at": self.clock.wall(),
-            "was_ready": bool(self.record.ready),
-            "swept_pids": [],
-        }
+        last_exit = exit_record(
+            run_id, returncode, verdict, at=self.clock.wall(), was_ready=bool(self.record.ready)
+        )
         self.update(pid=None, server=None, ready=False, last_exit=last_exit)
         self.event("exit", **last_exit)
 
