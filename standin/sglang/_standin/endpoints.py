@@ -420,45 +420,49 @@ class ServerState:
         )
 
 
-class _Handler(BaseHTTPRequestHandler):
+class UvicornHandler(BaseHTTPRequestHandler):
+    """What every HTTP app of the stand-in answers with, as uvicorn does: its server header,
+    JSON or text bodies with their length, nothing written for HEAD. ``answered`` is told each
+    answer (the API server writes uvicorn's access line there; the dummy app logs nothing)."""
+
     protocol_version = "HTTP/1.1"
     server_version = "uvicorn"
     sys_version = ""
-    state: ServerState  # set on the subclass make_server() builds
 
     def log_message(self, format: str, *args: Any) -> None:
-        """uvicorn's access log replaces http.server's own lines."""
+        """http.server's own lines are never written (uvicorn's, where any, replace them)."""
 
-    def _send(self, status: int, payload: Any = None) -> None:
-        body = b"" if payload is None else json.dumps(payload).encode()
+    def answered(self, status: int) -> None:
+        """Each answer once sent (the access line, where the app has one)."""
+
+    def _respond(self, status: int, body: bytes, content_type: str | None) -> None:
         self.send_response(status)
-        if payload is not None:
-            self.send_header("content-type", "application/json")
+        if content_type is not None:
+            self.send_header("content-type", content_type)
         self.send_header("content-length", str(len(body)))
         self.end_headers()
         if self.command != "HEAD":
             self.wfile.write(body)
+        self.answered(status)
+
+    def _send(self, status: int, payload: Any = None) -> None:
+        body = b"" if payload is None else json.dumps(payload).encode()
+        self._respond(status, body, None if payload is None else "application/json")
+
+    def _send_text(self, status: int, text: str) -> None:
+        """A Prometheus exposition (prometheus_client's content type)."""
+        self._respond(status, text.encode(), metrics.CONTENT_TYPE)
+
+
+class _Handler(UvicornHandler):
+    state: ServerState  # set on the subclass make_server() builds
+
+    def answered(self, status: int) -> None:
         host, port = self.client_address[:2]
         phrase = HTTPStatus(status).phrase
         self.state.log.uvicorn(
             "INFO",
             f'{host}:{port} - "{self.command} {self.path} HTTP/1.1" {status} {phrase}',
-            stream=sys.stdout,
-        )
-
-    def _send_text(self, status: int, text: str) -> None:
-        """A Prometheus exposition (prometheus_client's content type), with its access line."""
-        body = text.encode()
-        self.send_response(status)
-        self.send_header("content-type", metrics.CONTENT_TYPE)
-        self.send_header("content-length", str(len(body)))
-        self.end_headers()
-        if self.command != "HEAD":
-            self.wfile.write(body)
-        host, port = self.client_address[:2]
-        self.state.log.uvicorn(
-            "INFO",
-            f'{host}:{port} - "{self.command} {self.path} HTTP/1.1" {status} OK',
             stream=sys.stdout,
         )
 

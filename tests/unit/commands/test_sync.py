@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
-import subprocess
 import textwrap
 from pathlib import Path
 from typing import Any
@@ -31,43 +29,21 @@ from tests.unit.commands.fake_agent import (
     FakeFleet,
     recorded,
 )
+from tests.unit.review.repo import ProfilesRepo
 
 
-class Repo:
-    """The recorded profiles committed in a git repository (``profiles/`` inside it)."""
+class Repo(ProfilesRepo):
+    """The recorded profiles committed in a git repository (``profiles/`` inside it), on the
+    recorded answers' host."""
 
     def __init__(self, root: Path) -> None:
-        self.root = root
-        self.profiles = root / "profiles"
-        self.profiles.mkdir(parents=True)
-        self.git("init", "-q", "-b", "main")
-        (self.profiles / "hosts.yaml").write_text(HOSTS)
+        super().__init__(root)
+        self.write("hosts.yaml", HOSTS)
         for name in ("demo", "drift"):
-            text = (RECORDED_PROFILES / f"{name}.yaml").read_text()
-            (self.profiles / f"{name}.yaml").write_text(text)
-
-    def git(self, *argv: str) -> str:
-        done = subprocess.run(
-            ["git", "-c", "user.name=t", "-c", "user.email=t@example.net", *argv],
-            cwd=self.root,
-            env={**os.environ, "GIT_CONFIG_GLOBAL": os.devnull, "GIT_CONFIG_NOSYSTEM": "1"},
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=True,
-        )
-        return done.stdout.strip()
-
-    def commit(self) -> str:
-        self.git("add", "-A")
-        self.git("commit", "-q", "--allow-empty", "-m", "change")
-        return self.git("rev-parse", "HEAD")
+            self.write(f"{name}.yaml", (RECORDED_PROFILES / f"{name}.yaml").read_text())
 
     def edit(self, name: str, old: str, new: str) -> None:
-        path = self.profiles / f"{name}.yaml"
-        text = path.read_text()
-        assert old in text
-        path.write_text(text.replace(old, new, 1))
+        super().edit(f"{name}.yaml", old, new)
 
     def add_env(self, name: str) -> None:
         """A new variable in the server's environment: a restart."""
