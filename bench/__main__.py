@@ -654,6 +654,8 @@ def group_profile(lab: Lab, name: str, hosts: Sequence[str], *, tp: int) -> str:
             + [{"host": host, "port": free_port()} for host in hosts[1:]],
             "rendezvous_port": free_port(),
             "control_port": free_port(),
+            # a free one too: the default (rendezvous + 50) may be any process's on this machine
+            "gate_port": free_port(),
             "join_timeout_s": 60,
         },
     }
